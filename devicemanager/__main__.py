@@ -1,0 +1,3 @@
+from devicemanager.cli import main
+
+raise SystemExit(main())

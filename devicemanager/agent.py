@@ -1,0 +1,110 @@
+"""Wiring for `devicemanager serve`: backends, the monitor loop, certificates and uvicorn."""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from devicemanager import logs
+from devicemanager.backend import Backend, backend_class
+from devicemanager.config import Settings, default_node_name
+from devicemanager.monitor import BackendWorker, Monitor
+from devicemanager.replay import ReplayBackend, Scenario, load_scenario
+from devicemanager.server import create_app
+from devicemanager.tls import Certificates
+
+log = logging.getLogger("devicemanager")
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """What the agent runs on: live libraries and /proc, or a recorded scenario."""
+
+    name: str
+    backends: tuple[Backend, ...]
+    proc_root: Path
+    scenario: Scenario | None = None
+
+
+def live_backend(manufacturer: str, libraries: dict[str, str]) -> Backend:
+    cls = backend_class(manufacturer)
+    library = libraries.get(manufacturer)
+    return cls(library=library) if library else cls()  # type: ignore[call-arg]
+
+
+def resolve_node(settings: Settings) -> Node:
+    if settings.replay is not None:
+        scenario = load_scenario(settings.replay)
+        return Node(
+            name=settings.node_name or scenario.node,
+            backends=tuple(ReplayBackend(m, path) for m, path in scenario.vendor_files.items()),
+            proc_root=settings.proc_root or scenario.proc_root,
+            scenario=scenario,
+        )
+    return Node(
+        name=settings.node_name or default_node_name(),
+        backends=tuple(
+            live_backend(m, dict(settings.vendor_libraries)) for m in settings.manufacturers
+        ),
+        proc_root=settings.proc_root or Path("/proc"),
+    )
+
+
+def build_monitor(settings: Settings, node: Node) -> Monitor:
+    return Monitor(
+        [BackendWorker(b) for b in node.backends],
+        period=settings.monitor_period,
+        deadline=settings.backend_timeout,
+        liveness_timeout=settings.liveness_timeout,
+        node=node.name,
+    )
+
+
+def serve(settings: Settings) -> int:
+    import uvicorn  # only the serving command needs the server stack
+
+    logs.configure(settings.log_level, settings.log_format)
+    node = resolve_node(settings)
+    monitor = build_monitor(settings, node)
+    hosts = ["localhost", "127.0.0.1", "::1", node.name, default_node_name()]
+    certs = Certificates(settings.cert_dir, hosts=hosts)
+
+    def ssl_context(
+        _config: uvicorn.Config, _default: Callable[[], ssl.SSLContext]
+    ) -> ssl.SSLContext:
+        return certs.context()
+
+    config = uvicorn.Config(
+        create_app(monitor),
+        host=settings.bind_address,
+        port=settings.secure_port,
+        ssl_context_factory=ssl_context,
+        log_config=None,
+        access_log=False,
+        lifespan="off",
+        timeout_keep_alive=75,  # longer than a 60 s scrape interval: one connection per scraper
+    )
+    log.info(
+        "starting",
+        extra={
+            "node": node.name,
+            "backends": [b.manufacturer for b in node.backends],
+            "replay": str(node.scenario.root) if node.scenario else None,
+            "provenance": node.scenario.provenance if node.scenario else None,
+            "period_seconds": settings.monitor_period,
+            "address": f"https://{settings.bind_address}:{settings.secure_port}",
+            "self_signed": certs.self_signed,
+        },
+    )
+    monitor.start()
+    if settings.cert_dir is not None:
+        certs.watch()
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        monitor.stop()
+        certs.close()
+    return 0

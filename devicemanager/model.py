@@ -1,0 +1,174 @@
+"""The agent's data model: frozen dataclasses shared by the core and every vendor backend.
+
+`None` means absent everywhere: a figure nobody measured is `None` here, `null` in JSON and
+no sample in /metrics. Never a zero, never NaN, never a vendor sentinel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+# What a vendor library answered, keyed by entry point, as JSON-able values.
+Payload = dict[str, Any]
+
+
+class Reason(StrEnum):
+    """Why a figure is absent (SPEC §3, §6). The token is what users see in gauges and logs."""
+
+    # The device's own query.
+    UNSUPPORTED = "unsupported"
+    PERMISSION = "permission"
+    TRANSIENT_DRIVER_ERROR = "transient_driver_error"
+    TRUNCATED = "truncated"
+    # Section level.
+    INVALID_DATA = "invalid_data"
+    BOUNDED = "bounded"
+    VERSION_SKEW = "version_skew"
+    # Attribution (R-A2).
+    NO_POD_COMPONENT = "no_pod_component"
+    AMBIGUOUS_POD = "ambiguous_pod"
+    NO_CONTAINER_COMPONENT = "no_container_component"
+    AMBIGUOUS_CONTAINER = "ambiguous_container"
+    UNKNOWN_POD = "unknown_pod"
+    UNKNOWN_CONTAINER = "unknown_container"
+    EXITED = "exited"
+    UNREADABLE = "unreadable"
+    ZOMBIE = "zombie"
+    UNSTABLE = "unstable"
+    MEDIATED = "mediated"
+    PID_NAMESPACE_INVISIBLE = "pid_namespace_invisible"
+
+
+class BackendState(StrEnum):
+    """How a backend's part of a round ended."""
+
+    OK = "ok"
+    UNAVAILABLE = "unavailable"  # library or driver not on this node; open() is retried
+    ERROR = "error"  # read() or parse() raised
+    TIMEOUT = "timeout"  # read() ran past its deadline this round
+    STUCK = "stuck"  # an earlier read() has still not returned; no new call was made
+
+
+@dataclass(frozen=True, slots=True)
+class Card:
+    """One physical accelerator's own figures (R-V2)."""
+
+    id: str  # vendor UUID, e.g. GPU-…
+    index: int  # the ordinal the vendor's own tool shows (nvidia-smi -i)
+    name: str | None = None
+    memory_total_mib: int | None = None
+    memory_used_mib: int | None = None
+    cores_utilization_percent: float | None = None  # busy share of the whole card
+    temperature_celsius: float | None = None
+    power_usage_watts: float | None = None
+    unhealthy: bool = False
+    unhealthy_reason: str | None = None  # e.g. "gpu_is_lost", "xid:79"
+
+    @property
+    def memory_utilization_percent(self) -> float | None:
+        return utilization_percent(self.memory_used_mib, self.memory_total_mib)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRow:
+    """One per-process row a vendor returned for one device (R-V3)."""
+
+    pid: int
+    memory_bytes: int | None = None  # None: the driver said "value not available"
+    cores_percent: float | None = None  # share of the whole card; None: entry point has no answer
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceProcesses:
+    """A device's per-process answer. A reason is set when that entry point did not answer."""
+
+    device_id: str
+    rows: tuple[ProcessRow, ...] = ()
+    memory_reason: Reason | None = None
+    cores_reason: Reason | None = None
+    reads_truncated: int = 0  # entry points that could not deliver a complete list
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReading:
+    """A hardware partition read on its own handle, found by its recorded id (R-V4)."""
+
+    id: str  # e.g. MIG-<uuid>
+    parent_id: str
+    memory_total_mib: int | None = None
+    memory_used_mib: int | None = None
+    cores_percent: float | None = None
+    memory_reason: Reason | None = None
+    cores_reason: Reason | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VendorReading:
+    """Everything one backend's parse() made of one payload."""
+
+    manufacturer: str
+    cards: tuple[Card, ...] = ()
+    processes: tuple[DeviceProcesses, ...] = ()
+    partitions: tuple[PartitionReading, ...] = ()
+    driver_version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRequest:
+    """What a round asks a backend for beyond the card figures.
+
+    Per-process queries are made only for carved devices (R-V3) and partitions are read only
+    by the id their allocation recorded (R-V4), so an idle node costs no per-process call.
+    """
+
+    carved_device_ids: frozenset[str] = frozenset()
+    partition_ids: frozenset[tuple[str, str]] = frozenset()  # (parent card id, partition id)
+
+
+@dataclass(frozen=True, slots=True)
+class BackendStatus:
+    manufacturer: str
+    state: BackendState
+    duration_seconds: float | None = None  # None when no call was made this round
+    error: str | None = None
+    last_success: float | None = None  # unix time of the last good read, if any
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """One manufacturer's cards as read in one round."""
+
+    manufacturer: str
+    timestamp: float  # unix time the read completed
+    cards: tuple[Card, ...]
+    driver_version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What the agent publishes after a round. Immutable; swapped in whole."""
+
+    timestamp: float  # unix time the round was stored; 0.0 before the first round
+    period_seconds: int
+    node: str | None = None
+    groups: tuple[Group, ...] = ()
+    backends: tuple[BackendStatus, ...] = ()
+    round_duration_seconds: float | None = None
+    slices: Any = field(default=None)  # the per-grant section; absent means "could not measure"
+
+
+def utilization_percent(used: float | None, total: float | None) -> float | None:
+    """used/total in percent, absent when either side is absent or the total is not positive."""
+    if used is None or total is None or total <= 0:
+        return None
+    return round(used * 100.0 / total, 2)
+
+
+def mib_from_bytes(value: int | None) -> int | None:
+    """Bytes to MiB, converted once and rounded up: 0 < x < 1 MiB reads 1, never 0 (R-F2)."""
+    if value is None:
+        return None
+    return math.ceil(value / 1048576)

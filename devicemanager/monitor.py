@@ -1,0 +1,305 @@
+"""The monitor loop: one round per period, each backend on its own thread with a deadline.
+
+Vendor calls block inside C and cannot be interrupted from Python, so every backend runs on a
+worker thread of its own. A round waits for each until the deadline and moves on; a worker
+still busy at the next round is reported `stuck` and not called again (calling into a library
+that is hung in another thread would only pile up threads). Other backends and the HTTP server
+go on (R-O3). A worker stuck past the liveness timeout makes /livez fail, because only a
+restart gets a thread back from a hung driver call.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from devicemanager import exposition, snapshot
+from devicemanager.backend import Backend, BackendUnavailable
+from devicemanager.model import BackendState, BackendStatus, Payload, ReadRequest, Snapshot
+from devicemanager.snapshot import BackendResult
+
+log = logging.getLogger("devicemanager.monitor")
+
+# A consumer treats a snapshot older than this many periods as a failing monitor (R-S3).
+FRESH_PERIODS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """Everything the HTTP handlers serve, made once per round and swapped in whole."""
+
+    snapshot: Snapshot
+    snapshot_json: bytes
+    metrics: exposition.Exposition
+    stale_metrics: exposition.Exposition  # the verdict alone, for when this round is too old
+    published_at: float  # monotonic
+
+
+def publish(snap: Snapshot, now_mono: float) -> Published:
+    return Published(
+        snapshot=snap,
+        snapshot_json=snapshot.encode(snap),
+        metrics=exposition.Exposition.of(exposition.render(exposition.families(snap, fresh=True))),
+        stale_metrics=exposition.Exposition.of(
+            exposition.render(exposition.families(snap, fresh=False))
+        ),
+        published_at=now_mono,
+    )
+
+
+class BackendWorker:
+    """Owns one backend and the one daemon thread that ever calls into its library."""
+
+    def __init__(self, backend: Backend, clock: Callable[[], float] = time.monotonic) -> None:
+        self.backend = backend
+        self.manufacturer = backend.manufacturer
+        self._clock = clock
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._opened = False
+        self.busy_since: float | None = None
+        self.last_success: float | None = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"backend-{self.manufacturer}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            fn, future = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # the boundary: a vendor failure is data
+                future.set_exception(exc)
+            finally:
+                self.busy_since = None
+
+    def submit(self, fn: Callable[[], Any]) -> Future[Any]:
+        future: Future[Any] = Future()
+        self.busy_since = self._clock()
+        self._jobs.put((fn, future))
+        return future
+
+    def read(self, request: ReadRequest) -> Payload:
+        """Runs on the worker thread: (re)open when needed, then read."""
+        if not self._opened:
+            self.backend.open()
+            self._opened = True
+        try:
+            return self.backend.read(request)
+        except BaseException:
+            # Start over next round: a driver reload or a lost card may need a fresh init.
+            self._opened = False
+            self._close_quietly()
+            raise
+
+    def _close_quietly(self) -> None:
+        try:
+            self.backend.close()
+        except Exception:  # closing after a failure must not hide the failure
+            log.debug("close after a failed read raised", exc_info=True)
+
+    def stop(self) -> None:
+        """Ask the thread to close the backend and end; a hung thread is left to the process."""
+        if self._thread.is_alive() and self.busy_since is None:
+            self.submit(self._close_quietly)
+        self._jobs.put(None)
+
+
+class Monitor:
+    def __init__(
+        self,
+        workers: Sequence[BackendWorker],
+        *,
+        period: float,
+        deadline: float,
+        liveness_timeout: float,
+        node: str | None,
+        plan: Callable[[], ReadRequest] = ReadRequest,
+        wall: Callable[[], float] = time.time,
+        mono: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.workers = list(workers)
+        self.period = period
+        self.deadline = deadline
+        self.liveness_timeout = liveness_timeout
+        self.node = node
+        self.plan = plan
+        self._wall, self._mono = wall, mono
+        self.current = publish(snapshot.empty(period, node), mono())
+        self.rounds = 0
+        self._last_state: dict[str, BackendState] = {}
+        self._heartbeat = mono()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- one round ---------------------------------------------------------------------------
+
+    def _collect(self, request: ReadRequest) -> list[BackendResult]:
+        started = self._mono()
+        pending: list[tuple[BackendWorker, Future[Any], float]] = []
+        results: list[BackendResult] = []
+        for worker in self.workers:
+            if worker.busy_since is not None:
+                since = started - worker.busy_since
+                results.append(
+                    self._result(worker, BackendState.STUCK, None, f"busy for {since:.1f}s")
+                )
+                continue
+            pending.append((worker, worker.submit(partial(worker.read, request)), self._mono()))
+        for worker, future, submitted in pending:
+            try:
+                payload = future.result(timeout=max(0.0, started + self.deadline - self._mono()))
+            except FutureTimeout:
+                results.append(
+                    self._result(
+                        worker, BackendState.TIMEOUT, None, f"no answer in {self.deadline}s"
+                    )
+                )
+                continue
+            except BackendUnavailable as exc:
+                results.append(self._result(worker, BackendState.UNAVAILABLE, None, str(exc)))
+                continue
+            except Exception as exc:
+                results.append(self._result(worker, BackendState.ERROR, None, _describe(exc)))
+                continue
+            took = round(self._mono() - submitted, 6)
+            read_at = self._wall()
+            try:
+                reading = worker.backend.parse(payload)
+            except Exception as exc:
+                error = f"payload could not be parsed: {_describe(exc)}"
+                results.append(self._result(worker, BackendState.ERROR, took, error))
+                continue
+            worker.last_success = read_at
+            results.append(
+                BackendResult(
+                    status=BackendStatus(
+                        worker.manufacturer, BackendState.OK, took, last_success=read_at
+                    ),
+                    reading=reading,
+                    read_at=read_at,
+                )
+            )
+        return results
+
+    def _result(
+        self, worker: BackendWorker, state: BackendState, took: float | None, error: str
+    ) -> BackendResult:
+        if took is None and state is not BackendState.STUCK:
+            took = self.deadline if state is BackendState.TIMEOUT else None
+        status = BackendStatus(worker.manufacturer, state, took, error, worker.last_success)
+        return BackendResult(status=status)
+
+    def _log_transitions(self, results: Sequence[BackendResult]) -> None:
+        # One line per change of state, not one per round: a node without the library would
+        # otherwise log the same sentence every period forever.
+        for result in results:
+            status = result.status
+            if self._last_state.get(status.manufacturer) is status.state:
+                continue
+            self._last_state[status.manufacturer] = status.state
+            level = logging.INFO if status.state is BackendState.OK else logging.WARNING
+            log.log(
+                level,
+                "backend %s is %s",
+                status.manufacturer,
+                status.state.value,
+                extra={
+                    "manufacturer": status.manufacturer,
+                    "state": status.state.value,
+                    "error": status.error,
+                },
+            )
+
+    def run_round(self) -> Published:
+        started = self._mono()
+        request = self.plan()
+        results = self._collect(request)
+        self._log_transitions(results)
+        snap = snapshot.assemble(
+            now=self._wall(),
+            period=self.period,
+            node=self.node,
+            results=results,
+            round_duration=round(self._mono() - started, 6),
+        )
+        published = publish(snap, self._mono())
+        self.current = published
+        self.rounds += 1
+        self._heartbeat = self._mono()
+        return published
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        next_tick = self._mono()
+        while not self._stop.is_set():
+            try:
+                self.run_round()
+            except Exception:
+                # Assembly or rendering failed: keep the last good snapshot, try next period.
+                log.exception("monitor round failed")
+            next_tick += self.period
+            now = self._mono()
+            if next_tick < now:  # the round overran: skip the ticks it missed
+                next_tick = now
+            self._stop.wait(next_tick - now)
+
+    def start(self) -> None:
+        self._heartbeat = self._mono()
+        self._thread = threading.Thread(target=self._loop, name="monitor", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        for worker in self.workers:
+            worker.stop()
+
+    # -- probes (R-O2) -----------------------------------------------------------------------
+
+    def liveness(self) -> tuple[bool, str]:
+        now = self._mono()
+        if self._thread is not None and not self._thread.is_alive():
+            return False, "monitor loop is not running"
+        silent = now - self._heartbeat
+        if silent > self.liveness_timeout:
+            return False, f"monitor loop has not finished a round for {silent:.0f}s"
+        for worker in self.workers:
+            busy = worker.busy_since
+            if busy is not None and now - busy > self.liveness_timeout:
+                return False, (
+                    f"backend {worker.manufacturer} has been inside one call for {now - busy:.0f}s"
+                )
+        return True, "ok"
+
+    def fresh(self, published: Published | None = None) -> bool:
+        """Whether a published round is recent enough to be believed (three periods)."""
+        published = published or self.current
+        age = self._mono() - published.published_at
+        return published.snapshot.timestamp > 0 and age <= FRESH_PERIODS * self.period
+
+    def readiness(self) -> tuple[bool, str]:
+        if self.current.snapshot.timestamp <= 0:
+            return False, "no round has completed yet"
+        if not self.fresh():
+            return False, "the last completed round is older than three periods"
+        return True, "ok"
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,153 @@
+"""Serving certificates: from --cert-dir, picked up again when they change, or self-signed (R-O1).
+
+Reloading without a restart: every handshake's SNI callback (OpenSSL calls it whether or not
+the client sent a server name) hands the connection the newest context, so a rotated Secret
+is served from the next connection on while open connections finish on the old one.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import logging
+import ssl
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+log = logging.getLogger("devicemanager.tls")
+
+CERT_FILE = "tls.crt"
+KEY_FILE = "tls.key"
+
+
+def self_signed(hosts: Sequence[str], days: int = 365) -> tuple[bytes, bytes]:
+    """A P-256 key and a certificate for `hosts` (names or IP addresses), both PEM."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    names: list[x509.GeneralName] = []
+    for host in dict.fromkeys(hosts):
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    subject = x509.Name(
+        [x509.NameAttribute(NameOID.COMMON_NAME, hosts[0] if hosts else "devicemanager")]
+    )
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+        )
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+def server_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert_file, key_file)
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx
+
+
+def _stamp(path: Path) -> tuple[int, int, int]:
+    # Kubernetes swaps a Secret volume through a symlink; stat() follows it, so a rotation
+    # changes inode and mtime even when the size stays the same.
+    st = path.stat()
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+class Certificates:
+    """The current serving context, reloaded from a directory when its files change."""
+
+    def __init__(self, cert_dir: Path | None, hosts: Sequence[str] = ("localhost", "127.0.0.1")):
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if cert_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="devicemanager-tls-")
+            cert_dir = Path(self._tmp.name)
+            cert, key = self_signed(list(hosts))
+            (cert_dir / KEY_FILE).write_bytes(key)
+            (cert_dir / KEY_FILE).chmod(0o600)
+            (cert_dir / CERT_FILE).write_bytes(cert)
+            log.info("serving a self-signed certificate", extra={"hosts": list(hosts)})
+        self.cert_dir = cert_dir
+        self.cert_file, self.key_file = cert_dir / CERT_FILE, cert_dir / KEY_FILE
+        # Fail at start, not at the first handshake, when --cert-dir is wrong.
+        self._stamps = (_stamp(self.cert_file), _stamp(self.key_file))
+        self.current = server_context(self.cert_file, self.key_file)
+        self.reloads = 0
+        self._stop = threading.Event()
+
+    @property
+    def self_signed(self) -> bool:
+        return self._tmp is not None
+
+    def context(self) -> ssl.SSLContext:
+        """The context the listener is created with; it defers to `current` per handshake."""
+        ctx = server_context(self.cert_file, self.key_file)
+        ctx.sni_callback = self._choose
+        return ctx
+
+    def _choose(
+        self, conn: ssl.SSLObject | ssl.SSLSocket, name: str | None, ctx: ssl.SSLContext
+    ) -> None:
+        conn.context = self.current
+
+    def reload_if_changed(self) -> bool:
+        try:
+            stamps = (_stamp(self.cert_file), _stamp(self.key_file))
+        except OSError as exc:
+            log.error(
+                "certificate files unreadable; serving the previous ones", extra={"error": str(exc)}
+            )
+            return False
+        if stamps == self._stamps:
+            return False
+        try:
+            fresh = server_context(self.cert_file, self.key_file)
+        except (OSError, ssl.SSLError) as exc:
+            # Halfway through a rotation the key may not match the certificate yet; try again
+            # at the next check rather than serve nothing.
+            log.error(
+                "new certificate rejected; serving the previous one", extra={"error": str(exc)}
+            )
+            return False
+        self._stamps, self.current = stamps, fresh
+        self.reloads += 1
+        log.info("certificate reloaded", extra={"cert_dir": str(self.cert_dir)})
+        return True
+
+    def watch(self, interval: float = 2.0) -> threading.Thread:
+        def loop() -> None:
+            while not self._stop.wait(interval):
+                self.reload_if_changed()
+
+        thread = threading.Thread(target=loop, name="cert-watcher", daemon=True)
+        thread.start()
+        return thread
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._tmp is not None:
+            self._tmp.cleanup()

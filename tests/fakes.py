@@ -1,0 +1,105 @@
+"""Backends for tests of the core: they answer, fail, stall or hang on demand.
+
+They live here rather than in vendors/ because no node has them; the agent loads them by
+import string (`--manufacturer tests.fakes:HangingBackend`), the way it loads a real vendor.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+from devicemanager.backend import BackendUnavailable
+from devicemanager.model import Card, Payload, ReadRequest, VendorReading
+
+_forever = threading.Event()
+
+
+class StaticBackend:
+    """One healthy card whose used memory counts the reads, so each round is distinguishable."""
+
+    manufacturer = "fake"
+
+    def __init__(self, library: str | None = None) -> None:
+        self.library = library
+        self.reads = 0
+        self.opened = 0
+        self.closed = 0
+        self.requests: list[ReadRequest] = []
+
+    def open(self) -> None:
+        self.opened += 1
+
+    def read(self, request: ReadRequest) -> Payload:
+        self.reads += 1
+        self.requests.append(request)
+        return {"cards": [{"id": "FAKE-0", "index": 0, "total": 1024, "used": self.reads}]}
+
+    def parse(self, payload: Payload) -> VendorReading:
+        cards = tuple(
+            Card(
+                id=c["id"],
+                index=c["index"],
+                name="Fake Card",
+                memory_total_mib=c["total"],
+                memory_used_mib=c["used"],
+                cores_utilization_percent=None,
+            )
+            for c in payload["cards"]
+        )
+        return VendorReading(manufacturer=self.manufacturer, cards=cards, driver_version="0.0")
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+class SlowFirstBackend(StaticBackend):
+    """The first read takes DM_TEST_SLOW_SECONDS (default 3): the agent serves before round one."""
+
+    def read(self, request: ReadRequest) -> Payload:
+        if self.reads == 0:
+            time.sleep(float(os.environ.get("DM_TEST_SLOW_SECONDS", "3")))
+        return super().read(request)
+
+
+class HangingBackend(StaticBackend):
+    """read() never returns, like a driver call stuck in the kernel."""
+
+    manufacturer = "hung"
+
+    def read(self, request: ReadRequest) -> Payload:
+        self.reads += 1
+        _forever.wait()
+        raise AssertionError("unreachable")
+
+
+class FailingBackend(StaticBackend):
+    manufacturer = "broken"
+
+    def read(self, request: ReadRequest) -> Payload:
+        self.reads += 1
+        raise RuntimeError("driver said no")
+
+
+class UnavailableBackend(StaticBackend):
+    manufacturer = "absent"
+
+    def open(self) -> None:
+        self.opened += 1
+        raise BackendUnavailable("libabsent.so.1: cannot open shared object file")
+
+
+class GarbageBackend(StaticBackend):
+    """Answers with a payload its own parse cannot read."""
+
+    manufacturer = "garbage"
+
+    def read(self, request: ReadRequest) -> Payload:
+        self.reads += 1
+        return {"cards": "not a list"}
+
+    def parse(self, payload: Payload) -> VendorReading:
+        cards: Any = payload["cards"]
+        return VendorReading(manufacturer=self.manufacturer, cards=tuple(c["id"] for c in cards))

@@ -1,0 +1,71 @@
+"""Flags with environment fallbacks (R-O4): flag beats environment beats default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from devicemanager.config import SERVE_FLAGS, parse_serve
+
+
+def test_defaults() -> None:
+    s = parse_serve([], env={})
+    assert s.secure_port == 32443 and s.bind_address == "0.0.0.0"
+    assert s.monitor_period == 15.0
+    assert s.backend_timeout == pytest.approx(10.0)
+    assert s.liveness_timeout == 150.0
+    assert s.manufacturers == ("nvidia",)
+    assert s.cert_dir is None and s.replay is None and s.proc_root is None
+    assert s.node_name is None
+
+
+def test_environment_fills_what_flags_leave_out_and_flags_win() -> None:
+    env = {
+        "DEVICEMANAGER_SECURE_PORT": "9443",
+        "KUBERNETES_NODE_NAME": "gpu-7",
+        "KUBERNETES_POD_NAMESPACE": "gpustack-system",
+        "DEVICEMANAGER_MONITOR_PERIOD": "5",
+        "DEVICEMANAGER_PROC_ROOT": "/host/proc",
+        "DEVICEMANAGER_VENDOR_LIBRARY": "nvidia=/opt/nv/libnvidia-ml.so.1",
+    }
+    s = parse_serve(["--secure-port", "10443"], env=env)
+    assert s.secure_port == 10443
+    assert s.node_name == "gpu-7" and s.pod_namespace == "gpustack-system"
+    assert s.monitor_period == 5.0 and s.liveness_timeout == 60.0
+    assert s.proc_root == Path("/host/proc")
+    assert s.vendor_libraries == {"nvidia": "/opt/nv/libnvidia-ml.so.1"}
+
+
+def test_the_downward_api_name_wins_over_our_own_variable() -> None:
+    s = parse_serve([], env={"KUBERNETES_NODE_NAME": "a", "DEVICEMANAGER_NODE_NAME": "b"})
+    assert s.node_name == "a"
+
+
+def test_repeated_and_comma_separated_libraries() -> None:
+    s = parse_serve(
+        ["--vendor-library", "nvidia=/a.so,amd=/b.so", "--vendor-library", "ascend=/c.so"], env={}
+    )
+    assert s.vendor_libraries == {"nvidia": "/a.so", "amd": "/b.so", "ascend": "/c.so"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--monitor-period", "soon"], "not a number"),
+        (["--monitor-period", "0"], "must be positive"),
+        (["--monitor-period", "0.01"], "at least"),
+        (["--secure-port", "70000"], "out of range"),
+        (["--secure-port", "https"], "not a port"),
+        (["--vendor-library", "libnvidia-ml.so"], "MANUFACTURER=PATH"),
+        (["--log-format", "xml"], "json or text"),
+    ],
+)
+def test_bad_values_are_refused_with_the_flag_named(argv: list[str], message: str) -> None:
+    with pytest.raises(SystemExit, match=message):
+        parse_serve(argv, env={})
+
+
+def test_every_flag_has_an_environment_variable() -> None:
+    for flag in SERVE_FLAGS:
+        assert flag.env, flag.name

@@ -1,0 +1,95 @@
+"""Pure assembly and JSON of the snapshot (R-S1, R-S3): nothing carried forward, absent is null."""
+
+from __future__ import annotations
+
+import json
+
+from devicemanager import snapshot
+from devicemanager.model import BackendState, BackendStatus, Card, VendorReading
+from devicemanager.snapshot import BackendResult
+
+CARD = Card(
+    id="GPU-1",
+    index=1,
+    name="X",
+    memory_total_mib=100,
+    memory_used_mib=25,
+    cores_utilization_percent=None,
+    temperature_celsius=40.0,
+)
+
+
+def ok(manufacturer: str, *cards: Card) -> BackendResult:
+    return BackendResult(
+        status=BackendStatus(manufacturer, BackendState.OK, 0.01, last_success=10.0),
+        reading=VendorReading(manufacturer=manufacturer, cards=cards, driver_version="1"),
+        read_at=10.0,
+    )
+
+
+def test_before_the_first_round_the_document_is_empty_with_go_zero_time() -> None:
+    doc = snapshot.to_json(snapshot.empty(15.0, "n"))
+    assert doc == {
+        "timestamp": "0001-01-01T00:00:00Z",
+        "periodSeconds": 15,
+        "node": "n",
+        "groups": [],
+        "backends": [],
+    }
+
+
+def test_period_is_rounded_up_to_whole_seconds() -> None:
+    assert snapshot.period_seconds(15.0) == 15
+    assert snapshot.period_seconds(15.2) == 16
+    assert snapshot.period_seconds(0.1) == 1
+
+
+def test_only_backends_that_answered_this_round_have_a_group() -> None:
+    failed = BackendResult(
+        status=BackendStatus("amd", BackendState.TIMEOUT, 10.0, "no answer", last_success=5.0)
+    )
+    snap = snapshot.assemble(20.0, 15.0, "n", [failed, ok("nvidia", CARD)])
+    assert [g.manufacturer for g in snap.groups] == ["nvidia"]
+    doc = snapshot.to_json(snap)
+    assert doc["backends"] == [
+        {
+            "manufacturer": "amd",
+            "state": "timeout",
+            "durationSeconds": 10.0,
+            "error": "no answer",
+            "lastSuccess": "1970-01-01T00:00:05.000Z",
+        },
+        {
+            "manufacturer": "nvidia",
+            "state": "ok",
+            "durationSeconds": 0.01,
+            "error": None,
+            "lastSuccess": "1970-01-01T00:00:10.000Z",
+        },
+    ]
+
+
+def test_card_fields_keep_reference_names_and_absent_is_null() -> None:
+    doc = snapshot.to_json(snapshot.assemble(20.0, 15.0, "n", [ok("nvidia", CARD)]))
+    (card,) = doc["groups"][0]["accelerators"]
+    assert card == {
+        "id": "GPU-1",
+        "index": 1,
+        "name": "X",
+        "memory": 100,
+        "memoryUsage": 25,
+        "memoryUtilization": 25.0,
+        "coresUtilization": None,
+        "temperature": 40.0,
+        "powerUsage": None,
+        "unhealthy": False,
+        "unhealthyReason": None,
+    }
+
+
+def test_cards_are_ordered_by_index_and_encoding_is_strict_json() -> None:
+    second = Card(id="GPU-0", index=0)
+    snap = snapshot.assemble(20.0, 15.0, "n", [ok("nvidia", CARD, second)])
+    doc = json.loads(snapshot.encode(snap))
+    assert [c["index"] for c in doc["groups"][0]["accelerators"]] == [0, 1]
+    assert doc["groups"][0]["accelerators"][0]["memoryUtilization"] is None

@@ -1,0 +1,339 @@
+"""NVIDIA's pure parse(): payloads as read() records them, quirks spelled as NVML writes them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from devicemanager.model import ProcessRow, Reason
+from vendors import nvidia
+
+MIB = 1048576
+UUID = "GPU-11111111-2222-3333-4444-555555555555"
+
+
+def err(code: int) -> dict[str, Any]:
+    return {"error": f"NVMLError_{code}", "code": code}
+
+
+def card(**fields: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "nvmlDeviceGetIndex": 0,
+        "nvmlDeviceGetUUID": UUID,
+        "nvmlDeviceGetName": "NVIDIA A100-SXM4-40GB",
+        "nvmlDeviceGetMemoryInfo_v2": {
+            "total": 40960 * MIB,
+            "reserved": 512 * MIB,
+            "used": 1024 * MIB + 1,
+            "free": 0,
+        },
+        "nvmlDeviceGetUtilizationRates": {"gpu": 40, "memory": 7},
+        "nvmlDeviceGetTemperature": 51,
+        "nvmlDeviceGetPowerUsage": 250_500,
+        "nvmlDeviceGetMigMode": {"current": 0, "pending": 0},
+    }
+    base.update(fields)
+    return base
+
+
+def parse_card(**fields: Any) -> Any:
+    return nvidia.parse({"devices": [card(**fields)]}).cards
+
+
+def test_card_figures_and_units() -> None:
+    (c,) = parse_card()
+    assert (c.id, c.index, c.name) == (UUID, 0, "NVIDIA A100-SXM4-40GB")
+    assert c.memory_total_mib == 40960
+    assert c.memory_used_mib == 1025  # bytes rounded up once, never down to a plausible lower
+    assert c.cores_utilization_percent == 40.0
+    assert c.temperature_celsius == 51.0
+    assert c.power_usage_watts == 250.5  # NVML answers milliwatts
+    assert c.unhealthy is False
+
+
+def test_memory_v1_is_used_only_where_v2_is_not_served() -> None:
+    (c,) = parse_card(
+        nvmlDeviceGetMemoryInfo_v2=err(nvidia.ERROR_FUNCTION_NOT_FOUND),
+        nvmlDeviceGetMemoryInfo={"total": 16 * 1024 * MIB, "used": 300 * MIB, "free": 0},
+    )
+    assert (c.memory_total_mib, c.memory_used_mib) == (16384, 300)
+    (none,) = parse_card(nvmlDeviceGetMemoryInfo_v2=err(3), nvmlDeviceGetMemoryInfo=err(3))
+    assert (none.memory_total_mib, none.memory_used_mib, none.memory_utilization_percent) == (
+        None,
+        None,
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["nvmlDeviceGetUtilizationRates", "nvmlDeviceGetTemperature", "nvmlDeviceGetPowerUsage"],
+)
+def test_a_failed_entry_point_is_absent_not_zero(field: str) -> None:
+    (c,) = parse_card(**{field: err(nvidia.ERROR_NOT_SUPPORTED)})
+    values = (c.cores_utilization_percent, c.temperature_celsius, c.power_usage_watts)
+    assert values.count(None) == 1
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"nvmlDeviceGetTemperature": err(nvidia.ERROR_GPU_IS_LOST)}, "gpu_is_lost"),
+        ({"xidCriticalErrors": [79]}, "xid_79"),
+        (
+            {"nvmlDeviceGetRemappedRows": {"isPending": 0, "failureOccurred": 1}},
+            "row_remap_failure",
+        ),
+        (
+            {"nvmlDeviceGetRemappedRows": {"isPending": 1, "failureOccurred": 0}},
+            "row_remap_pending",
+        ),
+        ({"nvmlDeviceGetRetiredPagesPendingStatus": 1}, "retired_pages_pending"),
+    ],
+)
+def test_unhealthy_signals(fields: dict[str, Any], reason: str) -> None:
+    (c,) = parse_card(**fields)
+    assert c.unhealthy is True and c.unhealthy_reason == reason
+
+
+def test_application_xids_leave_the_card_healthy() -> None:
+    # XID 13 (graphics engine exception) and 43 (GPU stopped processing) are a program's fault.
+    (c,) = parse_card(xidCriticalErrors=[13, 43])
+    assert c.unhealthy is False
+
+
+def test_a_card_without_identity_is_dropped_not_invented() -> None:
+    reading = nvidia.parse(
+        {"devices": [card(nvmlDeviceGetUUID=err(15)), card(nvmlDeviceGetIndex=None)]}
+    )
+    assert reading.cards == ()
+
+
+def test_garbage_payload_shapes_never_raise() -> None:
+    for payload in (
+        {},
+        {"devices": None},
+        {"devices": ["x", 3, None]},
+        {"devices": [{}]},
+        {"request": "x", "devices": [card(nvmlDeviceGetUtilizationRates="busy")]},
+    ):
+        nvidia.parse(payload)
+
+
+# -- per-process --------------------------------------------------------------------------------
+
+
+def proc(pid: int, used: int | None) -> dict[str, Any]:
+    return {
+        "pid": pid,
+        "usedGpuMemory": used,
+        "gpuInstanceId": 4294967295,
+        "computeInstanceId": 4294967295,
+    }
+
+
+def sample(pid: int, stamp: int, sm: int) -> dict[str, Any]:
+    return {"pid": pid, "timeStamp": stamp, "smUtil": sm, "memUtil": 0}
+
+
+def processes(**fields: Any) -> Any:
+    (answer,) = nvidia.parse({"devices": [card(**fields)]}).processes
+    return answer
+
+
+def test_two_slices_one_busy_newest_sample_per_pid_counts() -> None:
+    answer = processes(
+        nvmlDeviceGetComputeRunningProcesses_v3=[
+            proc(10, 30 * 1024 * MIB),
+            proc(20, 2 * 1024 * MIB),
+        ],
+        nvmlDeviceGetProcessUtilization=[
+            sample(10, 100, 90),
+            sample(10, 200, 35),
+            sample(10, 150, 5),
+        ],
+    )
+    assert answer.memory_reason is None and answer.cores_reason is None
+    assert answer.rows == (
+        ProcessRow(pid=10, memory_bytes=30 * 1024 * MIB, cores_percent=35.0),
+        ProcessRow(
+            pid=20, memory_bytes=2 * 1024 * MIB, cores_percent=0.0
+        ),  # listed, no sample: idle
+    )
+
+
+def test_not_found_from_process_utilization_means_idle() -> None:
+    answer = processes(
+        nvmlDeviceGetComputeRunningProcesses_v3=[proc(10, MIB)],
+        nvmlDeviceGetProcessUtilization=err(nvidia.ERROR_NOT_FOUND),
+    )
+    assert answer.cores_reason is None and answer.rows[0].cores_percent == 0.0
+
+
+def test_value_not_available_memory_is_absent_not_zero() -> None:
+    answer = processes(
+        nvmlDeviceGetComputeRunningProcesses_v3=[proc(10, None)],
+        nvmlDeviceGetProcessUtilization=err(nvidia.ERROR_NOT_FOUND),
+    )
+    assert answer.rows[0].memory_bytes is None
+
+
+def test_a_pid_seen_only_in_samples_has_exited() -> None:
+    answer = processes(
+        nvmlDeviceGetComputeRunningProcesses_v3=[proc(10, MIB)],
+        nvmlDeviceGetProcessUtilization=[sample(10, 5, 20), sample(99, 6, 70)],
+    )
+    assert [r.pid for r in answer.rows] == [10]
+
+
+def test_fallback_to_processes_utilization_info_when_the_older_call_is_not_served() -> None:
+    answer = processes(
+        nvmlDeviceGetComputeRunningProcesses_v3=[proc(10, MIB)],
+        nvmlDeviceGetProcessUtilization=err(nvidia.ERROR_NOT_SUPPORTED),
+        nvmlDeviceGetProcessesUtilizationInfo=[sample(10, 5, 12)],
+    )
+    assert answer.cores_reason is None and answer.rows[0].cores_percent == 12.0
+
+
+@pytest.mark.parametrize(
+    ("fields", "memory_reason", "cores_reason"),
+    [
+        (
+            {
+                "nvmlDeviceGetComputeRunningProcesses_v3": err(3),
+                "nvmlDeviceGetProcessUtilization": err(3),
+                "nvmlDeviceGetProcessesUtilizationInfo": err(3),
+            },
+            Reason.UNSUPPORTED,
+            Reason.UNSUPPORTED,
+        ),
+        (
+            {
+                "nvmlDeviceGetComputeRunningProcesses_v3": err(4),
+                "nvmlDeviceGetProcessUtilization": err(4),
+            },
+            Reason.PERMISSION,
+            Reason.PERMISSION,
+        ),
+        (
+            {
+                "nvmlDeviceGetComputeRunningProcesses_v3": err(7),
+                "nvmlDeviceGetProcessUtilization": err(10),
+            },
+            Reason.TRUNCATED,
+            Reason.TRANSIENT_DRIVER_ERROR,
+        ),
+        (
+            {
+                "nvmlDeviceGetComputeRunningProcesses_v3": [],
+                "nvmlDeviceGetProcessUtilization": err(13),
+            },
+            None,
+            Reason.UNSUPPORTED,
+        ),
+    ],
+)
+def test_error_codes_map_to_reasons(
+    fields: dict[str, Any], memory_reason: Reason | None, cores_reason: Reason | None
+) -> None:
+    answer = processes(**fields)
+    assert (answer.memory_reason, answer.cores_reason) == (memory_reason, cores_reason)
+    assert answer.reads_truncated == int(memory_reason is Reason.TRUNCATED)
+
+
+def test_rows_come_from_samples_when_the_process_list_failed() -> None:
+    answer = processes(
+        nvmlDeviceGetComputeRunningProcesses_v3=err(999),
+        nvmlDeviceGetProcessUtilization=[sample(7, 1, 50)],
+    )
+    assert answer.memory_reason is Reason.TRANSIENT_DRIVER_ERROR
+    assert answer.rows == (ProcessRow(pid=7, memory_bytes=None, cores_percent=50.0),)
+
+
+def test_no_process_query_no_answer() -> None:
+    assert nvidia.parse({"devices": [card()]}).processes == ()
+
+
+# -- MIG partitions -----------------------------------------------------------------------------
+
+MIG = "MIG-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
+
+
+def mig_card(*migs: dict[str, Any], mode: Any = None) -> dict[str, Any]:
+    return card(
+        nvmlDeviceGetMigMode=mode or {"current": 1, "pending": 1},
+        nvmlDeviceGetUtilizationRates=err(3),
+        migDevices=list(migs),
+    )
+
+
+def mig(uuid: str = MIG, total: int = 9856 * MIB, used: int = 0) -> dict[str, Any]:
+    return {"nvmlDeviceGetUUID": uuid, "nvmlDeviceGetMemoryInfo_v2": {"total": total, "used": used}}
+
+
+def partitions(*devices: dict[str, Any], wanted: list[list[str]] | None = None) -> Any:
+    payload = {"request": {"partitions": wanted or [[UUID, MIG]]}, "devices": list(devices)}
+    return nvidia.parse(payload).partitions
+
+
+def test_a_partition_reads_its_own_capacity_and_an_idle_one_is_a_measured_zero() -> None:
+    (p,) = partitions(mig_card(mig()))
+    assert (p.id, p.parent_id) == (MIG, UUID)
+    assert (p.memory_total_mib, p.memory_used_mib, p.memory_reason) == (9856, 0, None)
+    assert p.cores_percent is None and p.cores_reason is Reason.UNSUPPORTED
+
+
+@pytest.mark.parametrize(
+    ("device", "reason"),
+    [
+        (mig_card(mig(uuid="MIG-other")), Reason.TRANSIENT_DRIVER_ERROR),  # id the driver lacks
+        (mig_card(mig(), mig()), Reason.INVALID_DATA),  # one UUID claimed by two handles
+        (mig_card(mig(), mode={"current": 0, "pending": 0}), Reason.UNSUPPORTED),  # MIG off
+        (mig_card(mig(), mode=err(3)), Reason.UNSUPPORTED),  # no MIG on this card at all
+    ],
+)
+def test_partition_reasons(device: dict[str, Any], reason: Reason) -> None:
+    (p,) = partitions(device)
+    assert (p.memory_total_mib, p.memory_reason, p.cores_reason) == (None, reason, reason)
+
+
+def test_a_partition_on_a_card_the_driver_no_longer_lists() -> None:
+    (p,) = partitions(card(nvmlDeviceGetUUID="GPU-gone"))
+    assert p.memory_reason is Reason.TRANSIENT_DRIVER_ERROR
+
+
+# -- damaged payloads -----------------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+FIELDS = [
+    *sorted(card()),
+    "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetProcessUtilization",
+    "migDevices",
+    "xidCriticalErrors",
+    "nvmlDeviceGetRemappedRows",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=6), json_values)
+def test_no_damaged_payload_makes_parse_raise(fields: dict[str, Any], request: Any) -> None:
+    reading = nvidia.parse({"request": request, "devices": [card(**fields), fields]})
+    for c in reading.cards:
+        assert isinstance(c.id, str) and isinstance(c.index, int)
+
+
+@settings(max_examples=200, deadline=None)
+@given(json_values)
+def test_no_top_level_shape_makes_parse_raise(devices: Any) -> None:
+    nvidia.parse({"devices": devices, "nvmlSystemGetDriverVersion": devices})
