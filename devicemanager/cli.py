@@ -148,6 +148,60 @@ def _cmd_record(args: argparse.Namespace) -> int:
     return 0
 
 
+def whois(
+    pid: int | None, cgroup_file: Path | None, proc_root: Path, pods_file: Path | None
+) -> dict[str, Any]:
+    """One PID (or a saved cgroup file) resolved as the agent would, as one JSON object."""
+    from devicemanager import cgroup
+    from devicemanager.attribution import Resolver, place
+    from devicemanager.pods import PodIndex
+
+    if cgroup_file is not None:
+        parsed = cgroup.parse(cgroup_file.read_text(errors="replace"))
+        return {
+            "pod_uid": parsed.pod_uid,
+            "container_id": parsed.container_id,
+            "runtime": parsed.runtime,
+            "reason": None if parsed.reason is None else parsed.reason.value,
+        }
+    assert pid is not None
+    index = PodIndex.from_list(json.loads(pods_file.read_text())) if pods_file else None
+    identified = Resolver(proc_root).identify(pid)
+    identity = identified.identity
+    doc: dict[str, Any] = {
+        "pid": pid,
+        "pod_uid": identity.pod_uid if identity else None,
+        "container_id": identity.container_id if identity else None,
+        "runtime": identity.runtime if identity else None,
+    }
+    reason = identified.reason or (identity.reason if identity else None)
+    if index is not None and reason is None:
+        resolution = place(identified, index)
+        reason = resolution.reason
+        if resolution.placement is not None:
+            pod = index.get(resolution.placement.pod_uid)
+            doc.update(
+                namespace=pod.namespace if pod else None,
+                pod=pod.name if pod else None,
+                container=resolution.placement.container,
+            )
+    doc["reason"] = None if reason is None else reason.value
+    return doc
+
+
+def _cmd_whois(args: argparse.Namespace) -> int:
+    if (args.pid is None) == (args.cgroup_file is None):
+        print("devicemanager whois: give a PID or --cgroup-file, not both", file=sys.stderr)
+        return 2
+    try:
+        doc = whois(args.pid, args.cgroup_file, args.proc_root, args.pods)
+    except (OSError, ValueError) as exc:
+        print(f"devicemanager whois: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(doc, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="devicemanager",
@@ -185,6 +239,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="also read this partition (e.g. GPU-…:MIG-…); repeatable",
     )
     rec.set_defaults(func=_cmd_record)
+
+    who = sub.add_parser("whois", help="which pod and container a host PID belongs to")
+    who.add_argument(
+        "pid", nargs="?", type=int, help="a host PID, as the vendor library reports it"
+    )
+    who.add_argument("--cgroup-file", type=Path, help="parse a saved /proc/<pid>/cgroup instead")
+    who.add_argument(
+        "--proc-root", type=Path, default=Path(os.environ.get("DEVICEMANAGER_PROC_ROOT", "/proc"))
+    )
+    who.add_argument(
+        "--pods",
+        type=Path,
+        help="the node's pods as a PodList (kubectl get pods -o json), to name "
+        "the pod and container and tell unknown pods and containers",
+    )
+    who.set_defaults(func=_cmd_whois)
     return parser
 
 

@@ -1,0 +1,254 @@
+"""Placing every host PID a vendor reports in its pod and container, or saying why not (R-A2, R-A3).
+
+Per PID, exactly one outcome: placed (pod UID, container name) or a reason. Per device, one
+row that cannot be placed makes every per-process figure of that device absent for the round:
+a partial sum is never published as a complete one, and a lost row never becomes a plausible
+measured zero.
+
+Reads per PID: `stat` (state, start time) and, the first time that (PID, start time) pair is
+seen, `cgroup`, `comm`, `cgroup` again and `stat` again. A PID recycled between those reads
+shows a different identity or start time and is `unstable`. The (PID, start time) pair keys a
+cache, so a steady-state round reads one `stat` per PID; a reused PID has a new start time and
+is never served from the cache. The residual window (a PID recycled within one clock tick of
+its predecessor's start) is not closed, only made negligible.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from devicemanager import cgroup, procfs
+from devicemanager.cgroup import CgroupIdentity
+from devicemanager.model import DeviceProcesses, ProcessRow, Reason
+from devicemanager.pods import PodIndex
+from devicemanager.procfs import ProcError
+
+# The logger operators grep for absent figures (R-O5); the name is the reference's.
+log = logging.getLogger("instance-accelerator-metrics")
+
+# The MPS control daemon and server both show as this: comm is cut at 15 characters.
+MPS_COMM = "nvidia-cuda-mps"
+
+UNREADABLE = frozenset({Reason.EXITED, Reason.PERMISSION, Reason.UNREADABLE, Reason.ZOMBIE,
+                        Reason.UNSTABLE, Reason.PID_NAMESPACE_INVISIBLE})  # fmt: skip
+AMBIGUOUS = frozenset({Reason.NO_POD_COMPONENT, Reason.AMBIGUOUS_POD,
+                       Reason.NO_CONTAINER_COMPONENT, Reason.AMBIGUOUS_CONTAINER,
+                       Reason.UNKNOWN_POD, Reason.UNKNOWN_CONTAINER, Reason.MEDIATED})  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    pod_uid: str
+    container: str  # the container's name; runtime ids and PIDs never leave the node
+
+
+@dataclass(frozen=True, slots=True)
+class Identified:
+    """What /proc says of one PID: its cgroup identity, or the reason it could not be read."""
+
+    identity: CgroupIdentity | None = None
+    reason: Reason | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """Exactly one of `placement` and `reason` is set."""
+
+    placement: Placement | None = None
+    reason: Reason | None = None
+    identity: CgroupIdentity | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RowCounts:
+    returned: int = 0
+    attributed: int = 0
+    non_instance: int = 0
+    unreadable: int = 0
+    ambiguous: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceAttribution:
+    device_id: str
+    reason: Reason | None  # the first reason a row could not be placed; poisons the device
+    rows: tuple[tuple[ProcessRow, Placement], ...]  # rows of the device's grant holders
+    counts: RowCounts
+
+
+def place(identified: Identified, index: PodIndex) -> Resolution:
+    """Join /proc's answer with the pod index. Pure."""
+    identity = identified.identity
+    if identity is None:
+        return Resolution(reason=identified.reason or Reason.UNREADABLE)
+    if identity.reason is not None or identity.pod_uid is None or identity.container_id is None:
+        return Resolution(reason=identity.reason or Reason.NO_POD_COMPONENT, identity=identity)
+    pod = index.get(identity.pod_uid)
+    if pod is None:
+        # The index may lag a new pod; never assume such a process is nobody's.
+        return Resolution(reason=Reason.UNKNOWN_POD, identity=identity)
+    name = pod.containers.get(identity.container_id)
+    if name is None:
+        return Resolution(reason=Reason.UNKNOWN_CONTAINER, identity=identity)
+    return Resolution(placement=Placement(pod.uid, name), identity=identity)
+
+
+def attribute_device(
+    device: DeviceProcesses,
+    resolutions: Mapping[int, Resolution],
+    holders: frozenset[str],
+    ever_seen: bool,
+) -> DeviceAttribution:
+    """The device verdict (R-A3). Pure.
+
+    `holders` are the pods holding a grant on this device: a process of any other known pod is
+    excluded, harmlessly. `ever_seen` says whether any PID of this device was ever found in
+    /proc; if none ever was and none is now, the vendor reports PIDs of a namespace this agent
+    cannot see (no hostPID), which is a deployment fault rather than a race.
+    """
+    rows = device.rows
+    outcomes = [resolutions.get(r.pid, Resolution(reason=Reason.EXITED)) for r in rows]
+    if rows and not ever_seen and all(o.reason is Reason.EXITED for o in outcomes):
+        outcomes = [Resolution(reason=Reason.PID_NAMESPACE_INVISIBLE)] * len(rows)
+    first: Reason | None = None
+    placed: list[tuple[ProcessRow, Placement]] = []
+    attributed = non_instance = unreadable = ambiguous = 0
+    for row, outcome in zip(rows, outcomes, strict=True):
+        if outcome.placement is not None:
+            if outcome.placement.pod_uid in holders:
+                attributed += 1
+                placed.append((row, outcome.placement))
+            else:
+                non_instance += 1
+            continue
+        reason = outcome.reason or Reason.UNREADABLE
+        first = first or reason
+        if reason in UNREADABLE:
+            unreadable += 1
+        else:
+            ambiguous += 1
+    counts = RowCounts(len(rows), attributed, non_instance, unreadable, ambiguous)
+    return DeviceAttribution(device.device_id, first, tuple(placed), counts)
+
+
+class LogLimiter:
+    """Says whether to log a key now: the first time, then at most once per interval."""
+
+    def __init__(self, interval: float = 600.0, clock: Callable[[], float] = time.monotonic):
+        self.interval, self._clock = interval, clock
+        self._last: dict[tuple[str, ...], float] = {}
+        self._suppressed: dict[tuple[str, ...], int] = {}
+
+    def allow(self, key: tuple[str, ...]) -> tuple[bool, int]:
+        """(log now?, how many were held back since the last line for this key)."""
+        now = self._clock()
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval:
+            self._suppressed[key] = self._suppressed.get(key, 0) + 1
+            return False, 0
+        self._last[key] = now
+        return True, self._suppressed.pop(key, 0)
+
+
+class Resolver:
+    """Reads /proc under `proc_root`; caches identities by (PID, start time)."""
+
+    def __init__(self, proc_root: Path | str) -> None:
+        self.proc_root = Path(proc_root)
+        self._cache: dict[int, tuple[int, Identified]] = {}
+        self.reads = 0  # files read, for tests and the benchmark
+
+    def _read(self, pid: int, name: str) -> str:
+        self.reads += 1
+        return procfs.read(self.proc_root, pid, name)
+
+    def _stat(self, pid: int) -> procfs.Stat:
+        self.reads += 1
+        return procfs.read_stat(self.proc_root, pid)
+
+    def identify(self, pid: int) -> Identified:
+        try:
+            stat = self._stat(pid)
+            if stat.state in ("Z", "X"):
+                return Identified(reason=Reason.ZOMBIE if stat.state == "Z" else Reason.EXITED)
+            cached = self._cache.get(pid)
+            if cached is not None and cached[0] == stat.start_ticks:
+                return cached[1]
+            first = cgroup.parse(self._read(pid, "cgroup"))
+            comm = self._read(pid, "comm").strip()
+            second = cgroup.parse(self._read(pid, "cgroup"))
+            again = self._stat(pid)
+        except ProcError as exc:
+            return Identified(reason=exc.reason)
+        if first != second or again.start_ticks != stat.start_ticks:
+            return Identified(reason=Reason.UNSTABLE)  # recycled mid-read: not cached
+        if again.state == "Z":
+            return Identified(reason=Reason.ZOMBIE)
+        # The MPS daemon holds the device for other pods: its usage is nobody's to divide.
+        result = (
+            Identified(reason=Reason.MEDIATED) if comm.startswith(MPS_COMM) else Identified(first)
+        )
+        self._cache[pid] = (stat.start_ticks, result)
+        return result
+
+    def resolve(self, pids: Iterable[int], index: PodIndex) -> dict[int, Resolution]:
+        """Each distinct PID once; the cache keeps only PIDs of this round."""
+        wanted = set(pids)
+        out = {pid: place(self.identify(pid), index) for pid in wanted}
+        for stale in self._cache.keys() - wanted:
+            del self._cache[stale]
+        return out
+
+
+class Attributor:
+    """One round's attribution over every device the vendor answered per process for."""
+
+    def __init__(self, proc_root: Path, limiter: LogLimiter | None = None) -> None:
+        self.resolver = Resolver(proc_root)
+        self.limiter = limiter or LogLimiter()
+        self._seen: set[str] = set()  # devices some PID of which was ever found in /proc
+
+    def attribute(
+        self,
+        devices: Sequence[DeviceProcesses],
+        index: PodIndex,
+        holders: Mapping[str, frozenset[str]],
+        manufacturer: str = "",
+    ) -> tuple[DeviceAttribution, ...]:
+        resolutions = self.resolver.resolve((r.pid for d in devices for r in d.rows), index)
+        out = []
+        for device in devices:
+            outcomes = [resolutions[r.pid] for r in device.rows]
+            if any(o.reason is not Reason.EXITED for o in outcomes):
+                self._seen.add(device.device_id)
+            verdict = attribute_device(
+                device, resolutions, holders.get(device.device_id, frozenset()),
+                ever_seen=device.device_id in self._seen,
+            )  # fmt: skip
+            self._log(manufacturer, verdict)
+            out.append(verdict)
+        return tuple(out)
+
+    def _log(self, manufacturer: str, verdict: DeviceAttribution) -> None:
+        if verdict.reason is None:
+            return
+        ok, held_back = self.limiter.allow((manufacturer, verdict.device_id, verdict.reason))
+        if ok:
+            log.warning(
+                "per-process figures of %s are absent this round: %s",
+                verdict.device_id,
+                verdict.reason.value,
+                extra={
+                    "manufacturer": manufacturer,
+                    "device": verdict.device_id,
+                    "reason": verdict.reason.value,
+                    "rows_returned": verdict.counts.returned,
+                    "rows_unreadable": verdict.counts.unreadable,
+                    "rows_ambiguous": verdict.counts.ambiguous,
+                    "repeats_not_logged": held_back,
+                },
+            )

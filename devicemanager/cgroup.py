@@ -1,0 +1,119 @@
+"""Pure parsing of /proc/<pid>/cgroup into the pod UID and container id the kubelet gave it (R-A1).
+
+Every line is `hierarchy-id:controllers:path` (cgroup(7)); v2 is the single `0::<path>`, v1 one
+line per controller, and lines that name a pod must agree. Paths come from both kubelet cgroup
+drivers:
+
+    cgroupfs  /kubepods/burstable/pod<uid>/<64-hex>
+    systemd   /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_>.slice/
+              cri-containerd-<64-hex>.scope
+
+possibly under another prefix (kubelet in docker, kind, k3s) and, from a private cgroup
+namespace, relative with `..` segments (cgroup_namespaces(7)). Matching is anchored on whole
+path segments, never on a substring, and the container is looked for only below the pod.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from devicemanager.model import Reason
+
+# 36 characters with '-' or '_' at 8/13/18/23 (systemd escapes '-' in unit names as '_'),
+# or the 32-hex UID the kubelet derives for a static pod from its manifest's hash.
+_H = "[0-9a-fA-F]"
+_UID = rf"{_H}{{8}}[-_]{_H}{{4}}[-_]{_H}{{4}}[-_]{_H}{{4}}[-_]{_H}{{12}}|{_H}{{32}}"
+_CGROUPFS_POD = re.compile(rf"pod({_UID})")
+# Only the last '-' component of a systemd slice name is examined: kubepods-<qos>-pod<uid>.slice,
+# kubelet-kubepods-…-pod<uid>.slice under kind's "kubelet" cgroup root.
+_SYSTEMD_POD = re.compile(rf"(?:.*-)?pod({_UID})\.slice")
+_HEX_ID = r"[0-9a-fA-F]{8,64}"
+_BARE_CONTAINER = re.compile(_HEX_ID)
+_SCOPED_CONTAINER = re.compile(rf"(cri-containerd|containerd|crio|docker)-({_HEX_ID})\.scope")
+_RUNTIMES = {"cri-containerd": "containerd", "containerd": "containerd", "crio": "crio",
+             "docker": "docker"}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupIdentity:
+    """Who a process belongs to. `reason` is None exactly when both ids were found."""
+
+    pod_uid: str | None = None
+    container_id: str | None = None
+    runtime: str | None = None  # named only when the path names it (a scope prefix)
+    reason: Reason | None = None
+
+
+def normalise_uid(raw: str) -> str:
+    """Lower-case, dashed. A 32-hex static-pod UID stays as it is, lower-cased."""
+    return raw.replace("_", "-").lower()
+
+
+def pod_segment(segment: str) -> str | None:
+    """The pod UID a whole path segment names, or None. Anchored: `xpod<uid>` names nothing."""
+    match = _CGROUPFS_POD.fullmatch(segment) or _SYSTEMD_POD.fullmatch(segment)
+    return normalise_uid(match.group(1)) if match else None
+
+
+def container_segment(segment: str) -> tuple[str, str | None] | None:
+    """(container id, runtime) a segment below the pod names, or None."""
+    if match := _SCOPED_CONTAINER.fullmatch(segment):
+        return match.group(2).lower(), _RUNTIMES[match.group(1)]
+    if _BARE_CONTAINER.fullmatch(segment):
+        return segment.lower(), None
+    return None
+
+
+def parse_path(path: str) -> CgroupIdentity:
+    # '..' and '.' are how a private cgroup namespace shows other cgroups: not names.
+    segments = [s for s in path.split("/") if s not in ("", ".", "..")]
+    pods = [(i, uid) for i, s in enumerate(segments) if (uid := pod_segment(s)) is not None]
+    if not pods:
+        return CgroupIdentity(reason=Reason.NO_POD_COMPONENT)
+    uids = {uid for _, uid in pods}
+    if len(uids) > 1:
+        return CgroupIdentity(reason=Reason.AMBIGUOUS_POD)
+    first, uid = pods[0]
+    below = [c for s in segments[first + 1 :] if (c := container_segment(s)) is not None]
+    containers = {cid for cid, _ in below}
+    if not containers:
+        # Kata or gVisor sandboxes, crio-conmon, or a runtime prefix we do not know.
+        return CgroupIdentity(pod_uid=uid, reason=Reason.NO_CONTAINER_COMPONENT)
+    if len(containers) > 1:
+        return CgroupIdentity(pod_uid=uid, reason=Reason.AMBIGUOUS_CONTAINER)
+    cid, runtime = below[0]
+    return CgroupIdentity(pod_uid=uid, container_id=cid, runtime=runtime)
+
+
+def parse(text: str) -> CgroupIdentity:
+    """The identity the whole file names. Never raises: malformed text names no pod."""
+    named: list[CgroupIdentity] = []
+    for line in text.splitlines():
+        parts = line.split(":", 2)  # the path itself may hold ':'
+        if len(parts) != 3 or not parts[2].startswith("/"):
+            continue
+        identity = parse_path(parts[2])
+        if identity.pod_uid is not None or identity.reason is Reason.AMBIGUOUS_POD:
+            named.append(identity)
+    # Lines naming no pod (a v1 controller left at '/', the unified line in hybrid mode) are
+    # not evidence against the lines that do.
+    if not named:
+        return CgroupIdentity(reason=Reason.NO_POD_COMPONENT)
+    if any(i.reason is Reason.AMBIGUOUS_POD for i in named):
+        return CgroupIdentity(reason=Reason.AMBIGUOUS_POD)
+    if len({i.pod_uid for i in named}) > 1:
+        return CgroupIdentity(reason=Reason.AMBIGUOUS_POD)
+    uid = named[0].pod_uid
+    if any(i.reason is Reason.AMBIGUOUS_CONTAINER for i in named):
+        return CgroupIdentity(pod_uid=uid, reason=Reason.AMBIGUOUS_CONTAINER)
+    found = {(i.container_id, i.runtime) for i in named if i.container_id is not None}
+    if len({cid for cid, _ in found}) > 1:
+        return CgroupIdentity(pod_uid=uid, reason=Reason.AMBIGUOUS_CONTAINER)
+    if not found:
+        return CgroupIdentity(pod_uid=uid, reason=Reason.NO_CONTAINER_COMPONENT)
+    cid = next(iter(found))[0]
+    runtimes = {r for c, r in found if r is not None}
+    # Controllers of one container agree on its id; a runtime is named if any line names it.
+    return CgroupIdentity(pod_uid=uid, container_id=cid,
+                          runtime=next(iter(runtimes)) if len(runtimes) == 1 else None)  # fmt: skip

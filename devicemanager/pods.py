@@ -1,0 +1,156 @@
+"""The node's pod index, built from pod objects as the API server returns them (R-A4).
+
+Pure: objects in, a frozen index out. Every pod of the node is indexed, not only those holding
+accelerators, so a process of a known pod without a grant is excluded rather than unknown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+_STATUS_LISTS = ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses")
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+def _frozen() -> Mapping[str, Any]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    uid: str
+    namespace: str
+    name: str
+    owner: Owner | None = None  # the controller ownerReference
+    labels: Mapping[str, str] = field(default_factory=_frozen)
+    annotations: Mapping[str, str] = field(default_factory=_frozen)
+    containers: Mapping[str, str] = field(default_factory=_frozen)  # runtime id -> container name
+    started: bool = False  # some container has ever started (R-F6)
+    terminating: bool = False
+    created: str | None = None
+    # Regular containers' resource limits, by container name; init containers are left out
+    # because they never run beside the others.
+    limits: Mapping[str, Mapping[str, str]] = field(default_factory=_frozen)
+
+
+def strip_scheme(container_id: str) -> str:
+    """`containerd://<id>`, `cri-o://<id>`, `docker://<id>` -> `<id>`, lower-cased."""
+    return container_id.rpartition("://")[2].lower()
+
+
+def _strings(value: Any) -> Mapping[str, str]:
+    if not isinstance(value, Mapping):
+        return _EMPTY
+    return MappingProxyType({str(k): str(v) for k, v in value.items()})
+
+
+def _list(value: Any) -> list[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def has_started(status: Mapping[str, Any]) -> bool:
+    """Any trace a container leaves opens the gate: a restart, running, a termination."""
+    if status.get("started") is True:
+        return True
+    restarts = status.get("restartCount")
+    if isinstance(restarts, int) and restarts > 0:
+        return True
+    for key in ("state", "lastState"):
+        state = status.get(key)
+        if isinstance(state, Mapping) and ("running" in state or "terminated" in state):
+            return True
+    return False
+
+
+def _controller(meta: Mapping[str, Any]) -> Owner | None:
+    for ref in _list(meta.get("ownerReferences")):
+        if ref.get("controller") is True:
+            return Owner(
+                api_version=str(ref.get("apiVersion", "")),
+                kind=str(ref.get("kind", "")),
+                name=str(ref.get("name", "")),
+                uid=str(ref.get("uid", "")),
+            )
+    return None
+
+
+def pod_info(obj: Mapping[str, Any]) -> PodInfo | None:
+    """One pod object; None when it has no UID to index it by."""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    uid = meta.get("uid")
+    if not isinstance(uid, str) or not uid:
+        return None
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+    assert isinstance(spec, Mapping) and isinstance(status, Mapping)
+    containers: dict[str, str] = {}
+    started = False
+    for key in _STATUS_LISTS:
+        for st in _list(status.get(key)):
+            started = started or has_started(st)
+            cid, name = st.get("containerID"), st.get("name")
+            if isinstance(cid, str) and cid and isinstance(name, str):
+                containers[strip_scheme(cid)] = name
+    limits: dict[str, Mapping[str, str]] = {}
+    for container in _list(spec.get("containers")):
+        resources = container.get("resources")
+        if isinstance(container.get("name"), str) and isinstance(resources, Mapping):
+            limits[container["name"]] = _strings(resources.get("limits"))
+    return PodInfo(
+        uid=uid.lower(),
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        owner=_controller(meta),
+        labels=_strings(meta.get("labels")),
+        annotations=_strings(meta.get("annotations")),
+        containers=MappingProxyType(containers),
+        started=started,
+        terminating=meta.get("deletionTimestamp") is not None,
+        created=meta.get("creationTimestamp")
+        if isinstance(meta.get("creationTimestamp"), str)
+        else None,
+        limits=MappingProxyType(limits),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PodIndex:
+    pods: Mapping[str, PodInfo] = field(default_factory=_frozen)
+    skipped: int = 0  # objects without a UID
+
+    @classmethod
+    def of(cls, objects: Iterable[Any]) -> PodIndex:
+        pods: dict[str, PodInfo] = {}
+        skipped = 0
+        for obj in objects:
+            info = pod_info(obj) if isinstance(obj, Mapping) else None
+            if info is None:
+                skipped += 1
+                continue
+            pods[info.uid] = info
+        return cls(pods=MappingProxyType(pods), skipped=skipped)
+
+    @classmethod
+    def from_list(cls, doc: Any) -> PodIndex:
+        """From a PodList (`kubectl get pods -o json`, or the API server's list)."""
+        items = doc.get("items") if isinstance(doc, Mapping) else None
+        return cls.of(items if isinstance(items, list) else ())
+
+    def get(self, uid: str) -> PodInfo | None:
+        return self.pods.get(uid)
+
+    def container_name(self, uid: str, container_id: str) -> str | None:
+        pod = self.pods.get(uid)
+        return None if pod is None else pod.containers.get(container_id)

@@ -1,0 +1,62 @@
+"""Reading /proc/<pid>/{cgroup,stat,comm} under an injectable root, failures as reasons.
+
+The root is a parameter so tests and replay point it at a fixture tree; in a pod with
+`hostPID: true` it is the host's /proc.
+"""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass
+from pathlib import Path
+
+from devicemanager.model import Reason
+
+
+class ProcError(Exception):
+    """A /proc read that failed, with the reason a row gets for it."""
+
+    def __init__(self, reason: Reason, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Stat:
+    state: str  # R, S, D, Z, X, … (proc(5))
+    start_ticks: int  # field 22: start time in clock ticks after boot; with the PID, an identity
+
+
+def read(root: Path | str, pid: int, name: str) -> str:
+    try:
+        # A formatted string, not Path arithmetic: this runs once per PID per round.
+        with open(f"{root}/{pid}/{name}", "rb") as f:
+            return f.read().decode()
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError) as exc:
+        # The normal race: the process ended between the vendor's answer and this read.
+        raise ProcError(Reason.EXITED, str(exc)) from exc
+    except PermissionError as exc:
+        raise ProcError(Reason.PERMISSION, str(exc)) from exc
+    except OSError as exc:
+        # ESRCH surfaces as an OSError on some kernels when the task is being reaped.
+        reason = Reason.EXITED if exc.errno == errno.ESRCH else Reason.UNREADABLE
+        raise ProcError(reason, str(exc)) from exc
+    except UnicodeDecodeError as exc:
+        raise ProcError(Reason.UNREADABLE, f"{name} of {pid} is not text") from exc
+
+
+def parse_stat(text: str) -> Stat:
+    """State and start time. comm (field 2) may hold spaces and ')': split after the last ')'."""
+    _, paren, rest = text.rpartition(")")
+    fields = rest.split(None, 20)  # only fields 3..22 are wanted
+    if not paren or len(fields) < 20:
+        raise ValueError("not a /proc/<pid>/stat line")
+    return Stat(state=fields[0], start_ticks=int(fields[19]))
+
+
+def read_stat(root: Path | str, pid: int) -> Stat:
+    text = read(root, pid, "stat")
+    try:
+        return parse_stat(text)
+    except ValueError as exc:
+        raise ProcError(Reason.UNREADABLE, f"stat of {pid}: {exc}") from exc

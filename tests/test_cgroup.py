@@ -1,0 +1,146 @@
+"""The cgroup parser and the /proc resolver over fixture trees named after real environments.
+
+fixtures/proc/<environment>/<pid>/{cgroup,stat,comm} with expected.json beside them (R-A1).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from devicemanager import cgroup
+from devicemanager.attribution import Resolver
+from devicemanager.model import Reason
+from tests.conftest import FIXTURES
+
+PROC = FIXTURES / "proc"
+CASES = [
+    (env.name, pid, expected)
+    for env in sorted(PROC.iterdir())
+    if (env / "expected.json").exists()
+    for pid, expected in json.loads((env / "expected.json").read_text())["expected"].items()
+]
+# Outcomes that come from stat or comm, not from the cgroup path.
+PROCESS_LEVEL = {"zombie", "mediated"}
+
+
+def case_id(case: tuple[str, str, dict[str, object]]) -> str:
+    return f"{case[0]}/{case[2]['case']}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case_id(c) for c in CASES])
+def test_resolver_over_the_fixture_tree(case: tuple[str, str, dict[str, object]]) -> None:
+    env, pid, expected = case
+    identified = Resolver(PROC / env).identify(int(pid))
+    if identified.identity is None:
+        got = {"pod_uid": None, "container_id": None, "runtime": None}
+        got["reason"] = identified.reason.value if identified.reason else None
+    else:
+        i = identified.identity
+        got = {"pod_uid": i.pod_uid, "container_id": i.container_id, "runtime": i.runtime,
+               "reason": i.reason.value if i.reason else None}  # fmt: skip
+    want = {k: v for k, v in expected.items() if k != "case"}
+    if want["reason"] in PROCESS_LEVEL:
+        assert got["reason"] == want["reason"]
+    else:
+        assert got == want
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c[2]["reason"] not in PROCESS_LEVEL], ids=case_id
+)
+def test_parser_alone_on_the_saved_file(case: tuple[str, str, dict[str, object]]) -> None:
+    env, pid, expected = case
+    identity = cgroup.parse((PROC / env / pid / "cgroup").read_text())
+    assert identity.pod_uid == expected["pod_uid"]
+    assert identity.container_id == expected["container_id"]
+    assert identity.runtime == expected["runtime"]
+    assert (identity.reason.value if identity.reason else None) == expected["reason"]
+
+
+def test_every_reason_the_parser_can_give_has_a_fixture() -> None:
+    seen = {c[2]["reason"] for c in CASES}
+    for reason in (Reason.NO_POD_COMPONENT, Reason.AMBIGUOUS_POD, Reason.NO_CONTAINER_COMPONENT,
+                   Reason.AMBIGUOUS_CONTAINER, Reason.ZOMBIE, Reason.MEDIATED):  # fmt: skip
+        assert reason.value in seen
+
+
+# -- properties ----------------------------------------------------------------------------
+
+HEX = "0123456789abcdef"
+uids = st.text(HEX, min_size=32, max_size=32).map(
+    lambda h: f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+)
+cids = st.text(HEX, min_size=64, max_size=64)
+segments = st.sampled_from(
+    ["kubepods", "kubepods.slice", "burstable", "besteffort", "kubepods-burstable.slice",
+     "system.slice", "..", ".", "", "init.scope", "user.slice", "docker", "kubelet.slice"]
+)  # fmt: skip
+
+
+@st.composite
+def kubelet_paths(draw: st.DrawFn) -> tuple[str, str, str]:
+    uid, cid = draw(uids), draw(cids)
+    prefix = "/".join(draw(st.lists(segments, max_size=4)))
+    systemd = draw(st.booleans())
+    if systemd:
+        qos = draw(st.sampled_from(["", "burstable-", "besteffort-"]))
+        pod = f"kubepods-{qos}pod{uid.replace('-', '_')}.slice"
+        runtime = draw(st.sampled_from(["cri-containerd", "containerd", "crio", "docker"]))
+        ctr = f"{runtime}-{cid}.scope"
+    else:
+        pod, ctr = f"pod{uid}", cid
+    return f"0::/{prefix}/{pod}/{ctr}\n", uid, cid
+
+
+@settings(max_examples=400)
+@given(st.text(max_size=300))
+def test_the_parser_never_raises_and_only_names_uids_it_was_given(text: str) -> None:
+    identity = cgroup.parse(text)
+    if identity.pod_uid is not None:
+        raw = identity.pod_uid.replace("-", "[-_]")
+        # The UID occurs anchored: as a whole `pod<uid>` segment or a slice's last component.
+        pattern = rf"(^|/)(pod|[^/]*-pod)({raw})(\.slice)?(/|$)"
+        assert any(
+            re.search(pattern, line.split(":", 2)[2], re.IGNORECASE)
+            for line in text.splitlines()
+            if line.count(":") >= 2
+        )
+
+
+@settings(max_examples=300)
+@given(kubelet_paths())
+def test_generated_kubelet_paths_resolve_to_their_pod_and_container(
+    generated: tuple[str, str, str],
+) -> None:
+    text, uid, cid = generated
+    identity = cgroup.parse(text)
+    assert (identity.pod_uid, identity.container_id, identity.reason) == (uid, cid, None)
+
+
+@settings(max_examples=300)
+@given(uids, st.lists(st.booleans(), min_size=4, max_size=4), cids)
+def test_dash_and_underscore_forms_are_one_uid(uid: str, flips: list[bool], cid: str) -> None:
+    mixed = list(uid)
+    for position, flip in zip((8, 13, 18, 23), flips, strict=True):
+        if flip:
+            mixed[position] = "_"
+    spelled = "".join(mixed)
+    for text in (
+        f"0::/kubepods/pod{spelled}/{cid}\n",
+        f"0::/kubepods/pod{spelled.upper()}/{cid}\n",
+    ):
+        assert cgroup.parse(text).pod_uid == uid
+
+
+@settings(max_examples=200)
+@given(uids, st.text(alphabet=st.characters(codec="ascii", exclude_characters="/\n"), min_size=1,
+                     max_size=6))  # fmt: skip
+def test_a_uid_inside_a_longer_segment_is_never_taken(uid: str, junk: str) -> None:
+    assume(not junk.endswith("-"))
+    text = f"0::/kubepods/{junk}pod{uid}/{'a' * 64}\n"
+    assert cgroup.parse(text).pod_uid is None

@@ -1,0 +1,179 @@
+"""Real processes in real kubelet-shaped cgroups, resolved through the real /proc.
+
+As root, the tests make cgroup directories the way the kubelet names them (cgroupfs and
+systemd drivers), move child processes in through `cgroup.procs`, and resolve their PIDs with
+the agent's resolver. Everything they create sits under one `devicemanager-test-*` directory
+per hierarchy and is removed afterwards. Where cgroups are not writable they skip, saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from devicemanager.attribution import Placement, Resolver
+from devicemanager.model import Reason
+from devicemanager.pods import PodIndex
+
+# cpuset needs cpus and mems set before a task may join; memory here may hold the sandbox's
+# own accounting. Neither is needed to show a kubelet-shaped path.
+SKIPPED_CONTROLLERS = {"cpuset", "memory"}
+
+
+def hierarchies() -> list[tuple[str, Path]]:
+    """(controllers or 'unified', mount point) of every mounted cgroup hierarchy."""
+    found = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        _, mount, fstype, options, *_ = line.split()
+        if fstype == "cgroup2":
+            found.append(("unified", Path(mount)))
+        elif fstype == "cgroup":
+            names = [o for o in options.split(",") if o not in ("rw", "ro", "relatime", "noexec",
+                                                               "nosuid", "nodev")]  # fmt: skip
+            if not SKIPPED_CONTROLLERS & set(names):
+                found.append((",".join(names), Path(mount)))
+    return found
+
+
+@dataclass
+class Cgroups:
+    tag: str = field(default_factory=lambda: f"devicemanager-test-{secrets.token_hex(4)}")
+    made: list[Path] = field(default_factory=list)
+    children: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def make(self, mount: Path, relative: str) -> Path:
+        current = mount
+        for part in (self.tag, *Path(relative).parts):
+            current = current / part
+            if not current.exists():
+                current.mkdir()
+                self.made.append(current)
+        return current
+
+    def spawn(self) -> subprocess.Popen[bytes]:
+        child = subprocess.Popen(["sleep", "120"])
+        self.children.append(child)
+        return child
+
+    def cleanup(self) -> None:
+        for child in self.children:
+            child.kill()
+            child.wait()
+        time.sleep(0.05)
+        for path in sorted(self.made, key=lambda p: len(p.parts), reverse=True):
+            for _ in range(50):
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:  # busy for a moment after its last task exits
+                    time.sleep(0.02)
+
+
+@pytest.fixture
+def cgroups() -> Iterator[Cgroups]:
+    if os.geteuid() != 0:
+        pytest.skip("creating cgroups needs root")
+    found = Cgroups()
+    probe = [m for _, m in hierarchies()]
+    if not probe:
+        pytest.skip("no cgroup hierarchy is mounted")
+    try:
+        found.make(probe[0], "probe")
+    except OSError as exc:
+        found.cleanup()
+        pytest.skip(f"cgroups are not writable here: {exc}")
+    yield found
+    found.cleanup()
+    leftovers = [p for p in found.made if p.exists()]
+    assert not leftovers, f"cgroup directories left behind: {leftovers}"
+
+
+def join(path: Path, pid: int) -> None:
+    (path / "cgroup.procs").write_text(str(pid))
+
+
+def index(uid: str, cid: str, name: str = "main") -> PodIndex:
+    return PodIndex.of([{
+        "metadata": {"uid": uid, "name": "p", "namespace": "ns"},
+        "status": {"containerStatuses": [{"name": name, "containerID": f"containerd://{cid}",
+                                          "state": {"running": {}}}]},
+    }])  # fmt: skip
+
+
+def ids() -> tuple[str, str]:
+    h = secrets.token_hex(16)
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}", secrets.token_hex(32)
+
+
+def test_cgroupfs_names_in_every_v1_controller(cgroups: Cgroups) -> None:
+    v1 = [(c, m) for c, m in hierarchies() if c != "unified" and not c.startswith("name=")]
+    if not v1:
+        pytest.skip("no cgroup v1 controller is mounted (a pure cgroup v2 host)")
+    uid, cid = ids()
+    child = cgroups.spawn()
+    for _, mount in v1:
+        join(cgroups.make(mount, f"kubepods/burstable/pod{uid}/{cid}"), child.pid)
+    text = Path(f"/proc/{child.pid}/cgroup").read_text()
+    assert f"/kubepods/burstable/pod{uid}/{cid}" in text
+    resolution = Resolver(Path("/proc")).resolve([child.pid], index(uid, cid))[child.pid]
+    assert resolution.placement == Placement(uid, "main")
+    assert resolution.identity is not None and resolution.identity.runtime is None
+
+
+def test_systemd_names_in_the_v2_hierarchy(cgroups: Cgroups) -> None:
+    unified = [m for c, m in hierarchies() if c == "unified"]
+    if not unified:
+        pytest.skip("no cgroup v2 hierarchy is mounted")
+    uid, cid = ids()
+    child = cgroups.spawn()
+    slice_uid = uid.replace("-", "_")
+    path = (f"kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{slice_uid}.slice/"
+            f"cri-containerd-{cid}.scope")  # fmt: skip
+    join(cgroups.make(unified[0], path), child.pid)
+    resolution = Resolver(Path("/proc")).resolve([child.pid], index(uid, cid))[child.pid]
+    assert resolution.placement == Placement(uid, "main")
+    assert resolution.identity is not None and resolution.identity.runtime == "containerd"
+
+
+def test_v1_controllers_that_disagree_are_ambiguous(cgroups: Cgroups) -> None:
+    v1 = [m for c, m in hierarchies() if c != "unified" and not c.startswith("name=")]
+    if len(v1) < 2:
+        pytest.skip("needs two cgroup v1 controllers")
+    (uid_a, cid_a), (uid_b, cid_b) = ids(), ids()
+    child = cgroups.spawn()
+    join(cgroups.make(v1[0], f"kubepods/pod{uid_a}/{cid_a}"), child.pid)
+    join(cgroups.make(v1[1], f"kubepods/pod{uid_b}/{cid_b}"), child.pid)
+    resolution = Resolver(Path("/proc")).resolve([child.pid], index(uid_a, cid_a))[child.pid]
+    assert resolution.reason is Reason.AMBIGUOUS_POD
+
+
+class ExitsAfterFirstCgroupRead(Resolver):
+    def __init__(self, child: subprocess.Popen[bytes]) -> None:
+        super().__init__(Path("/proc"))
+        self.child = child
+
+    def _read(self, pid: int, name: str) -> str:
+        text = super()._read(pid, name)
+        if name == "cgroup" and self.child.poll() is None:
+            self.child.kill()
+            self.child.wait()  # reaped: /proc/<pid> is gone for the next read
+        return text
+
+
+def test_a_process_that_exits_between_two_reads(cgroups: Cgroups) -> None:
+    mounts = [m for _, m in hierarchies()]
+    uid, cid = ids()
+    child = cgroups.spawn()
+    join(cgroups.make(mounts[0], f"kubepods/pod{uid}/{cid}"), child.pid)
+    resolver = ExitsAfterFirstCgroupRead(child)
+    assert resolver.identify(child.pid).reason is Reason.EXITED
+    assert resolver.identify(child.pid).reason is Reason.EXITED  # and stays so, uncached
