@@ -31,11 +31,20 @@ def generate(root: Path, processes: int, pods: int) -> tuple[list[int], PodIndex
     for p in range(pods):
         uid = str(uuid.UUID(int=p + 1))
         cid = f"{p:064x}"
-        objects.append({
-            "metadata": {"uid": uid, "name": f"pod-{p}", "namespace": "bench"},
-            "status": {"containerStatuses": [{"name": "main", "containerID": f"containerd://{cid}",
-                                              "state": {"running": {}}}]},
-        })  # fmt: skip
+        objects.append(
+            {
+                "metadata": {"uid": uid, "name": f"pod-{p}", "namespace": "bench"},
+                "status": {
+                    "containerStatuses": [
+                        {
+                            "name": "main",
+                            "containerID": f"containerd://{cid}",
+                            "state": {"running": {}},
+                        }
+                    ]
+                },
+            }
+        )
         for i in range(processes // pods):
             pid = 10_000 + p * 100 + i
             d = root / str(pid)
@@ -47,8 +56,9 @@ def generate(root: Path, processes: int, pods: int) -> tuple[list[int], PodIndex
             )
             (d / "comm").write_text("python3\n")
             tail = " ".join(["0"] * 30)
-            (d / "stat").write_text(f"{pid} (python3) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 "
-                                    f"{5000 + pid} {tail}\n")  # fmt: skip
+            (d / "stat").write_text(
+                f"{pid} (python3) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {5000 + pid} {tail}\n"
+            )
             pids.append(pid)
     return pids, PodIndex.of(objects)
 
@@ -88,8 +98,11 @@ def main() -> None:
             warm.resolve(pids, index)
 
         floor()  # page cache warm for all three
-        floor_s, first_s, steady_s = (best(floor, args.repeat), best(first, args.repeat),
-                                      best(steady, args.repeat))  # fmt: skip
+        floor_s, first_s, steady_s = (
+            best(floor, args.repeat),
+            best(first, args.repeat),
+            best(steady, args.repeat),
+        )
         fresh = Resolver(root)
         fresh.resolve(pids, index)
         first_reads = fresh.reads

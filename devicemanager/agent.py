@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devicemanager import logs
+from devicemanager.attribution import Attributor
 from devicemanager.backend import Backend, backend_class
 from devicemanager.config import Settings, default_node_name
 from devicemanager.monitor import BackendWorker, Monitor
+from devicemanager.pods import PodsFile
 from devicemanager.replay import ReplayBackend, Scenario, load_scenario
 from devicemanager.server import create_app
 from devicemanager.tls import Certificates
@@ -26,6 +28,7 @@ class Node:
     name: str
     backends: tuple[Backend, ...]
     proc_root: Path
+    pods_file: Path | None = None
     scenario: Scenario | None = None
 
 
@@ -42,6 +45,7 @@ def resolve_node(settings: Settings) -> Node:
             name=settings.node_name or scenario.node,
             backends=tuple(ReplayBackend(m, path) for m, path in scenario.vendor_files.items()),
             proc_root=settings.proc_root or scenario.proc_root,
+            pods_file=settings.pods_file or scenario.pods_file,
             scenario=scenario,
         )
     return Node(
@@ -50,16 +54,21 @@ def resolve_node(settings: Settings) -> Node:
             live_backend(m, dict(settings.vendor_libraries)) for m in settings.manufacturers
         ),
         proc_root=settings.proc_root or Path("/proc"),
+        pods_file=settings.pods_file,
     )
 
 
-def build_monitor(settings: Settings, node: Node) -> Monitor:
+def build_monitor(settings: Settings, node: Node, **clocks: Callable[[], float]) -> Monitor:
+    """The monitor `serve` runs; tests pass frozen `wall` and `mono` clocks."""
     return Monitor(
         [BackendWorker(b) for b in node.backends],
         period=settings.monitor_period,
         deadline=settings.backend_timeout,
         liveness_timeout=settings.liveness_timeout,
         node=node.name,
+        pods=PodsFile(node.pods_file) if node.pods_file else None,
+        attributor=Attributor(node.proc_root),
+        **clocks,
     )
 
 

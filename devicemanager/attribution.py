@@ -33,11 +33,27 @@ log = logging.getLogger("instance-accelerator-metrics")
 # The MPS control daemon and server both show as this: comm is cut at 15 characters.
 MPS_COMM = "nvidia-cuda-mps"
 
-UNREADABLE = frozenset({Reason.EXITED, Reason.PERMISSION, Reason.UNREADABLE, Reason.ZOMBIE,
-                        Reason.UNSTABLE, Reason.PID_NAMESPACE_INVISIBLE})  # fmt: skip
-AMBIGUOUS = frozenset({Reason.NO_POD_COMPONENT, Reason.AMBIGUOUS_POD,
-                       Reason.NO_CONTAINER_COMPONENT, Reason.AMBIGUOUS_CONTAINER,
-                       Reason.UNKNOWN_POD, Reason.UNKNOWN_CONTAINER, Reason.MEDIATED})  # fmt: skip
+UNREADABLE = frozenset(
+    {
+        Reason.EXITED,
+        Reason.PERMISSION,
+        Reason.UNREADABLE,
+        Reason.ZOMBIE,
+        Reason.UNSTABLE,
+        Reason.PID_NAMESPACE_INVISIBLE,
+    }
+)
+AMBIGUOUS = frozenset(
+    {
+        Reason.NO_POD_COMPONENT,
+        Reason.AMBIGUOUS_POD,
+        Reason.NO_CONTAINER_COMPONENT,
+        Reason.AMBIGUOUS_CONTAINER,
+        Reason.UNKNOWN_POD,
+        Reason.UNKNOWN_CONTAINER,
+        Reason.MEDIATED,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,9 +242,11 @@ class Attributor:
             if any(o.reason is not Reason.EXITED for o in outcomes):
                 self._seen.add(device.device_id)
             verdict = attribute_device(
-                device, resolutions, holders.get(device.device_id, frozenset()),
+                device,
+                resolutions,
+                holders.get(device.device_id, frozenset()),
                 ever_seen=device.device_id in self._seen,
-            )  # fmt: skip
+            )
             self._log(manufacturer, verdict)
             out.append(verdict)
         return tuple(out)

@@ -31,8 +31,12 @@ _SYSTEMD_POD = re.compile(rf"(?:.*-)?pod({_UID})\.slice")
 _HEX_ID = r"[0-9a-fA-F]{8,64}"
 _BARE_CONTAINER = re.compile(_HEX_ID)
 _SCOPED_CONTAINER = re.compile(rf"(cri-containerd|containerd|crio|docker)-({_HEX_ID})\.scope")
-_RUNTIMES = {"cri-containerd": "containerd", "containerd": "containerd", "crio": "crio",
-             "docker": "docker"}  # fmt: skip
+_RUNTIMES = {
+    "cri-containerd": "containerd",
+    "containerd": "containerd",
+    "crio": "crio",
+    "docker": "docker",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,5 +119,6 @@ def parse(text: str) -> CgroupIdentity:
     cid = next(iter(found))[0]
     runtimes = {r for c, r in found if r is not None}
     # Controllers of one container agree on its id; a runtime is named if any line names it.
-    return CgroupIdentity(pod_uid=uid, container_id=cid,
-                          runtime=next(iter(runtimes)) if len(runtimes) == 1 else None)  # fmt: skip
+    return CgroupIdentity(
+        pod_uid=uid, container_id=cid, runtime=next(iter(runtimes)) if len(runtimes) == 1 else None
+    )

@@ -81,6 +81,12 @@ SERVE_FLAGS: tuple[Flag, ...] = (
         "the /proc to resolve vendor PIDs in (default: /proc, or the scenario's in replay)",
     ),
     Flag(
+        "--pods-file",
+        ("DEVICEMANAGER_PODS_FILE",),
+        "read the node's pods from this PodList file (re-read when it changes) instead of the "
+        "API server (default: the scenario's pods.json in replay)",
+    ),
+    Flag(
         "--vendor-library",
         ("DEVICEMANAGER_VENDOR_LIBRARY",),
         "MANUFACTURER=PATH of a vendor library to load instead of the linker's choice; "
@@ -105,6 +111,7 @@ class Settings:
     pod_name: str | None
     pod_namespace: str | None
     proc_root: Path | None
+    pods_file: Path | None
     vendor_libraries: Mapping[str, str]
     log_level: str
     log_format: str
@@ -176,6 +183,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         pod_name=args.pod_name or None,
         pod_namespace=args.pod_namespace or None,
         proc_root=Path(args.proc_root) if args.proc_root else None,
+        pods_file=Path(args.pods_file) if args.pods_file else None,
         vendor_libraries=_libraries(args.vendor_library),
         log_level=args.log_level,
         log_format=args.log_format,

@@ -15,6 +15,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
+from devicemanager.figures import AcceleratorEntry, InstanceEntries
 from devicemanager.model import BackendState, Card, Snapshot
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
@@ -122,11 +123,125 @@ def collector_families(snapshot: Snapshot, fresh: bool) -> Iterator[Metric]:
     yield read
 
 
-def families(snapshot: Snapshot, fresh: bool = True) -> Iterator[Metric]:
-    """Every family for a snapshot. A stale snapshot publishes its verdict and no figures."""
+INSTANCE_LABELS = ["namespace", "instance_name", "instance_uid", "node"]
+ACCELERATOR_LABELS = [*INSTANCE_LABELS, "id", "index", "manufacturer", "mode"]
+
+# SPEC §7: the accelerator families, one series per grant, units mirroring the API fields.
+_ENTRY_FAMILIES: tuple[tuple[str, str], ...] = (
+    (
+        "memory_total_mib",
+        "The grant's memory: the whole card, a slice's quota, or a partition's own capacity, MiB.",
+    ),
+    (
+        "memory_used_mib",
+        "Memory the Instance uses of its grant, MiB; may exceed the total, never "
+        "clamped; absent when unmeasured.",
+    ),
+    ("memory_utilization_percent", "Memory used over the grant's total, percent."),
+    (
+        "cores_utilization_percent",
+        "Compute used against the Instance's own allowance, percent; "
+        "may exceed 100; absent when unmeasured.",
+    ),
+    ("temperature_celsius", "Temperature of the card the grant is on, degrees Celsius."),
+    ("power_usage_watts", "Power draw of the card the grant is on, watts."),
+    ("unhealthy", "1 when the card the grant is on is unhealthy."),
+)
+
+
+def _entry_value(e: AcceleratorEntry, suffix: str) -> float | None:
+    value: float | int | bool | None = {
+        "memory_total_mib": e.memory_total_mib,
+        "memory_used_mib": e.memory_used_mib,
+        "memory_utilization_percent": e.memory_utilization_percent,
+        "cores_utilization_percent": e.cores_utilization_percent,
+        "temperature_celsius": e.temperature_celsius,
+        "power_usage_watts": e.power_usage_watts,
+        "unhealthy": e.unhealthy,
+    }[suffix]
+    return None if value is None else float(value)
+
+
+def instance_families(snapshot: Snapshot, instances: Iterable[InstanceEntries]) -> Iterator[Metric]:
+    """`gpustack_instance_accelerator_*`: every Instance's own figures, one series per grant.
+    An unmeasured figure has no sample (R-E2); the Instance label is `instance_name` (R-E6)."""
+    node = snapshot.node or ""
+    out = {
+        suffix: GaugeMetricFamily(
+            f"gpustack_instance_accelerator_{suffix}",
+            _sampled(help_text, snapshot.period_seconds),
+            labels=ACCELERATOR_LABELS,
+        )
+        for suffix, help_text in _ENTRY_FAMILIES
+    }
+    for item in instances:
+        ref = item.instance
+        for e in item.entries:
+            labels = [
+                ref.namespace,
+                ref.name,
+                ref.uid,
+                node,
+                e.id,
+                "" if e.index is None else str(e.index),
+                e.manufacturer,
+                e.mode.value,
+            ]
+            for suffix, family in out.items():
+                value = _entry_value(e, suffix)
+                if value is not None:
+                    family.add_metric(labels, value)
+    yield from out.values()
+
+
+def capability_family(snapshot: Snapshot) -> Iterator[Metric]:
+    """Per device and entry point, whether the per-process query answered, and if not, why
+    (R-E5). No Instance labels: it is a property of the node's driver and one card."""
+    family = GaugeMetricFamily(
+        "gpustack_accelerator_process_capability",
+        "1 when the per-process query answered for this card and entry point (memory or cores) "
+        "this round; 0 with the reason why the figures are absent.",
+        labels=["node", "manufacturer", "id", "entry_point", "reason"],
+    )
+    section = snapshot.slices
+    if section is not None:
+        seen: set[tuple[str, str]] = set()
+        for d in section.devices:
+            if (d.manufacturer, d.device_id) in seen:
+                continue  # a duplicate label set would fail the whole scrape
+            seen.add((d.manufacturer, d.device_id))
+            for entry_point, reason in (("memory", d.memory_reason), ("cores", d.cores_reason)):
+                labels = [
+                    snapshot.node or "",
+                    d.manufacturer,
+                    d.device_id,
+                    entry_point,
+                    "" if reason is None else reason.value,
+                ]
+                family.add_metric(labels, 0.0 if reason is not None else 1.0)
+    yield family
+
+
+def families(
+    snapshot: Snapshot,
+    fresh: bool = True,
+    instances: Iterable[InstanceEntries] = (),
+    allocation_errors: int = 0,
+) -> Iterator[Metric]:
+    """Every family for a round. A stale one publishes its verdict and no figures (R-E4)."""
     yield from collector_families(snapshot, fresh)
+    errors = GaugeMetricFamily(
+        "gpustack_accelerator_allocation_errors",
+        "Pods of this node whose allocation annotation could not be read this round; they hold "
+        "no grants until it is fixed (the log names them).",
+    )
+    if snapshot.timestamp > 0:
+        errors.add_metric([], float(allocation_errors))
+    yield errors
     if fresh and snapshot.timestamp > 0:
         yield from card_families(snapshot)
+        yield from instance_families(snapshot, instances)
+        yield from capability_family(snapshot)
 
 
 class _Fixed(Collector):

@@ -7,9 +7,12 @@ no sample in /metrics. Never a zero, never NaN, never a vendor sentinel.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from devicemanager.slices import SliceSection
 
 # What a vendor library answered, keyed by entry point, as JSON-able values.
 Payload = dict[str, Any]
@@ -157,7 +160,7 @@ class Snapshot:
     groups: tuple[Group, ...] = ()
     backends: tuple[BackendStatus, ...] = ()
     round_duration_seconds: float | None = None
-    slices: Any = field(default=None)  # the per-grant section; absent means "could not measure"
+    slices: SliceSection | None = None  # per-grant usage; absent means "could not measure"
 
 
 def utilization_percent(used: float | None, total: float | None) -> float | None:

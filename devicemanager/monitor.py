@@ -21,9 +21,14 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from devicemanager import exposition, snapshot
+from devicemanager import exposition, slices, snapshot
+from devicemanager.attribution import Attributor
 from devicemanager.backend import Backend, BackendUnavailable
+from devicemanager.figures import InstanceEntries, View, exported
+from devicemanager.grants import NodeGrants, node_grants
 from devicemanager.model import BackendState, BackendStatus, Payload, ReadRequest, Snapshot
+from devicemanager.pods import PodIndex
+from devicemanager.slices import SliceSection
 from devicemanager.snapshot import BackendResult
 
 log = logging.getLogger("devicemanager.monitor")
@@ -43,14 +48,21 @@ class Published:
     published_at: float  # monotonic
 
 
-def publish(snap: Snapshot, now_mono: float) -> Published:
+def publish(
+    snap: Snapshot,
+    now_mono: float,
+    instances: Sequence[InstanceEntries] = (),
+    allocation_errors: int = 0,
+) -> Published:
+    def render(fresh: bool) -> exposition.Exposition:
+        metrics = exposition.families(snap, fresh, instances, allocation_errors)
+        return exposition.Exposition.of(exposition.render(metrics))
+
     return Published(
         snapshot=snap,
         snapshot_json=snapshot.encode(snap),
-        metrics=exposition.Exposition.of(exposition.render(exposition.families(snap, fresh=True))),
-        stale_metrics=exposition.Exposition.of(
-            exposition.render(exposition.families(snap, fresh=False))
-        ),
+        metrics=render(fresh=True),
+        stale_metrics=render(fresh=False),
         published_at=now_mono,
     )
 
@@ -126,7 +138,8 @@ class Monitor:
         deadline: float,
         liveness_timeout: float,
         node: str | None,
-        plan: Callable[[], ReadRequest] = ReadRequest,
+        pods: Callable[[], PodIndex | None] | None = None,
+        attributor: Attributor | None = None,
         wall: Callable[[], float] = time.time,
         mono: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -135,7 +148,11 @@ class Monitor:
         self.deadline = deadline
         self.liveness_timeout = liveness_timeout
         self.node = node
-        self.plan = plan
+        # Where the node's pods come from (a file in replay, the API server in a cluster);
+        # without them no grant is known and the per-grant figures are absent, not zero.
+        self.pods = pods
+        self.attributor = attributor
+        self._allocation_errors: dict[str, str] = {}
         self._wall, self._mono = wall, mono
         self.current = publish(snapshot.empty(period, node), mono())
         self.rounds = 0
@@ -146,7 +163,7 @@ class Monitor:
 
     # -- one round ---------------------------------------------------------------------------
 
-    def _collect(self, request: ReadRequest) -> list[BackendResult]:
+    def _collect(self, requests: dict[str, ReadRequest]) -> list[BackendResult]:
         started = self._mono()
         pending: list[tuple[BackendWorker, Future[Any], float]] = []
         results: list[BackendResult] = []
@@ -157,6 +174,7 @@ class Monitor:
                     self._result(worker, BackendState.STUCK, None, f"busy for {since:.1f}s")
                 )
                 continue
+            request = requests.get(worker.manufacturer, ReadRequest())
             pending.append((worker, worker.submit(partial(worker.read, request)), self._mono()))
         for worker, future, submitted in pending:
             try:
@@ -223,19 +241,73 @@ class Monitor:
                 },
             )
 
+    def _pod_index(self) -> PodIndex | None:
+        if self.pods is None:
+            return None
+        try:
+            return self.pods()
+        except Exception:
+            log.exception("the node's pods could not be read; per-grant figures are absent")
+            return None
+
+    def _log_allocation_errors(self, grants: NodeGrants, index: PodIndex) -> None:
+        for uid, error in grants.errors.items():
+            if self._allocation_errors.get(uid) != error:
+                pod = index.get(uid)
+                log.error(
+                    "allocation annotation of %s/%s cannot be read; the pod holds no grants",
+                    pod.namespace if pod else "?",
+                    pod.name if pod else uid,
+                    extra={"pod_uid": uid, "error": error},
+                )
+        self._allocation_errors = dict(grants.errors)
+
+    def _slices(
+        self, results: Sequence[BackendResult], index: PodIndex | None, grants: NodeGrants | None
+    ) -> SliceSection | None:
+        """The per-grant section, or None when nothing could be measured (no pods, no carved
+        grant, or no backend that answered for one)."""
+        if index is None or grants is None or self.attributor is None:
+            return None
+        sections = []
+        for result in results:
+            reading = result.reading
+            if reading is None:
+                continue
+            request = grants.request(reading.manufacturer)
+            if not request.carved_device_ids:
+                continue
+            carved = [p for p in reading.processes if p.device_id in request.carved_device_ids]
+            verdicts = self.attributor.attribute(
+                carved, index, grants.holders(reading.manufacturer), reading.manufacturer
+            )
+            sections.append(slices.build(reading, verdicts, grants.all()))
+        return slices.merge(sections) if sections else None
+
     def run_round(self) -> Published:
         started = self._mono()
-        request = self.plan()
-        results = self._collect(request)
+        index = self._pod_index()
+        grants = node_grants(index) if index is not None else None
+        if grants is not None and index is not None:
+            self._log_allocation_errors(grants, index)
+        requests = {
+            w.manufacturer: grants.request(w.manufacturer) if grants else ReadRequest()
+            for w in self.workers
+        }
+        results = self._collect(requests)
         self._log_transitions(results)
+        section = self._slices(results, index, grants)
         snap = snapshot.assemble(
             now=self._wall(),
             period=self.period,
             node=self.node,
             results=results,
             round_duration=round(self._mono() - started, 6),
+            slices=section,
         )
-        published = publish(snap, self._mono())
+        instances = exported(index, grants, View.of(snap), [w.manufacturer for w in self.workers])
+        errors = len(grants.errors) if grants is not None else 0
+        published = publish(snap, self._mono(), instances, errors)
         self.current = published
         self.rounds += 1
         self._heartbeat = self._mono()

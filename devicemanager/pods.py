@@ -6,8 +6,10 @@ accelerators, so a process of a known pod without a grant is excluded rather tha
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -38,7 +40,10 @@ class PodInfo:
     containers: Mapping[str, str] = field(default_factory=_frozen)  # runtime id -> container name
     started: bool = False  # some container has ever started (R-F6)
     terminating: bool = False
+    phase: str | None = None  # Pending, Running, Succeeded, Failed
     created: str | None = None
+    # Container names in HAMi's slot order: init containers, then regular ones.
+    slots: tuple[str, ...] = ()
     # Regular containers' resource limits, by container name; init containers are left out
     # because they never run beside the others.
     limits: Mapping[str, Mapping[str, str]] = field(default_factory=_frozen)
@@ -53,6 +58,10 @@ def _strings(value: Any) -> Mapping[str, str]:
     if not isinstance(value, Mapping):
         return _EMPTY
     return MappingProxyType({str(k): str(v) for k, v in value.items()})
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _list(value: Any) -> list[Mapping[str, Any]]:
@@ -106,8 +115,11 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo | None:
     limits: dict[str, Mapping[str, str]] = {}
     for container in _list(spec.get("containers")):
         resources = container.get("resources")
-        if isinstance(container.get("name"), str) and isinstance(resources, Mapping):
-            limits[container["name"]] = _strings(resources.get("limits"))
+        if isinstance(container.get("name"), str):
+            limits[container["name"]] = _strings(
+                resources.get("limits") if isinstance(resources, Mapping) else None
+            )
+    inits = [c["name"] for c in _list(spec.get("initContainers")) if isinstance(c.get("name"), str)]
     return PodInfo(
         uid=uid.lower(),
         namespace=str(meta.get("namespace", "")),
@@ -118,9 +130,9 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo | None:
         containers=MappingProxyType(containers),
         started=started,
         terminating=meta.get("deletionTimestamp") is not None,
-        created=meta.get("creationTimestamp")
-        if isinstance(meta.get("creationTimestamp"), str)
-        else None,
+        phase=_text(status.get("phase")),
+        created=_text(meta.get("creationTimestamp")),
+        slots=(*inits, *limits),
         limits=MappingProxyType(limits),
     )
 
@@ -154,3 +166,20 @@ class PodIndex:
     def container_name(self, uid: str, container_id: str) -> str | None:
         pod = self.pods.get(uid)
         return None if pod is None else pod.containers.get(container_id)
+
+
+class PodsFile:
+    """The node's pods from a PodList file, read again only when the file changes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._stamp: tuple[int, int] | None = None
+        self._index: PodIndex | None = None
+
+    def __call__(self) -> PodIndex:
+        st = self.path.stat()
+        stamp = (st.st_mtime_ns, st.st_size)
+        if self._index is None or stamp != self._stamp:
+            self._index = PodIndex.from_list(json.loads(self.path.read_text()))
+            self._stamp = stamp
+        return self._index

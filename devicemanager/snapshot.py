@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from devicemanager.model import BackendStatus, Card, Group, Snapshot, VendorReading
+from devicemanager import slices as slice_section
+from devicemanager.model import BackendState, BackendStatus, Card, Group, Snapshot, VendorReading
+from devicemanager.slices import SliceSection
 
 # What Go's zero time.Time marshals to: the worker tells "no round yet" by it.
 ZERO_TIME = "0001-01-01T00:00:00Z"
@@ -44,7 +46,7 @@ def assemble(
     node: str | None,
     results: Sequence[BackendResult],
     round_duration: float | None = None,
-    slices: Any = None,
+    slices: SliceSection | None = None,
 ) -> Snapshot:
     """Only what was read in this round becomes a group: a backend that failed or hung has no
     group (its status says why), so a figure is never carried forward from an earlier round."""
@@ -123,9 +125,109 @@ def to_json(snapshot: Snapshot) -> dict[str, Any]:
         "backends": [backend_json(s) for s in snapshot.backends],
     }
     if snapshot.slices is not None:
-        doc["slices"] = snapshot.slices
+        doc["slices"] = slice_section.to_json(snapshot.slices)
     return doc
 
 
 def encode(snapshot: Snapshot) -> bytes:
     return json.dumps(to_json(snapshot), separators=(",", ":"), allow_nan=False).encode()
+
+
+# -- reading a served snapshot back (the worker's side) ------------------------------------------
+
+
+def parse_time(value: Any) -> float:
+    """RFC 3339 to unix time; Go's zero time and anything unreadable are 0 (no round yet)."""
+    if not isinstance(value, str) or value.startswith("0001-"):
+        return 0.0
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def card_from_json(doc: dict[str, Any]) -> Card | None:
+    if not isinstance(doc.get("id"), str) or _int(doc.get("index")) is None:
+        return None
+    name = doc.get("name")
+    reason = doc.get("unhealthyReason")
+    return Card(
+        id=doc["id"],
+        index=doc["index"],
+        name=name if isinstance(name, str) else None,
+        memory_total_mib=_int(doc.get("memory")),
+        memory_used_mib=_int(doc.get("memoryUsage")),
+        cores_utilization_percent=_num(doc.get("coresUtilization")),
+        temperature_celsius=_num(doc.get("temperature")),
+        power_usage_watts=_num(doc.get("powerUsage")),
+        unhealthy=doc.get("unhealthy") is True,
+        unhealthy_reason=reason if isinstance(reason, str) else None,
+    )
+
+
+def from_json(doc: Any) -> Snapshot:
+    """A snapshot document as an agent served it; what cannot be read is left out."""
+    if not isinstance(doc, dict):
+        raise ValueError("a snapshot is a JSON object")
+    groups = []
+    for g in doc.get("groups") or ():
+        if not isinstance(g, dict) or not isinstance(g.get("manufacturer"), str):
+            continue
+        cards = tuple(
+            c
+            for c in (card_from_json(a) for a in g.get("accelerators") or () if isinstance(a, dict))
+            if c is not None
+        )
+        driver = g.get("driverVersion")
+        groups.append(
+            Group(
+                g["manufacturer"],
+                parse_time(g.get("timestamp")),
+                cards,
+                driver if isinstance(driver, str) else None,
+            )
+        )
+    backends = []
+    for b in doc.get("backends") or ():
+        if isinstance(b, dict) and isinstance(b.get("manufacturer"), str):
+            try:
+                state = BackendState(str(b.get("state")))
+            except ValueError:
+                continue
+            error = b.get("error")
+            last = parse_time(b.get("lastSuccess"))
+            backends.append(
+                BackendStatus(
+                    b["manufacturer"],
+                    state,
+                    _num(b.get("durationSeconds")),
+                    error if isinstance(error, str) else None,
+                    last or None,
+                )
+            )
+    node = doc.get("node")
+    return Snapshot(
+        timestamp=parse_time(doc.get("timestamp")),
+        period_seconds=_int(doc.get("periodSeconds")) or 0,
+        node=node if isinstance(node, str) else None,
+        groups=tuple(groups),
+        backends=tuple(backends),
+        slices=slice_section.from_json(doc.get("slices")),
+    )
+
+
+def fresh(snap: Snapshot, now: float, default_period: int = 15) -> bool:
+    """The consumer's rule: older than three periods is a failing monitor (R-S3). A producer
+    that did not say its period is held to three times the 15 s default."""
+    if snap.timestamp <= 0:
+        return False
+    period = snap.period_seconds or default_period
+    return now - snap.timestamp <= 3 * period

@@ -128,18 +128,11 @@ FIXED_TIME = 1795165200.0
 
 
 def scenario_monitor(name: str, period: float = 15.0):  # type: ignore[no-untyped-def]
-    """A monitor over a replay scenario with a frozen clock, so one round is reproducible."""
-    from devicemanager.monitor import BackendWorker, Monitor
-    from devicemanager.replay import ReplayBackend, load_scenario
+    """The monitor `serve --replay` builds, with a frozen clock so one round is reproducible."""
+    from devicemanager.agent import build_monitor, resolve_node
+    from devicemanager.config import parse_serve
 
-    scenario = load_scenario(NODES / name)
-    backends = [ReplayBackend(m, p) for m, p in scenario.vendor_files.items()]
-    return Monitor(
-        [BackendWorker(b) for b in backends],
-        period=period,
-        deadline=10.0,
-        liveness_timeout=600.0,
-        node=scenario.node,
-        wall=lambda: FIXED_TIME,
-        mono=lambda: 0.0,
+    settings = parse_serve(["--replay", str(NODES / name), "--monitor-period", str(period)], env={})
+    return build_monitor(
+        settings, resolve_node(settings), wall=lambda: FIXED_TIME, mono=lambda: 0.0
     )

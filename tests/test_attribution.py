@@ -58,15 +58,18 @@ def put(
 def pod(uid: str, name: str, containers: dict[str, str]) -> dict[str, object]:
     return {
         "metadata": {"uid": uid, "name": name, "namespace": "ns"},
-        "status": {"containerStatuses": [
-            {"name": n, "containerID": f"containerd://{cid}", "state": {"running": {}}}
-            for cid, n in containers.items()
-        ]},
-    }  # fmt: skip
+        "status": {
+            "containerStatuses": [
+                {"name": n, "containerID": f"containerd://{cid}", "state": {"running": {}}}
+                for cid, n in containers.items()
+            ]
+        },
+    }
 
 
-INDEX = PodIndex.of([pod(UID_A, "a", {CID_A: "main", CID_SIDE: "sidecar"}),
-                     pod(UID_B, "b", {CID_B: "main"})])  # fmt: skip
+INDEX = PodIndex.of(
+    [pod(UID_A, "a", {CID_A: "main", CID_SIDE: "sidecar"}), pod(UID_B, "b", {CID_B: "main"})]
+)
 
 
 def test_cache_keeps_steady_state_to_one_stat_per_pid(tmp_path: Path) -> None:
@@ -171,8 +174,14 @@ def test_permission_denied_by_the_kernel(tmp_path: Path) -> None:
         "r = Resolver(sys.argv[1]); os.setegid(65534); os.seteuid(65534); "
         "print(r.identify(10).reason.value)"
     )
-    out = subprocess.run([sys.executable, "-c", script, str(root)], capture_output=True, text=True,
-                         env=agent_env(), cwd=REPO, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(root)],
+        capture_output=True,
+        text=True,
+        env=agent_env(),
+        cwd=REPO,
+        check=True,
+    )
     assert out.stdout.strip() == "permission"
 
 
@@ -191,9 +200,11 @@ def placed(uid: str, container: str = "main") -> Resolution:
 
 def test_rows_of_holders_are_attributed_and_other_pods_excluded_harmlessly() -> None:
     verdict = attribute_device(
-        device(1, 2, 3), {1: placed(UID_A), 2: placed(UID_A, "sidecar"), 3: placed(UID_B)},
-        holders=frozenset({UID_A}), ever_seen=True,
-    )  # fmt: skip
+        device(1, 2, 3),
+        {1: placed(UID_A), 2: placed(UID_A, "sidecar"), 3: placed(UID_B)},
+        holders=frozenset({UID_A}),
+        ever_seen=True,
+    )
     assert verdict.reason is None
     assert [(r.pid, p.container) for r, p in verdict.rows] == [(1, "main"), (2, "sidecar")]
     assert (verdict.counts.returned, verdict.counts.attributed, verdict.counts.non_instance) == (
@@ -206,10 +217,15 @@ def test_rows_of_holders_are_attributed_and_other_pods_excluded_harmlessly() -> 
 def test_one_unplaceable_row_poisons_the_device_with_the_first_reason() -> None:
     verdict = attribute_device(
         device(1, 2, 3, 4),
-        {1: placed(UID_A), 2: Resolution(reason=Reason.NO_POD_COMPONENT),
-         3: Resolution(reason=Reason.EXITED), 4: Resolution(reason=Reason.MEDIATED)},
-        holders=frozenset({UID_A}), ever_seen=True,
-    )  # fmt: skip
+        {
+            1: placed(UID_A),
+            2: Resolution(reason=Reason.NO_POD_COMPONENT),
+            3: Resolution(reason=Reason.EXITED),
+            4: Resolution(reason=Reason.MEDIATED),
+        },
+        holders=frozenset({UID_A}),
+        ever_seen=True,
+    )
     assert verdict.reason is Reason.NO_POD_COMPONENT
     c = verdict.counts
     assert (c.returned, c.attributed, c.unreadable, c.ambiguous) == (4, 1, 1, 2)
@@ -276,22 +292,30 @@ def whois(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_whois_a_pid_through_proc_and_the_pod_index(tmp_path: Path) -> None:
     put(tmp_path / "proc", 10, UID_A, CID_A)
-    (tmp_path / "pods.json").write_text(json.dumps({"kind": "PodList", "items": [
-        pod(UID_A, "vllm-0", {CID_A: "main"})]}))  # fmt: skip
+    (tmp_path / "pods.json").write_text(
+        json.dumps({"kind": "PodList", "items": [pod(UID_A, "vllm-0", {CID_A: "main"})]})
+    )
     out = whois("10", "--proc-root", str(tmp_path / "proc"), "--pods", str(tmp_path / "pods.json"))
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {
-        "pid": 10, "pod_uid": UID_A, "container_id": CID_A, "runtime": None,
-        "namespace": "ns", "pod": "vllm-0", "container": "main", "reason": None,
-    }  # fmt: skip
+        "pid": 10,
+        "pod_uid": UID_A,
+        "container_id": CID_A,
+        "runtime": None,
+        "namespace": "ns",
+        "pod": "vllm-0",
+        "container": "main",
+        "reason": None,
+    }
     missing = json.loads(whois("11", "--proc-root", str(tmp_path / "proc")).stdout)
     assert missing["reason"] == "exited" and missing["pod_uid"] is None
 
 
 def test_whois_a_saved_cgroup_file(tmp_path: Path) -> None:
     saved = tmp_path / "cgroup"
-    saved.write_text(f"0::/kubepods.slice/kubepods-pod{UID_A.replace('-', '_')}.slice/"
-                     f"crio-{CID_A}.scope\n")  # fmt: skip
+    saved.write_text(
+        f"0::/kubepods.slice/kubepods-pod{UID_A.replace('-', '_')}.slice/crio-{CID_A}.scope\n"
+    )
     doc = json.loads(whois("--cgroup-file", str(saved)).stdout)
     assert doc == {"pod_uid": UID_A, "container_id": CID_A, "runtime": "crio", "reason": None}
     saved.write_text("0::/system.slice/containerd.service\n")

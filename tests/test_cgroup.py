@@ -41,8 +41,12 @@ def test_resolver_over_the_fixture_tree(case: tuple[str, str, dict[str, object]]
         got["reason"] = identified.reason.value if identified.reason else None
     else:
         i = identified.identity
-        got = {"pod_uid": i.pod_uid, "container_id": i.container_id, "runtime": i.runtime,
-               "reason": i.reason.value if i.reason else None}  # fmt: skip
+        got = {
+            "pod_uid": i.pod_uid,
+            "container_id": i.container_id,
+            "runtime": i.runtime,
+            "reason": i.reason.value if i.reason else None,
+        }
     want = {k: v for k, v in expected.items() if k != "case"}
     if want["reason"] in PROCESS_LEVEL:
         assert got["reason"] == want["reason"]
@@ -64,8 +68,14 @@ def test_parser_alone_on_the_saved_file(case: tuple[str, str, dict[str, object]]
 
 def test_every_reason_the_parser_can_give_has_a_fixture() -> None:
     seen = {c[2]["reason"] for c in CASES}
-    for reason in (Reason.NO_POD_COMPONENT, Reason.AMBIGUOUS_POD, Reason.NO_CONTAINER_COMPONENT,
-                   Reason.AMBIGUOUS_CONTAINER, Reason.ZOMBIE, Reason.MEDIATED):  # fmt: skip
+    for reason in (
+        Reason.NO_POD_COMPONENT,
+        Reason.AMBIGUOUS_POD,
+        Reason.NO_CONTAINER_COMPONENT,
+        Reason.AMBIGUOUS_CONTAINER,
+        Reason.ZOMBIE,
+        Reason.MEDIATED,
+    ):
         assert reason.value in seen
 
 
@@ -77,9 +87,22 @@ uids = st.text(HEX, min_size=32, max_size=32).map(
 )
 cids = st.text(HEX, min_size=64, max_size=64)
 segments = st.sampled_from(
-    ["kubepods", "kubepods.slice", "burstable", "besteffort", "kubepods-burstable.slice",
-     "system.slice", "..", ".", "", "init.scope", "user.slice", "docker", "kubelet.slice"]
-)  # fmt: skip
+    [
+        "kubepods",
+        "kubepods.slice",
+        "burstable",
+        "besteffort",
+        "kubepods-burstable.slice",
+        "system.slice",
+        "..",
+        ".",
+        "",
+        "init.scope",
+        "user.slice",
+        "docker",
+        "kubelet.slice",
+    ]
+)
 
 
 @st.composite
@@ -138,8 +161,12 @@ def test_dash_and_underscore_forms_are_one_uid(uid: str, flips: list[bool], cid:
 
 
 @settings(max_examples=200)
-@given(uids, st.text(alphabet=st.characters(codec="ascii", exclude_characters="/\n"), min_size=1,
-                     max_size=6))  # fmt: skip
+@given(
+    uids,
+    st.text(
+        alphabet=st.characters(codec="ascii", exclude_characters="/\n"), min_size=1, max_size=6
+    ),
+)
 def test_a_uid_inside_a_longer_segment_is_never_taken(uid: str, junk: str) -> None:
     assume(not junk.endswith("-"))
     text = f"0::/kubepods/{junk}pod{uid}/{'a' * 64}\n"

@@ -35,8 +35,11 @@ def hierarchies() -> list[tuple[str, Path]]:
         if fstype == "cgroup2":
             found.append(("unified", Path(mount)))
         elif fstype == "cgroup":
-            names = [o for o in options.split(",") if o not in ("rw", "ro", "relatime", "noexec",
-                                                               "nosuid", "nodev")]  # fmt: skip
+            names = [
+                o
+                for o in options.split(",")
+                if o not in ("rw", "ro", "relatime", "noexec", "nosuid", "nodev")
+            ]
             if not SKIPPED_CONTROLLERS & set(names):
                 found.append((",".join(names), Path(mount)))
     return found
@@ -102,11 +105,22 @@ def join(path: Path, pid: int) -> None:
 
 
 def index(uid: str, cid: str, name: str = "main") -> PodIndex:
-    return PodIndex.of([{
-        "metadata": {"uid": uid, "name": "p", "namespace": "ns"},
-        "status": {"containerStatuses": [{"name": name, "containerID": f"containerd://{cid}",
-                                          "state": {"running": {}}}]},
-    }])  # fmt: skip
+    return PodIndex.of(
+        [
+            {
+                "metadata": {"uid": uid, "name": "p", "namespace": "ns"},
+                "status": {
+                    "containerStatuses": [
+                        {
+                            "name": name,
+                            "containerID": f"containerd://{cid}",
+                            "state": {"running": {}},
+                        }
+                    ]
+                },
+            }
+        ]
+    )
 
 
 def ids() -> tuple[str, str]:
@@ -136,8 +150,10 @@ def test_systemd_names_in_the_v2_hierarchy(cgroups: Cgroups) -> None:
     uid, cid = ids()
     child = cgroups.spawn()
     slice_uid = uid.replace("-", "_")
-    path = (f"kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{slice_uid}.slice/"
-            f"cri-containerd-{cid}.scope")  # fmt: skip
+    path = (
+        f"kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{slice_uid}.slice/"
+        f"cri-containerd-{cid}.scope"
+    )
     join(cgroups.make(unified[0], path), child.pid)
     resolution = Resolver(Path("/proc")).resolve([child.pid], index(uid, cid))[child.pid]
     assert resolution.placement == Placement(uid, "main")

@@ -177,10 +177,10 @@ def test_a_round_that_raises_keeps_the_last_good_snapshot_and_fails_liveness() -
     m = monitor(StaticBackend(), period=0.05, liveness=0.5)
     good = m.run_round()
 
-    def explode() -> ReadRequest:
-        raise RuntimeError("planning failed")
+    def explode(requests: object) -> list[object]:
+        raise RuntimeError("collecting failed")
 
-    m.plan = explode
+    m._collect = explode  # type: ignore[method-assign,assignment]
     m.start()
     time.sleep(0.2)
     assert m.current is good

@@ -44,17 +44,26 @@ def test_runtime_schemes_are_stripped(raw: str, stripped: str) -> None:
 
 
 def test_init_regular_and_ephemeral_statuses_all_map_to_names() -> None:
-    info = pod_info({
-        "metadata": {"uid": "U", "name": "p", "namespace": "n"},
-        "status": {
-            "initContainerStatuses": [{"name": "init", "containerID": "containerd://01",
-                                       "state": {"terminated": {"exitCode": 0}}}],
-            "containerStatuses": [{"name": "main", "containerID": "containerd://02",
-                                   "state": {"running": {}}}],
-            "ephemeralContainerStatuses": [{"name": "debugger", "containerID": "containerd://03",
-                                            "state": {"running": {}}}],
-        },
-    })  # fmt: skip
+    info = pod_info(
+        {
+            "metadata": {"uid": "U", "name": "p", "namespace": "n"},
+            "status": {
+                "initContainerStatuses": [
+                    {
+                        "name": "init",
+                        "containerID": "containerd://01",
+                        "state": {"terminated": {"exitCode": 0}},
+                    }
+                ],
+                "containerStatuses": [
+                    {"name": "main", "containerID": "containerd://02", "state": {"running": {}}}
+                ],
+                "ephemeralContainerStatuses": [
+                    {"name": "debugger", "containerID": "containerd://03", "state": {"running": {}}}
+                ],
+            },
+        }
+    )
     assert info is not None and info.uid == "u"
     assert dict(info.containers) == {"01": "init", "02": "main", "03": "debugger"}
 
@@ -75,11 +84,19 @@ def test_the_gate_is_has_started_not_is_ready(status: dict[str, Any], started: b
 
 
 def test_damaged_pod_objects_are_skipped_or_read_defensively() -> None:
-    index = PodIndex.of([
-        None, "pod", {}, {"metadata": {"name": "no-uid"}},
-        {"metadata": {"uid": "ok", "labels": "x", "ownerReferences": "y"}, "spec": [],
-         "status": {"containerStatuses": [None, {"containerID": 5}, {"name": "m"}]}},
-    ])  # fmt: skip
+    index = PodIndex.of(
+        [
+            None,
+            "pod",
+            {},
+            {"metadata": {"name": "no-uid"}},
+            {
+                "metadata": {"uid": "ok", "labels": "x", "ownerReferences": "y"},
+                "spec": [],
+                "status": {"containerStatuses": [None, {"containerID": 5}, {"name": "m"}]},
+            },
+        ]
+    )
     assert index.skipped == 4 and list(index.pods) == ["ok"]
     assert PodIndex.from_list({"items": "nope"}).pods == {}
     assert PodIndex.from_list([]).pods == {}

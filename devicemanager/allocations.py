@@ -1,0 +1,246 @@
+"""Pure parsers of the pod annotations that say which container holds which accelerator (R-G1).
+
+GPUStack: `device.gpustack.ai/accelerator.allocated`, JSON, container name -> device groups ->
+accelerators {id, index, mode, allocated units (1,600,000 = one card), allocatedPhysical*}.
+HAMi: `hami.io/vgpu-devices-allocated`, `UUID,Type,MemMiB,Cores` per device ended by ':', one
+`;`-ended slot per container (init containers first; an empty slot keeps its place), and
+`hami.io/vgpu-mig-allocations`, a JSON list of MIG placements.
+
+Each parser raises AllocationError and nothing else on any input: a malformed annotation
+yields no grants for its pod and never touches another pod.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+GPUSTACK_KEY = "device.gpustack.ai/accelerator.allocated"
+HAMI_KEY = "hami.io/vgpu-devices-allocated"
+HAMI_MIG_KEY = "hami.io/vgpu-mig-allocations"
+UNITS_PER_CARD = 1_600_000
+
+
+class AllocationError(ValueError):
+    """An allocation annotation that cannot be read."""
+
+
+class Mode(StrEnum):
+    """How a container holds a card. A name everywhere, never the wire's number (R-G2)."""
+
+    EXCLUSIVE = "Exclusive"
+    SHARED = "Shared"
+    SLICED = "Sliced"
+    PARTITIONED = "Partitioned"
+    VISIBILITY = "Visibility"  # sees a sibling's card: not a grant
+
+
+# The GPUStack enum on the wire: 0 None, 1 Exclusive, 2 Shared, 3 Sliced, 4 Partitioned,
+# 5 Visibility. Releases before partitions used 4 for Visibility; see _mode().
+_MODES = {
+    1: Mode.EXCLUSIVE,
+    2: Mode.SHARED,
+    3: Mode.SLICED,
+    4: Mode.PARTITIONED,
+    5: Mode.VISIBILITY,
+}
+_PHYSICAL = ("allocatedPhysicalID", "allocatedPhysicalProfile", "allocatedPhysicalPlacements")
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """One accelerator one container was allocated, as the annotation states it."""
+
+    container: str
+    manufacturer: str
+    device_id: str  # the card's UUID (the parent, for a partition)
+    index: int | None
+    mode: Mode
+    units: int | None = None  # GPUStack slices: share of the card, 1,600,000 = whole
+    memory_mib: int | None = None  # HAMi slices: the memory quota itself
+    cores_percent: int | None = None  # HAMi slices: the compute cap
+    partition_id: str | None = None  # the id recorded at allocation, e.g. MIG-<uuid>
+    profile: str | None = None  # e.g. 1g.10gb
+    source: str = "gpustack"
+
+
+def _mode(value: Any, accelerator: Mapping[str, Any]) -> Mode | None:
+    if isinstance(value, str):
+        try:
+            return Mode(value)
+        except ValueError:
+            raise AllocationError(f"unknown mode {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise AllocationError(f"mode must be a number or a name, not {value!r}")
+    if value == 0:
+        return None  # "None": nothing held
+    if value not in _MODES:
+        raise AllocationError(f"unknown mode {value}")
+    if value == 4 and not any(accelerator.get(k) for k in _PHYSICAL):
+        # An older release's Visibility: a partition always records its physical placement.
+        return Mode.VISIBILITY
+    return _MODES[value]
+
+
+def _optional_int(value: Any, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise AllocationError(f"{what} must be a non-negative integer, not {value!r}")
+    return value
+
+
+def _optional_str(value: Any, what: str) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise AllocationError(f"{what} must be a string, not {value!r}")
+    return value
+
+
+def parse_gpustack(text: str) -> tuple[Allocation, ...]:
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise AllocationError(f"not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise AllocationError("expected an object of containers")
+    out: list[Allocation] = []
+    for container, entry in sorted(doc.items()):
+        if not isinstance(entry, dict):
+            raise AllocationError(f"container {container!r}: expected an object")
+        devices = entry.get("devices", {})
+        groups = devices.get("groups", []) if isinstance(devices, dict) else None
+        if not isinstance(groups, list):
+            raise AllocationError(f"container {container!r}: devices.groups must be a list")
+        for group in groups:
+            if not isinstance(group, dict):
+                raise AllocationError(f"container {container!r}: a group must be an object")
+            manufacturer = group.get("manufacturer")
+            accelerators = group.get("accelerators", [])
+            if not isinstance(manufacturer, str) or not isinstance(accelerators, list):
+                raise AllocationError(f"container {container!r}: group without manufacturer")
+            for acc in accelerators:
+                if not isinstance(acc, dict) or not isinstance(acc.get("id"), str) or not acc["id"]:
+                    raise AllocationError(f"container {container!r}: accelerator without id")
+                mode = _mode(acc.get("mode"), acc)
+                if mode is None:
+                    continue
+                out.append(
+                    Allocation(
+                        container=container,
+                        manufacturer=manufacturer.lower(),
+                        device_id=acc["id"],
+                        index=_optional_int(acc.get("index"), "index"),
+                        mode=mode,
+                        units=_optional_int(acc.get("allocated"), "allocated"),
+                        partition_id=_optional_str(
+                            acc.get("allocatedPhysicalID"), "allocatedPhysicalID"
+                        ),
+                        profile=_optional_str(
+                            acc.get("allocatedPhysicalProfile"), "allocatedPhysicalProfile"
+                        ),
+                    )
+                )
+    return tuple(out)
+
+
+# A MIG device in HAMi's older encoding: the parent UUID with [gi-ci] appended (HAMi #1043).
+_HAMI_OLD_MIG = re.compile(r"(.+)\[(\d+)-(\d+)\]")
+
+
+def _hami_int(field: str, what: str) -> int:
+    if not field.isdigit():
+        raise AllocationError(f"{what} must be a non-negative integer, not {field!r}")
+    return int(field)
+
+
+def parse_hami(
+    text: str, slots: Sequence[str], mig_text: str | None = None
+) -> tuple[Allocation, ...]:
+    """`slots` are the pod's container names in HAMi's order: init containers, then regular."""
+    migs = parse_hami_mig(mig_text, slots) if mig_text else ()
+    claimed = {(m.container, m.device_id) for m in migs}
+    parts = text.split(";")
+    if parts and parts[-1].strip() == "":
+        parts = parts[:-1]  # the terminator after the last slot
+    if len(parts) > len(slots):
+        raise AllocationError(f"{len(parts)} container slots for {len(slots)} containers")
+    out: list[Allocation] = list(migs)
+    for container, slot in zip(slots, parts, strict=False):
+        for device in filter(None, (d.strip() for d in slot.split(":"))):
+            fields = device.split(",")
+            if len(fields) != 4 or not fields[0]:
+                raise AllocationError(f"device {device!r} is not UUID,Type,MemMiB,Cores")
+            uuid, kind, mem, cores = fields
+            memory, cap = _hami_int(mem, "MemMiB"), _hami_int(cores, "Cores")
+            manufacturer = kind.split("-")[0].lower() or "nvidia"
+            if old := _HAMI_OLD_MIG.fullmatch(uuid):
+                if (container, old.group(1)) in claimed:
+                    continue  # the same partition, better described by the MIG annotation
+                # A partition allocated before HAMi recorded its UUID: found by nothing.
+                out.append(
+                    Allocation(
+                        container, manufacturer, old.group(1), None, Mode.PARTITIONED, source="hami"
+                    )
+                )
+                continue
+            out.append(
+                Allocation(
+                    container,
+                    manufacturer,
+                    uuid,
+                    None,
+                    Mode.SLICED,
+                    memory_mib=memory,
+                    cores_percent=cap,
+                    source="hami",
+                )
+            )
+    return tuple(out)
+
+
+def parse_hami_mig(text: str, slots: Sequence[str]) -> tuple[Allocation, ...]:
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise AllocationError(f"{HAMI_MIG_KEY}: not JSON: {exc}") from None
+    if not isinstance(doc, list):
+        raise AllocationError(f"{HAMI_MIG_KEY}: expected a list")
+    out = []
+    for item in doc:
+        if not isinstance(item, dict):
+            raise AllocationError(f"{HAMI_MIG_KEY}: an entry must be an object")
+        slot = item.get("containerIndex")
+        parent = item.get("gpuUUID")
+        if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < len(slots):
+            raise AllocationError(f"{HAMI_MIG_KEY}: containerIndex {slot!r} names no container")
+        if not isinstance(parent, str) or not parent:
+            raise AllocationError(f"{HAMI_MIG_KEY}: entry without gpuUUID")
+        out.append(
+            Allocation(
+                container=slots[slot],
+                manufacturer="nvidia",
+                device_id=parent,
+                index=None,
+                mode=Mode.PARTITIONED,
+                partition_id=_optional_str(item.get("migUUID"), "migUUID"),
+                profile=_optional_str(item.get("profile"), "profile"),
+                source="hami",
+            )
+        )
+    return tuple(out)
+
+
+def allocations_of(annotations: Mapping[str, str], slots: Sequence[str]) -> tuple[Allocation, ...]:
+    """Every allocation a pod's annotations state; raises AllocationError if one is malformed."""
+    out: list[Allocation] = []
+    if GPUSTACK_KEY in annotations:
+        out.extend(parse_gpustack(annotations[GPUSTACK_KEY]))
+    if HAMI_KEY in annotations or HAMI_MIG_KEY in annotations:
+        out.extend(parse_hami(annotations.get(HAMI_KEY, ""), slots, annotations.get(HAMI_MIG_KEY)))
+    return tuple(out)

@@ -1,0 +1,316 @@
+"""The figures users read: one entry per grant, the Instance's own, whatever the allocation did
+to the card (R-F1..R-F4, R-F7). One calculation for both surfaces: the exporter's series and the
+per-Instance sample (`InstanceMetrics`) are made by the functions here from the same inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from devicemanager.allocations import Mode
+from devicemanager.grants import Grant, InstanceRef, NodeGrants, ceil_restated, instance_of, live
+from devicemanager.model import Card, Snapshot, utilization_percent
+from devicemanager.pods import PodIndex, PodInfo
+from devicemanager.quantity import parse_quantity
+from devicemanager.slices import Lookup, figures
+
+MIB = 1048576
+
+
+@dataclass(frozen=True, slots=True)
+class AcceleratorEntry:
+    """One grant's figures, as `accelerators[]` of the sample and the accelerator families."""
+
+    manufacturer: str
+    id: str  # the card's UUID, or the partition's own id
+    index: int | None  # the ordinal the vendor's tool shows (the parent's, for a partition)
+    mode: Mode
+    memory_total_mib: int | None = None
+    memory_used_mib: int | None = None
+    cores_utilization_percent: float | None = None
+    temperature_celsius: float | None = None
+    power_usage_watts: float | None = None
+    unhealthy: bool | None = None
+
+    @property
+    def memory_utilization_percent(self) -> float | None:
+        return utilization_percent(self.memory_used_mib, self.memory_total_mib)
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """What one snapshot says, indexed for lookups. A stale snapshot says nothing (R-S3)."""
+
+    cards: Mapping[tuple[str, str], Card] = field(default_factory=dict)
+    lookup: Lookup | None = None
+    manufacturers: frozenset[str] = frozenset()  # whose cards this snapshot holds
+
+    @classmethod
+    def of(cls, snapshot: Snapshot | None, fresh: bool = True) -> View:
+        if snapshot is None or not fresh or snapshot.timestamp <= 0:
+            return cls()
+        cards = {(g.manufacturer, c.id): c for g in snapshot.groups for c in g.cards}
+        lookup = Lookup.of(snapshot.slices) if snapshot.slices is not None else None
+        return cls(cards, lookup, frozenset(g.manufacturer for g in snapshot.groups))
+
+
+def view_of_document(doc: Any, now: float) -> View | None:
+    """The view a consumer gets from a fetched /monitor/snapshot document: None when it cannot
+    be read or is older than three periods (a failing monitor: no accelerator figures)."""
+    from devicemanager.snapshot import fresh, from_json
+
+    try:
+        snap = from_json(doc)
+    except ValueError:
+        return None
+    return View.of(snap) if fresh(snap, now) else None
+
+
+def entry(grant: Grant, view: View) -> AcceleratorEntry:
+    card = view.cards.get((grant.manufacturer, grant.device_id))
+    total_card = card.memory_total_mib if card is not None else None
+    common: dict[str, Any] = {
+        "manufacturer": grant.manufacturer,
+        "id": grant.entry_id,
+        "index": grant.index if grant.index is not None else (card.index if card else None),
+        "mode": grant.mode,
+        # Temperature, power and health are the whole card's, in every mode.
+        "temperature_celsius": card.temperature_celsius if card else None,
+        "power_usage_watts": card.power_usage_watts if card else None,
+        "unhealthy": card.unhealthy if card else None,
+    }
+    if grant.mode in (Mode.EXCLUSIVE, Mode.SHARED):
+        if grant.ambiguous:  # two containers of one pod, one card: no figures of its own
+            return AcceleratorEntry(**common, memory_total_mib=total_card)
+        return AcceleratorEntry(
+            **common,
+            memory_total_mib=total_card,
+            memory_used_mib=card.memory_used_mib if card else None,
+            cores_utilization_percent=card.cores_utilization_percent if card else None,
+        )
+    if grant.mode is Mode.SLICED:
+        quota = grant.memory_quota_mib(total_card)
+        if grant.ambiguous:
+            return AcceleratorEntry(**common, memory_total_mib=quota)
+        f = figures(
+            view.lookup, grant.manufacturer, grant.pod_uid, grant.container, grant.device_id
+        )
+        used = f.memory_used_mib if f is not None else None
+        measured = f.cores_percent if f is not None else None
+        cores = None if measured is None else ceil_restated(measured, grant.cores_cap)
+        return AcceleratorEntry(
+            **common, memory_total_mib=quota, memory_used_mib=used, cores_utilization_percent=cores
+        )
+    # Partitioned: the partition's own record, never restated against any cap.
+    if grant.ambiguous:
+        return AcceleratorEntry(**common)
+    f = figures(
+        view.lookup,
+        grant.manufacturer,
+        grant.pod_uid,
+        grant.container,
+        grant.device_id,
+        partition_id=grant.partition_id or "",
+    )
+    if f is None:
+        return AcceleratorEntry(**common)
+    return AcceleratorEntry(
+        **common,
+        memory_total_mib=f.memory_total_mib,
+        memory_used_mib=f.memory_used_mib,
+        cores_utilization_percent=f.cores_percent,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceEntries:
+    instance: InstanceRef
+    pod: PodInfo
+    entries: tuple[AcceleratorEntry, ...]
+
+
+def newest_pods(index: PodIndex, grants: NodeGrants) -> dict[str, tuple[InstanceRef, PodInfo]]:
+    """Per Instance UID, its newest live pod holding a grant (ties: by name)."""
+    chosen: dict[str, tuple[InstanceRef, PodInfo]] = {}
+    for uid in grants.by_pod:
+        pod = index.get(uid)
+        if pod is None or not live(pod):
+            continue
+        ref = instance_of(pod)
+        current = chosen.get(ref.uid)
+        if current is None or (pod.created or "", pod.name) > (
+            current[1].created or "",
+            current[1].name,
+        ):
+            chosen[ref.uid] = (ref, pod)
+    return chosen
+
+
+def exported(
+    index: PodIndex | None, grants: NodeGrants | None, view: View, manufacturers: Iterable[str]
+) -> tuple[InstanceEntries, ...]:
+    """Every Instance of the node with an accelerator of ours, for the exporter (R-E2, R-E3).
+
+    A never-started, stopped or terminating pod publishes nothing; the predecessor of a
+    recreated Instance is a different pod and a different Instance UID, so it never lends its
+    figures to the new one.
+    """
+    if index is None or grants is None:
+        return ()
+    ours = set(manufacturers)
+    out = []
+    for ref, pod in sorted(
+        newest_pods(index, grants).values(), key=lambda rp: (rp[0].namespace, rp[0].name, rp[0].uid)
+    ):
+        mine = [g for g in grants.by_pod[pod.uid] if g.manufacturer in ours]
+        if mine:
+            out.append(InstanceEntries(ref, pod, tuple(entry(g, view) for g in mine)))
+    return tuple(out)
+
+
+# -- the per-Instance sample ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    total: int
+    used: int | None  # None: no source measured it
+
+
+@dataclass(frozen=True, slots=True)
+class PodUsage:
+    """A pod's measured CPU, memory and storage, from the kubelet or metrics.k8s.io."""
+
+    cpu_millicores: int | None
+    memory_mib: int | None
+    storage_mib: int | None  # metrics.k8s.io has none
+    timestamp: str | None = None
+    source: str = "kubelet"
+
+
+class InstanceMetricsUnavailable(Exception):
+    """Something did start and no source could measure it; the message names each failure."""
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceMetrics:
+    instance: InstanceRef
+    timestamp: str | None
+    cpu_millicores: Pair
+    memory_mib: Pair
+    storage_mib: Pair
+    accelerators: tuple[AcceleratorEntry, ...] | None  # None: the agent could not be read
+
+
+def _limit_sum(pod: PodInfo | None, resource: str, scale: Decimal) -> int:
+    """The sum of regular containers' limits for a resource; undeclared contributes nothing."""
+    if pod is None:
+        return 0
+    total = Decimal(0)
+    for limits in pod.limits.values():
+        raw = limits.get(resource)
+        if raw is None:
+            continue
+        try:
+            total += parse_quantity(raw)
+        except ValueError:
+            continue  # the API server validates quantities; a bad one is not ours to guess
+    return math.ceil(total * scale)
+
+
+def totals(pod: PodInfo | None) -> tuple[int, int, int]:
+    """(CPU millicores, memory MiB, storage MiB) the pod declared (init containers excluded)."""
+    return (
+        _limit_sum(pod, "cpu", Decimal(1000)),
+        _limit_sum(pod, "memory", Decimal(1) / MIB),
+        _limit_sum(pod, "ephemeral-storage", Decimal(1) / MIB),
+    )
+
+
+def _never_started(entry: AcceleratorEntry) -> AcceleratorEntry:
+    # Nothing has run, so nothing was used: totals and zeros; the card's own readings are not
+    # this Instance's measurements.
+    return AcceleratorEntry(
+        entry.manufacturer, entry.id, entry.index, entry.mode, entry.memory_total_mib, 0, 0.0
+    )
+
+
+def instance_metrics(
+    instance: InstanceRef,
+    pod: PodInfo | None,
+    grants: Sequence[Grant],
+    usage: PodUsage | Sequence[str] | None,
+    view: View | None,
+    timestamp: str | None = None,
+) -> InstanceMetrics:
+    """One Instance's sample (R-F7). `usage` is what the kubelet (or metrics.k8s.io) measured,
+    or the failures of every source tried; `view` is None when no agent snapshot could be
+    read or it was stale."""
+    cpu, memory, storage = totals(pod)
+    if pod is None or not pod.started:
+        # Unscheduled, pulling, stopped: an answer, not a failure (R-F6).
+        base = View() if view is None else view
+        zeros = tuple(_never_started(entry(g, base)) for g in grants)
+        return InstanceMetrics(
+            instance, timestamp, Pair(cpu, 0), Pair(memory, 0), Pair(storage, 0), zeros
+        )
+    if usage is None or not isinstance(usage, PodUsage):
+        failures = "; ".join(usage or ["no source was configured"])
+        raise InstanceMetricsUnavailable(
+            f"no source could measure {instance.namespace}/{instance.name}: {failures}"
+        )
+    accelerators = None if view is None else tuple(entry(g, view) for g in grants)
+    return InstanceMetrics(
+        instance,
+        usage.timestamp or timestamp,
+        Pair(cpu, usage.cpu_millicores),
+        Pair(memory, usage.memory_mib),
+        Pair(storage, usage.storage_mib),
+        accelerators,
+    )
+
+
+def entry_json(e: AcceleratorEntry) -> dict[str, Any]:
+    return {
+        "id": e.id,
+        "mode": e.mode.value,
+        "memoryTotalMiB": e.memory_total_mib,
+        "memoryUsedMiB": e.memory_used_mib,
+        "memoryUtilizationPercent": e.memory_utilization_percent,
+        "coresUtilizationPercent": e.cores_utilization_percent,
+        "temperatureCelsius": e.temperature_celsius,
+        "powerUsageWatts": e.power_usage_watts,
+        "unhealthy": e.unhealthy,
+    }
+
+
+def metrics_json(m: InstanceMetrics) -> dict[str, Any]:
+    """The sample as the worker's API serves it; an absent figure is left out (omitempty)."""
+    sample: dict[str, Any] = {"timestamp": m.timestamp}
+    for name, pair in (
+        ("cpu", m.cpu_millicores),
+        ("memory", m.memory_mib),
+        ("storage", m.storage_mib),
+    ):
+        unit = "Millicores" if name == "cpu" else "MiB"
+        sample[f"{name}Total{unit}"] = pair.total
+        if pair.used is not None:
+            sample[f"{name}Used{unit}"] = pair.used
+    if m.accelerators is not None:
+        sample["accelerators"] = [
+            {k: v for k, v in entry_json(e).items() if v is not None} for e in m.accelerators
+        ]
+    return {
+        "apiVersion": "worker.gpustack.ai/v1",
+        "kind": "InstanceMetrics",
+        "metadata": {
+            "namespace": m.instance.namespace,
+            "name": m.instance.name,
+            "uid": m.instance.uid,
+        },
+        "sample": sample,
+    }

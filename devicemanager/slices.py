@@ -1,0 +1,436 @@
+"""The snapshot's `slices` section: per-grant usage of carved cards, and its reading (R-S1, R-S2).
+
+Producer: per-process rows placed by attribution become usage records per (manufacturer, pod,
+container name, device); every device the per-process pass covered gets one diagnostics entry
+with a reason per figure and its row counts; every partition an Instance container holds gets
+the figures read on its own handle. No PID leaves the node.
+
+Consumer: `figures()` answers, for one holder of one device, its figures or their absence.
+Both surfaces (the exporter and the per-Instance sample) use it, so absent-versus-zero is
+decided in one place.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from devicemanager.allocations import Mode
+from devicemanager.attribution import DeviceAttribution
+from devicemanager.grants import Grant
+from devicemanager.model import Card, PartitionReading, Reason, VendorReading
+
+SCHEMA_VERSION = 1
+SUPPORTED_VERSIONS = range(1, 2)
+MAX_USAGES = 4096
+MAX_DEVICES = 256
+MIB = 1048576
+
+
+@dataclass(frozen=True, slots=True)
+class SliceUsage:
+    manufacturer: str
+    pod_uid: str
+    container: str
+    device_id: str
+    memory_used_mib: int | None
+    cores_utilization_percent: float | None  # share of the whole card, capped at 100
+
+
+@dataclass(frozen=True, slots=True)
+class SliceDevice:
+    manufacturer: str
+    device_id: str
+    memory_reason: Reason | None = None
+    cores_reason: Reason | None = None
+    rows_returned: int = 0
+    rows_attributed: int = 0
+    rows_non_instance: int = 0
+    rows_unreadable: int = 0
+    rows_ambiguous: int = 0
+    reads_truncated: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SlicePartition:
+    manufacturer: str
+    pod_uid: str
+    container: str
+    device_id: str  # the parent card
+    id: str  # the partition's own id; "" when its allocation recorded none
+    memory_total_mib: int | None = None
+    memory_used_mib: int | None = None
+    cores_percent: float | None = None
+    memory_reason: Reason | None = None
+    cores_reason: Reason | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SliceSection:
+    schema_version: int = SCHEMA_VERSION
+    truncated: bool = False
+    usages: tuple[SliceUsage, ...] = ()
+    devices: tuple[SliceDevice, ...] = ()
+    partitions: tuple[SlicePartition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """One holder's figures on one device; a None figure is absent, with its reason."""
+
+    memory_used_mib: int | None
+    cores_percent: float | None
+    memory_total_mib: int | None = None  # partitions only: their own capacity
+    memory_reason: Reason | None = None
+    cores_reason: Reason | None = None
+
+
+# -- producing ----------------------------------------------------------------------------------
+
+
+def _device_entry(
+    manufacturer: str, verdict: DeviceAttribution, vendor: Any, card: Card | None
+) -> tuple[SliceDevice, list[SliceUsage]]:
+    memory_reason = vendor.memory_reason or verdict.reason
+    cores_reason = vendor.cores_reason or verdict.reason
+    if memory_reason is None and card is not None and card.memory_total_mib is not None:
+        summed = sum(r.memory_bytes or 0 for r in vendor.rows)
+        if summed > card.memory_total_mib * MIB:
+            # The driver's rows contradict its own card: refused, not clamped (R-S4).
+            memory_reason = Reason.INVALID_DATA
+    by_holder: dict[tuple[str, str], list[Any]] = {}
+    for row, placement in verdict.rows:
+        by_holder.setdefault((placement.pod_uid, placement.container), []).append(row)
+    usages = []
+    if memory_reason is None or cores_reason is None:
+        for (pod_uid, container), rows in sorted(by_holder.items()):
+            memory = None
+            if memory_reason is None and all(r.memory_bytes is not None for r in rows):
+                # Summed in bytes, converted once, rounded up (R-F2).
+                memory = math.ceil(sum(r.memory_bytes for r in rows) / MIB)
+            cores = None
+            if cores_reason is None and all(r.cores_percent is not None for r in rows):
+                cores = min(100.0, float(sum(r.cores_percent for r in rows)))
+            usages.append(
+                SliceUsage(manufacturer, pod_uid, container, verdict.device_id, memory, cores)
+            )
+    c = verdict.counts
+    device = SliceDevice(
+        manufacturer,
+        verdict.device_id,
+        memory_reason,
+        cores_reason,
+        c.returned,
+        c.attributed,
+        c.non_instance,
+        c.unreadable,
+        c.ambiguous,
+        vendor.reads_truncated,
+    )
+    return device, usages
+
+
+def _partition_entry(
+    manufacturer: str, grant: Grant, found: PartitionReading | None, parent: Card | None
+) -> SlicePartition:
+    key = (manufacturer, grant.pod_uid, grant.container, grant.device_id)
+    if grant.partition_id is None or found is None:
+        # No id recorded (allocated by an older release), or the driver did not answer for
+        # it: found by nothing else, and the parent's figures are every tenant's.
+        reason = Reason.TRANSIENT_DRIVER_ERROR
+        return SlicePartition(
+            *key, id=grant.partition_id or "", memory_reason=reason, cores_reason=reason
+        )
+    memory_reason = found.memory_reason
+    total, used = found.memory_total_mib, found.memory_used_mib
+    parent_total = parent.memory_total_mib if parent is not None else None
+    if (
+        parent_total is not None
+        and memory_reason is None
+        and ((total or 0) > parent_total or (used or 0) > parent_total)
+    ):
+        memory_reason, total, used = Reason.INVALID_DATA, None, None
+    return SlicePartition(
+        *key,
+        id=found.id,
+        memory_total_mib=total if memory_reason is None else None,
+        memory_used_mib=used if memory_reason is None else None,
+        cores_percent=found.cores_percent if found.cores_reason is None else None,
+        memory_reason=memory_reason,
+        cores_reason=found.cores_reason,
+    )
+
+
+def build(
+    reading: VendorReading,
+    verdicts: Sequence[DeviceAttribution],
+    grants: Iterable[Grant],
+) -> SliceSection:
+    """One manufacturer's section from its reading, attribution and grants. Pure."""
+    manufacturer = reading.manufacturer
+    cards = {c.id: c for c in reading.cards}
+    vendor = {p.device_id: p for p in reading.processes}
+    devices, usages = [], []
+    for verdict in verdicts:
+        device, records = _device_entry(
+            manufacturer, verdict, vendor[verdict.device_id], cards.get(verdict.device_id)
+        )
+        devices.append(device)
+        usages.extend(records)
+    found: dict[str, list[PartitionReading]] = {}
+    for p in reading.partitions:
+        found.setdefault(p.id, []).append(p)
+    partitions = []
+    for grant in grants:
+        if grant.manufacturer != manufacturer or grant.mode is not Mode.PARTITIONED:
+            continue
+        if grant.ambiguous:
+            continue  # claimed by two containers: dropped for both
+        candidates = [
+            p for p in found.get(grant.partition_id or "", []) if p.parent_id == grant.device_id
+        ]
+        match = candidates[0] if len(candidates) == 1 else None
+        partitions.append(_partition_entry(manufacturer, grant, match, cards.get(grant.device_id)))
+    return SliceSection(usages=tuple(usages), devices=tuple(devices), partitions=tuple(partitions))
+
+
+def merge(sections: Iterable[SliceSection]) -> SliceSection:
+    """One section for every manufacturer, within its bounds (R-S2)."""
+    sections = list(sections)
+    devices = sorted(
+        (d for s in sections for d in s.devices), key=lambda d: (d.manufacturer, d.device_id)
+    )
+    by_device: dict[tuple[str, str], list[SliceUsage]] = {}
+    for u in (u for s in sections for u in s.usages):
+        by_device.setdefault((u.manufacturer, u.device_id), []).append(u)
+    truncated = len(devices) > MAX_DEVICES
+    kept_devices: list[SliceDevice] = []
+    kept_usages: list[SliceUsage] = []
+    for device in devices[:MAX_DEVICES]:
+        records = by_device.get((device.manufacturer, device.device_id), [])
+        if len(kept_usages) + len(records) > MAX_USAGES:
+            # Dropped whole: a device's records are never published in part.
+            truncated = True
+            device = replace(device, memory_reason=Reason.BOUNDED, cores_reason=Reason.BOUNDED)
+            records = []
+        kept_devices.append(device)
+        kept_usages.extend(records)
+    partitions = sorted(
+        (p for s in sections for p in s.partitions),
+        key=lambda p: (p.manufacturer, p.pod_uid, p.container, p.device_id, p.id),
+    )
+    return SliceSection(
+        SCHEMA_VERSION, truncated, tuple(kept_usages), tuple(kept_devices), tuple(partitions)
+    )
+
+
+# -- consuming ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """A section indexed for `figures()`; built once per snapshot."""
+
+    section: SliceSection
+    usages: Mapping[tuple[str, str, str, str], SliceUsage]
+    devices: Mapping[tuple[str, str], SliceDevice]
+    partitions: Mapping[tuple[str, str, str, str, str], SlicePartition]
+
+    @classmethod
+    def of(cls, section: SliceSection) -> Lookup:
+        return cls(
+            section,
+            {(u.manufacturer, u.pod_uid, u.container, u.device_id): u for u in section.usages},
+            {(d.manufacturer, d.device_id): d for d in section.devices},
+            {
+                (p.manufacturer, p.pod_uid, p.container, p.device_id, p.id): p
+                for p in section.partitions
+            },
+        )
+
+
+def figures(
+    lookup: Lookup | None,
+    manufacturer: str,
+    pod_uid: str,
+    container: str,
+    device_id: str,
+    partition_id: str | None = None,
+) -> Figures | None:
+    """The figures of one holder on one device, or None when the section cannot answer."""
+    if lookup is None:
+        return None  # no section: this round could not measure
+    if lookup.section.schema_version not in SUPPORTED_VERSIONS:
+        skew = Reason.VERSION_SKEW
+        return Figures(None, None, memory_reason=skew, cores_reason=skew)
+    if partition_id is not None:
+        # A partition's own record supersedes everything, never mixed per field.
+        p = lookup.partitions.get((manufacturer, pod_uid, container, device_id, partition_id))
+        if p is None:
+            return None
+        return Figures(
+            p.memory_used_mib, p.cores_percent, p.memory_total_mib, p.memory_reason, p.cores_reason
+        )
+    device = lookup.devices.get((manufacturer, device_id))
+    if device is None:
+        return None  # the per-process pass did not cover this device
+    usage = lookup.usages.get((manufacturer, pod_uid, container, device_id))
+    if usage is not None:
+        return Figures(
+            usage.memory_used_mib,
+            usage.cores_utilization_percent,
+            memory_reason=device.memory_reason,
+            cores_reason=device.cores_reason,
+        )
+    # Measured, and this holder ran nothing there: a measured zero wherever the device answered.
+    return Figures(
+        0 if device.memory_reason is None else None,
+        0.0 if device.cores_reason is None else None,
+        memory_reason=device.memory_reason,
+        cores_reason=device.cores_reason,
+    )
+
+
+# -- JSON -----------------------------------------------------------------------------------------
+
+
+def to_json(section: SliceSection) -> dict[str, Any]:
+    def reasons(memory: Reason | None, cores: Reason | None) -> dict[str, str]:
+        out = {}
+        if memory is not None:
+            out["memoryReason"] = memory.value
+        if cores is not None:
+            out["coresReason"] = cores.value
+        return out
+
+    doc: dict[str, Any] = {"schemaVersion": section.schema_version}
+    if section.truncated:
+        doc["truncated"] = True
+    doc["usages"] = [
+        {
+            "manufacturer": u.manufacturer,
+            "podUID": u.pod_uid,
+            "container": u.container,
+            "deviceID": u.device_id,
+            "memoryUsedMiB": u.memory_used_mib,
+            "coresUtilizationPercent": u.cores_utilization_percent,
+        }
+        for u in section.usages
+    ]
+    doc["devices"] = [
+        {
+            "manufacturer": d.manufacturer,
+            "deviceID": d.device_id,
+            **reasons(d.memory_reason, d.cores_reason),
+            "rowsReturned": d.rows_returned,
+            "rowsAttributed": d.rows_attributed,
+            "rowsNonInstance": d.rows_non_instance,
+            "rowsUnreadable": d.rows_unreadable,
+            "rowsAmbiguous": d.rows_ambiguous,
+            "readsTruncated": d.reads_truncated,
+        }
+        for d in section.devices
+    ]
+    if section.partitions:
+        doc["partitions"] = [
+            {
+                "manufacturer": p.manufacturer,
+                "podUID": p.pod_uid,
+                "container": p.container,
+                "deviceID": p.device_id,
+                "id": p.id,
+                "memoryTotalMiB": p.memory_total_mib,
+                "memoryUsedMiB": p.memory_used_mib,
+                "coresPercent": p.cores_percent,
+                **reasons(p.memory_reason, p.cores_reason),
+            }
+            for p in section.partitions
+        ]
+    return doc
+
+
+def _reason_of(value: Any) -> Reason | None:
+    if value in (None, ""):
+        return None
+    try:
+        return Reason(value)
+    except ValueError:
+        # A reason this consumer does not know is still a reason: the figure stays absent.
+        return Reason.VERSION_SKEW
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def from_json(doc: Any) -> SliceSection | None:
+    """A section as another agent served it. Unreadable parts are left out, never guessed."""
+    if not isinstance(doc, dict):
+        return None
+    version = _int(doc.get("schemaVersion"))
+    if version is None:
+        return None
+    if version not in SUPPORTED_VERSIONS:
+        return SliceSection(schema_version=version)  # only the version can be trusted
+
+    def items(key: str) -> list[dict[str, Any]]:
+        value = doc.get(key)
+        return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+    usages = tuple(
+        SliceUsage(
+            _str(u.get("manufacturer")),
+            _str(u.get("podUID")),
+            _str(u.get("container")),
+            _str(u.get("deviceID")),
+            _int(u.get("memoryUsedMiB")),
+            _num(u.get("coresUtilizationPercent")),
+        )
+        for u in items("usages")
+    )
+    devices = tuple(
+        SliceDevice(
+            _str(d.get("manufacturer")),
+            _str(d.get("deviceID")),
+            _reason_of(d.get("memoryReason")),
+            _reason_of(d.get("coresReason")),
+            *(
+                _int(d.get(k)) or 0
+                for k in (
+                    "rowsReturned",
+                    "rowsAttributed",
+                    "rowsNonInstance",
+                    "rowsUnreadable",
+                    "rowsAmbiguous",
+                    "readsTruncated",
+                )
+            ),
+        )
+        for d in items("devices")
+    )
+    partitions = tuple(
+        SlicePartition(
+            _str(p.get("manufacturer")),
+            _str(p.get("podUID")),
+            _str(p.get("container")),
+            _str(p.get("deviceID")),
+            _str(p.get("id")),
+            _int(p.get("memoryTotalMiB")),
+            _int(p.get("memoryUsedMiB")),
+            _num(p.get("coresPercent")),
+            _reason_of(p.get("memoryReason")),
+            _reason_of(p.get("coresReason")),
+        )
+        for p in items("partitions")
+    )
+    return SliceSection(version, doc.get("truncated") is True, usages, devices, partitions)

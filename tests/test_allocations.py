@@ -1,0 +1,295 @@
+"""Allocation annotations: GPUStack's and HAMi's formats into grants (R-G1, R-G2)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from devicemanager.allocations import (
+    AllocationError,
+    Mode,
+    parse_gpustack,
+    parse_hami,
+    parse_hami_mig,
+)
+from devicemanager.grants import cores_cap, grants_of, instance_of
+from devicemanager.pods import pod_info
+
+
+def gpustack(**containers: list[dict[str, Any]]) -> str:
+    return json.dumps(
+        {
+            c: {
+                "devices": {"groups": [{"id": 0, "manufacturer": "NVIDIA", "accelerators": a}]},
+                "deviceIDs": ["x"],
+            }
+            for c, a in containers.items()
+        }
+    )
+
+
+def test_the_reference_example_a_40_percent_slice() -> None:
+    (a,) = parse_gpustack(
+        gpustack(main=[{"id": "GPU-1", "index": 3, "mode": 3, "allocated": 640000}])
+    )
+    assert (a.container, a.manufacturer, a.device_id, a.index, a.mode, a.units) == (
+        "main",
+        "nvidia",
+        "GPU-1",
+        3,
+        Mode.SLICED,
+        640000,
+    )
+
+
+@pytest.mark.parametrize(
+    ("entry", "mode"),
+    [
+        ({"mode": 1}, Mode.EXCLUSIVE),
+        ({"mode": 2}, Mode.SHARED),
+        ({"mode": 3}, Mode.SLICED),
+        (
+            {"mode": 4, "allocatedPhysicalID": "MIG-1", "allocatedPhysicalProfile": "1g.10gb"},
+            Mode.PARTITIONED,
+        ),
+        # An older release numbered Visibility 4; a partition always records its placement.
+        ({"mode": 4}, Mode.VISIBILITY),
+        ({"mode": 5}, Mode.VISIBILITY),
+        ({"mode": "Sliced"}, Mode.SLICED),
+    ],
+)
+def test_modes_are_names(entry: dict[str, Any], mode: Mode) -> None:
+    (a,) = parse_gpustack(gpustack(main=[{"id": "GPU-1", **entry}]))
+    assert a.mode is mode
+
+
+def test_mode_none_holds_nothing() -> None:
+    assert parse_gpustack(gpustack(main=[{"id": "GPU-1", "mode": 0}])) == ()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "null",
+        "[]",
+        '{"main": 1}',
+        '{"main": {"devices": {"groups": {}}}}',
+        gpustack(main=[{"mode": 1}]),
+        gpustack(main=[{"id": "GPU-1", "mode": 9}]),
+        gpustack(main=[{"id": "GPU-1", "mode": 3, "allocated": -5}]),
+        gpustack(main=[{"id": "GPU-1", "mode": True}]),
+        "[" * 5000,
+    ],
+)
+def test_malformed_gpustack_annotations_raise_allocation_error(text: str) -> None:
+    with pytest.raises(AllocationError):
+        parse_gpustack(text)
+
+
+def test_hami_slots_follow_containers_and_empty_ones_keep_their_place() -> None:
+    text = "GPU-a,NVIDIA,3000,20:;;GPU-a,NVIDIA,5000,0:GPU-b,NVIDIA,1000,100:;"
+    out = parse_hami(text, ["init", "main", "side"])
+    assert [(a.container, a.device_id, a.memory_mib, a.cores_percent) for a in out] == [
+        ("init", "GPU-a", 3000, 20),
+        ("side", "GPU-a", 5000, 0),
+        ("side", "GPU-b", 1000, 100),
+    ]
+    assert all(a.mode is Mode.SLICED and a.source == "hami" for a in out)
+
+
+def test_hami_mig_placements_and_the_older_encoding() -> None:
+    mig = json.dumps(
+        [
+            {
+                "containerIndex": 1,
+                "deviceIndex": 0,
+                "gpuUUID": "GPU-p",
+                "profile": "1g.10gb",
+                "migUUID": "MIG-x",
+                "gpuInstanceID": 9,
+                "computeInstanceID": 0,
+            }
+        ]
+    )
+    # Slot b's partition is also in the MIG annotation, which names its UUID: taken from there.
+    # Slot a's is only in the older encoding: a partition no UUID was recorded for.
+    out = parse_hami("GPU-q[1-0],NVIDIA,9856,0:;GPU-p[9-0],NVIDIA,9856,0:;", ["a", "b"], mig)
+    assert sorted((a.container, a.device_id, a.partition_id) for a in out) == [
+        ("a", "GPU-q", None),
+        ("b", "GPU-p", "MIG-x"),
+    ]
+    assert all(a.mode is Mode.PARTITIONED for a in out)
+    (only,) = parse_hami_mig(mig, ["a", "b"])
+    assert (only.container, only.partition_id, only.profile) == ("b", "MIG-x", "1g.10gb")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "GPU-a,NVIDIA,x,1:;",
+        "GPU-a,NVIDIA,1:;",
+        ",NVIDIA,1,1:;",
+        "GPU-a,NVIDIA,1,1:;GPU-b,NVIDIA,1,1:;",
+    ],
+)
+def test_malformed_hami_annotations_raise_allocation_error(text: str) -> None:
+    with pytest.raises(AllocationError):
+        parse_hami(text, ["only"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(max_size=200))
+def test_no_text_makes_the_parsers_raise_anything_else(text: str) -> None:
+    for parse in (
+        lambda: parse_gpustack(text),
+        lambda: parse_hami(text, ["a", "b"]),
+        lambda: parse_hami_mig(text, ["a"]),
+    ):
+        with contextlib.suppress(AllocationError):
+            parse()
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=15,
+)
+keys = st.sampled_from(
+    [
+        "id",
+        "index",
+        "mode",
+        "allocated",
+        "allocatedPhysicalID",
+        "allocatedPhysicalProfile",
+        "allocatedPhysicalPlacements",
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(keys, json_values), json_values, json_values)
+def test_no_json_shape_makes_the_gpustack_parser_raise_anything_else(
+    accelerator: dict[str, Any], group_extra: Any, container_extra: Any
+) -> None:
+    for doc in (
+        {
+            "main": {
+                "devices": {"groups": [{"manufacturer": "nvidia", "accelerators": [accelerator]}]}
+            }
+        },
+        {"main": {"devices": {"groups": [group_extra]}}},
+        {"main": container_extra},
+        container_extra,
+    ):
+        with contextlib.suppress(AllocationError):
+            parse_gpustack(json.dumps(doc))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.dictionaries(
+            st.sampled_from(["containerIndex", "gpuUUID", "migUUID", "profile"]), json_values
+        ),
+        max_size=3,
+    )
+)
+def test_no_json_shape_makes_the_hami_mig_parser_raise_anything_else(doc: list[Any]) -> None:
+    with contextlib.suppress(AllocationError):
+        parse_hami_mig(json.dumps(doc), ["a", "b"])
+
+
+# -- grants of a pod ------------------------------------------------------------------------
+
+
+def pod_with(
+    annotations: dict[str, str],
+    limits: dict[str, dict[str, str]] | None = None,
+    owner: dict[str, Any] | None = None,
+    labels: dict[str, str] | None = None,
+):
+    meta: dict[str, Any] = {
+        "uid": "u1",
+        "name": "p-0",
+        "namespace": "ns",
+        "annotations": annotations,
+        "labels": labels or {},
+    }
+    if owner:
+        meta["ownerReferences"] = [owner]
+    info = pod_info(
+        {
+            "metadata": meta,
+            "spec": {
+                "containers": [
+                    {"name": c, "resources": {"limits": lim}}
+                    for c, lim in (limits or {"main": {}}).items()
+                ]
+            },
+        }
+    )
+    assert info is not None
+    return info
+
+
+def test_the_cap_comes_from_the_containers_cores_percentage_limit() -> None:
+    info = pod_with(
+        {},
+        {
+            "main": {"nvidia.com/gpu.sliced.cores-percentage": "25"},
+            "other": {},
+            "bad": {"x.sliced.cores-percentage": "lots"},
+        },
+    )
+    assert (cores_cap(info, "main"), cores_cap(info, "other"), cores_cap(info, "bad")) == (
+        25.0,
+        100.0,
+        100.0,
+    )
+
+
+def test_a_slice_quota_is_units_of_the_card_floored_at_one_mib() -> None:
+    text = gpustack(
+        main=[{"id": "GPU-1", "mode": 3, "allocated": 640000}],
+        tiny=[{"id": "GPU-2", "mode": 3, "allocated": 1}],
+        huge=[{"id": "GPU-3", "mode": 3, "allocated": 9_000_000}],
+    )
+    info = pod_with(
+        {"device.gpustack.ai/accelerator.allocated": text}, {"main": {}, "tiny": {}, "huge": {}}
+    )
+    quotas = {g.container: g.memory_quota_mib(81559) for g in grants_of(info)}
+    assert quotas == {"main": 32623, "tiny": 1, "huge": 81559}
+
+
+def test_instance_identity_needs_the_owner_and_the_part_of_label() -> None:
+    owner = {
+        "apiVersion": "worker.gpustack.ai/v1",
+        "kind": "Instance",
+        "name": "qwen",
+        "uid": "i-1",
+        "controller": True,
+    }
+    assert (
+        instance_of(pod_with({}, owner=owner, labels={"app.kubernetes.io/part-of": "i-1"})).name
+        == "qwen"
+    )
+    # Without the label (or with another Instance's UID) the pod is its own Instance.
+    assert instance_of(pod_with({}, owner=owner)).name == "p-0"
+    assert (
+        instance_of(pod_with({}, owner=owner, labels={"app.kubernetes.io/part-of": "i-2"})).uid
+        == "u1"
+    )
+    other = {**owner, "apiVersion": "example.com/v1"}
+    assert (
+        instance_of(pod_with({}, owner=other, labels={"app.kubernetes.io/part-of": "i-1"})).uid
+        == "u1"
+    )
