@@ -121,8 +121,14 @@ def _unhealthy(device: Mapping[str, Any]) -> str | None:
 
 
 def parse_card(device: Mapping[str, Any]) -> Card | None:
+    # A card that stopped answering is still named by what it answered earlier (`known*`,
+    # recorded by read()), so its grant shows it unhealthy instead of silently losing it.
     uuid = device.get("nvmlDeviceGetUUID")
+    if not isinstance(uuid, str):
+        uuid = device.get("knownUUID")
     index = _int(device.get("nvmlDeviceGetIndex"))
+    if index is None:
+        index = _int(device.get("knownIndex"))
     if not isinstance(uuid, str) or index is None:
         # Without its identity a card cannot be named in any figure.
         return None
@@ -131,6 +137,8 @@ def parse_card(device: Mapping[str, Any]) -> Card | None:
     gpu = _number(rates.get("gpu")) if isinstance(rates, Mapping) and not _error(rates) else None
     power_mw = _number(device.get("nvmlDeviceGetPowerUsage"))  # mW
     name = device.get("nvmlDeviceGetName")
+    if not isinstance(name, str):
+        name = device.get("knownName")
     reason = _unhealthy(device)
     return Card(
         id=uuid,
@@ -312,6 +320,9 @@ class NvidiaBackend:
         self._nvml: Any = None
         self._events: Any = None
         self._xids: dict[str, list[int]] = {}
+        # Identity a card gave in an earlier round, by enumeration index: a lost card stops
+        # answering even nvmlDeviceGetUUID.
+        self._known: dict[int, dict[str, Any]] = {}
 
     def open(self) -> None:
         try:
@@ -320,7 +331,12 @@ class NvidiaBackend:
             raise BackendUnavailable(f"pynvml is not importable: {exc}") from exc
         try:
             if self.library:
-                pynvml.nvmlLib = ctypes.CDLL(self.library)
+                lib = ctypes.CDLL(self.library)
+                if getattr(pynvml.nvmlLib, "_handle", None) != lib._handle:
+                    # pynvml caches symbols of the library it loaded first; another library's
+                    # would otherwise be called through the first one's pointers.
+                    pynvml._nvmlGetFunctionPointer_cache.clear()
+                    pynvml.nvmlLib = lib
             pynvml.nvmlInit()
         except (OSError, pynvml.NVMLError) as exc:
             raise BackendUnavailable(f"NVML could not be initialised: {exc}") from exc
@@ -445,14 +461,24 @@ class NvidiaBackend:
     def _device(self, index: int, request: ReadRequest, mig_parents: set[str]) -> dict[str, Any]:
         nvml = self._nvml
         handle = self._call(nvml.nvmlDeviceGetHandleByIndex, index)
+        known = self._known.get(index, {})
         if _error(handle) is not None:
-            return {"nvmlDeviceGetHandleByIndex": handle, "index": index}
+            return {"nvmlDeviceGetHandleByIndex": handle, **known}
         uuid = self._call(nvml.nvmlDeviceGetUUID, handle)
         device: dict[str, Any] = {
             "nvmlDeviceGetIndex": self._call(nvml.nvmlDeviceGetIndex, handle),
             "nvmlDeviceGetUUID": uuid,
             "nvmlDeviceGetName": self._call(nvml.nvmlDeviceGetName, handle),
         }
+        if isinstance(uuid, str) and isinstance(device["nvmlDeviceGetIndex"], int):
+            self._known[index] = {
+                "knownUUID": uuid,
+                "knownIndex": device["nvmlDeviceGetIndex"],
+                "knownName": device["nvmlDeviceGetName"],
+            }
+        elif known:
+            device.update(known)
+            uuid = known["knownUUID"]
         device.update(self._memory_info(handle))
         rates = self._call(nvml.nvmlDeviceGetUtilizationRates, handle)
         if _error(rates) is None:

@@ -1,0 +1,124 @@
+"""Named scenarios for the fake libnvidia-ml, after the situations the NVIDIA backend must meet.
+
+Card UUIDs are tests.world.gpu(n), so the same cards can be granted by tests.world.pod().
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.fake_nvml import device
+from tests.world import gpu
+
+NOT_SUPPORTED = 3
+NO_PERMISSION = 4
+FUNCTION_NOT_FOUND = 13
+H100 = {"name": "NVIDIA H100 80GB HBM3", "total_mib": 81559}
+A100 = {"name": "NVIDIA A100-SXM4-40GB", "total_mib": 40960}
+B200 = {"name": "NVIDIA B200", "total_mib": 183359}
+GIB = 1 << 30
+PER_PROCESS = (
+    "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetProcessUtilization",
+    "nvmlDeviceGetProcessesUtilizationInfo",
+)
+
+
+def mig_uuid(n: int) -> str:
+    return f"MIG-{gpu(100 + n)[4:]}"
+
+
+def h100_mig() -> list[dict[str, Any]]:
+    """Card 0 whole; card 1 in MIG mode: a busy 3g.40gb, a 1g.10gb of 9856 MiB, an idle one."""
+    return [
+        device(gpu(0), **H100, used_mib=60_000, util=(80, 30), temp=55, power=500_000),
+        device(
+            gpu(1),
+            **H100,
+            used_mib=30_100,
+            temp=44,
+            power=210_000,
+            mig_mode=(1, 1),
+            processes=[(7001, 28 * GIB, 1, 0)],
+            migs=[
+                {"slot": 0, "uuid": mig_uuid(0), "gi": 1, "total_mib": 40192, "used_mib": 28_700},
+                {"slot": 1, "uuid": mig_uuid(1), "gi": 9, "total_mib": 9856, "used_mib": 1_400},
+                {"slot": 3, "uuid": mig_uuid(2), "gi": 10, "total_mib": 9856, "used_mib": 0},
+            ],
+        ),
+    ]
+
+
+def a100_two_slices() -> list[dict[str, Any]]:
+    """Two slices on one A100: PID 7101 busy (two samples, the newest counts), 7201 idle."""
+    return [
+        device(
+            gpu(2),
+            **A100,
+            used_mib=24_000,
+            util=(36, 12),
+            temp=50,
+            power=260_000,
+            processes=[(7101, 20 * GIB), (7201, 3 * GIB)],
+            samples=[(7101, 1_000_001, 30, 8), (7101, 1_000_002, 36, 12)],
+        )
+    ]
+
+
+def per_process_not_supported() -> list[dict[str, Any]]:
+    """Both per-process calls refused, as on Blackwell with driver 580.159.03."""
+    errors = dict.fromkeys(PER_PROCESS, NOT_SUPPORTED)
+    return [
+        device(gpu(3), **B200, used_mib=97_000, util=(64, 30), errors=errors),
+        device(gpu(4), **B200, used_mib=0),
+    ]
+
+
+def memory_sentinel() -> list[dict[str, Any]]:
+    """A process whose memory the driver reports as NVML_VALUE_NOT_AVAILABLE."""
+    return [
+        device(
+            gpu(2),
+            **A100,
+            used_mib=9_000,
+            util=(10, 2),
+            processes=[(7101, 4 * GIB), (7201, "na")],
+            samples=[(7101, 5, 10, 2)],
+        )
+    ]
+
+
+def gpu_lost_one_of_eight(lost_at_start: bool = False) -> list[dict[str, Any]]:
+    """Eight H100s; card 5 answers once and then falls off the bus (GPU_IS_LOST)."""
+    cards = [device(gpu(10 + i), **H100, used_mib=1_000 * i, util=(i, 0)) for i in range(8)]
+    cards[5]["lost" if lost_at_start else "lose_after"] = 1
+    return cards
+
+
+def process_list_grows(mode: str) -> list[dict[str, Any]]:
+    """Ten processes start between NVML's size probe and its read (once, or every time)."""
+    return [
+        device(
+            gpu(2),
+            **A100,
+            used_mib=9_000,
+            util=(40, 5),
+            processes=[(7101, GIB), (7201, GIB)],
+            samples=[(7101, 5, 40, 5)],
+            grow=(10 if mode == "once" else 1, mode),
+        )
+    ]
+
+
+def pid_exits_mid_round() -> list[dict[str, Any]]:
+    """PID 7301 is listed but gone from /proc when read; PID 7401 appears only in samples."""
+    return [
+        device(
+            gpu(2),
+            **A100,
+            used_mib=9_000,
+            util=(40, 5),
+            processes=[(7101, 2 * GIB), (7301, GIB)],
+            samples=[(7101, 5, 30, 5), (7401, 6, 50, 1)],
+        )
+    ]

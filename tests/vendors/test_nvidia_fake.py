@@ -1,0 +1,456 @@
+"""The NVIDIA backend end to end: real pynvml, our read() and parse(), against a fake
+libnvidia-ml.so.1 compiled by the test from tests/fake_nvml/fake_nvml.c and the real nvml.h
+(R-V1..R-V6). Most cases run the monitor round in-process; two run the whole agent.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from devicemanager.attribution import Attributor
+from devicemanager.backend import BackendUnavailable
+from devicemanager.model import ReadRequest, Reason
+from devicemanager.monitor import BackendWorker, Monitor
+from devicemanager.pods import PodIndex
+from tests import fake_nvml
+from tests.conftest import REPO, Agent, agent_env
+from tests.fake_nvml import scenarios
+from tests.world import accel, gpu, pod, process
+from vendors.nvidia import NvidiaBackend
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.fixture
+def scenario(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    def _write(devices: list[dict[str, Any]], driver: str = "550.90.07") -> Path:
+        path = fake_nvml.write(tmp_path / "scenario.txt", driver, devices)
+        monkeypatch.setenv("FAKE_NVML_SCENARIO", str(path))
+        return path
+
+    return _write
+
+
+def monitor(lib: Path, tmp: Path, pods: list[dict[str, Any]]) -> Monitor:
+    index = PodIndex.of(pods)
+    return Monitor(
+        [BackendWorker(NvidiaBackend(library=str(lib)))],
+        period=15,
+        deadline=10,
+        liveness_timeout=60,
+        node="n1",
+        pods=lambda: index,
+        attributor=Attributor(tmp / "proc"),
+    )
+
+
+def series(text: bytes) -> dict[str, list[tuple[dict[str, str], float]]]:
+    return {
+        f.name: [(s.labels, s.value) for s in f.samples]
+        for f in text_string_to_metric_families(text.decode())
+    }
+
+
+def read_payload(lib: Path, request: ReadRequest, rounds: int = 1) -> list[dict[str, Any]]:
+    backend = NvidiaBackend(library=str(lib))
+    backend.open()
+    try:
+        return [backend.read(request) for _ in range(rounds)]
+    finally:
+        backend.close()
+
+
+# -- card figures ------------------------------------------------------------------------------
+
+
+def test_card_figures_through_real_pynvml(libnvml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    scenario(scenarios.h100_mig())
+    (payload,) = read_payload(libnvml, ReadRequest())
+    reading = NvidiaBackend().parse(payload)
+    whole, mig = reading.cards
+    assert (whole.id, whole.index, whole.name) == (gpu(0), 0, "NVIDIA H100 80GB HBM3")
+    assert (whole.memory_total_mib, whole.memory_used_mib) == (81559, 60_000)  # v2: no reservation
+    assert (
+        whole.cores_utilization_percent,
+        whole.temperature_celsius,
+        whole.power_usage_watts,
+    ) == (
+        80.0,
+        55.0,
+        500.0,
+    )
+    assert mig.cores_utilization_percent is None  # NOT_SUPPORTED on a MIG-enabled card
+    assert payload["nvmlDeviceGetCount"] == 2 and reading.driver_version == "550.90.07"
+    # No carved card asked for: no per-process query was made at all (R-V3).
+    assert all("nvmlDeviceGetComputeRunningProcesses_v3" not in d for d in payload["devices"])
+
+
+def test_memory_v1_where_the_driver_does_not_serve_v2(libnvml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    scenario(
+        [
+            fake_nvml.device(
+                gpu(2),
+                used_mib=1000,
+                reserved=512 << 20,
+                errors={"nvmlDeviceGetMemoryInfo_v2": scenarios.FUNCTION_NOT_FOUND},
+            )
+        ]
+    )
+    (payload,) = read_payload(libnvml, ReadRequest())
+    assert "nvmlDeviceGetMemoryInfo" in payload["devices"][0]  # said which version answered
+    (card,) = NvidiaBackend().parse(payload).cards
+    assert card.memory_used_mib == 1512  # v1 counts the driver's reservation as used
+
+
+def test_gpu_is_lost_on_one_card_of_eight(libnvml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    scenario(scenarios.gpu_lost_one_of_eight())
+    first, second = read_payload(libnvml, ReadRequest(), rounds=2)
+    parse = NvidiaBackend().parse
+    assert [c.unhealthy for c in parse(first).cards] == [False] * 8
+    cards = parse(second).cards
+    assert len(cards) == 8
+    lost = cards[5]
+    # Named by what it answered before; every figure absent, and unhealthy.
+    assert (lost.id, lost.index, lost.unhealthy, lost.unhealthy_reason) == (
+        gpu(15),
+        5,
+        True,
+        "gpu_is_lost",
+    )
+    assert (lost.memory_total_mib, lost.cores_utilization_percent, lost.temperature_celsius) == (
+        None,
+        None,
+        None,
+    )
+    assert [c.unhealthy for i, c in enumerate(cards) if i != 5] == [False] * 7
+
+
+def test_a_card_lost_before_the_agent_started_is_left_out_not_invented(
+    libnvml: Path, scenario
+) -> None:  # type: ignore[no-untyped-def]
+    scenario(scenarios.gpu_lost_one_of_eight(lost_at_start=True))
+    (payload,) = read_payload(libnvml, ReadRequest())
+    cards = NvidiaBackend().parse(payload).cards
+    assert [c.index for c in cards] == [0, 1, 2, 3, 4, 6, 7]
+
+
+@pytest.mark.parametrize(("xid", "reason"), [(79, "xid_79"), (13, None)])
+def test_an_xid_from_the_event_set(libnvml: Path, scenario, xid: int, reason: str | None) -> None:  # type: ignore[no-untyped-def]
+    scenario([fake_nvml.device(gpu(2), xid=xid)])
+    first, second = read_payload(libnvml, ReadRequest(), rounds=2)
+    for payload in (first, second):  # kept once seen: a fatal XID does not heal by itself
+        (card,) = NvidiaBackend().parse(payload).cards
+        assert card.unhealthy_reason == reason
+
+
+# -- per-process --------------------------------------------------------------------------------
+
+CAP_50 = {"main": {"nvidia.com/gpu.sliced.cores-percentage": "50"}}
+
+
+def slice_pods(tmp: Path, *pids: tuple[int, str]) -> list[dict[str, Any]]:
+    pods = [
+        pod(name, {"main": [accel(2, 3, 800_000)]}, instance=name, limits=CAP_50)
+        for name in ("busy", "idle")
+    ]
+    for pid, owner in pids:
+        process(tmp / "proc", pid, owner)
+    return pods
+
+
+def entries(m: Monitor) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for name, samples in series(m.current.metrics.plain).items():
+        if name.startswith("gpustack_instance_accelerator_"):
+            for labels, value in samples:
+                field = name.removeprefix("gpustack_instance_accelerator_")
+                out.setdefault(labels["instance_name"], {})[field] = value
+    return out
+
+
+def test_two_slices_on_an_a100_with_one_busy(libnvml: Path, scenario, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    scenario(scenarios.a100_two_slices())
+    m = monitor(libnvml, tmp_path, slice_pods(tmp_path, (7101, "busy"), (7201, "idle")))
+    m.run_round()
+    m.stop()
+    got = entries(m)
+    assert got["busy"]["memory_used_mib"] == 20480 and got["busy"]["memory_total_mib"] == 20480
+    assert got["busy"]["cores_utilization_percent"] == 72.0  # newest sample 36% of a 50% cap
+    assert got["idle"]["memory_used_mib"] == 3072
+    assert got["idle"]["cores_utilization_percent"] == 0.0  # listed, no sample: idle, measured
+
+
+def test_per_process_calls_not_supported(libnvml: Path, scenario, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    scenario(scenarios.per_process_not_supported())
+    pods = [pod("q", {"main": [accel(3, 3, 800_000)]}, instance="q")]
+    m = monitor(libnvml, tmp_path, pods)
+    published = m.run_round()
+    m.stop()
+    (device,) = published.snapshot.slices.devices
+    assert (device.memory_reason, device.cores_reason) == (Reason.UNSUPPORTED, Reason.UNSUPPORTED)
+    got = series(published.metrics.plain)
+    assert sorted(
+        (ls["entry_point"], ls["reason"], v)
+        for ls, v in got["gpustack_accelerator_process_capability"]
+    ) == [
+        ("cores", "unsupported", 0.0),
+        ("memory", "unsupported", 0.0),
+    ]
+    assert entries(m)["q"].keys() >= {"memory_total_mib", "temperature_celsius"}
+    assert "memory_used_mib" not in entries(m)["q"]
+
+
+def test_the_newer_utilization_call_answers_where_the_older_is_not_served(
+    libnvml: Path, scenario
+) -> None:  # type: ignore[no-untyped-def]
+    scenario(
+        [
+            fake_nvml.device(
+                gpu(2),
+                processes=[(7101, 1 << 30)],
+                samples=[(7101, 9, 42, 1)],
+                errors={"nvmlDeviceGetProcessUtilization": scenarios.NOT_SUPPORTED},
+            )
+        ]
+    )
+    (payload,) = read_payload(libnvml, ReadRequest(carved_device_ids=frozenset({gpu(2)})))
+    assert "nvmlDeviceGetProcessesUtilizationInfo" in payload["devices"][0]
+    (answer,) = NvidiaBackend().parse(payload).processes
+    assert answer.cores_reason is None and answer.rows[0].cores_percent == 42.0
+
+
+def test_permission_refused_is_permission(libnvml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    errors = dict.fromkeys(scenarios.PER_PROCESS, scenarios.NO_PERMISSION)
+    scenario([fake_nvml.device(gpu(2), errors=errors)])
+    (payload,) = read_payload(libnvml, ReadRequest(carved_device_ids=frozenset({gpu(2)})))
+    (answer,) = NvidiaBackend().parse(payload).processes
+    assert (answer.memory_reason, answer.cores_reason) == (Reason.PERMISSION, Reason.PERMISSION)
+
+
+def test_the_memory_sentinel_is_absent_not_zero(libnvml: Path, scenario, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    scenario(scenarios.memory_sentinel())
+    m = monitor(libnvml, tmp_path, slice_pods(tmp_path, (7101, "busy"), (7201, "idle")))
+    published = m.run_round()
+    m.stop()
+    usages = {u.pod_uid: u for u in published.snapshot.slices.usages}
+    from tests.world import uid
+
+    assert usages[uid("busy")].memory_used_mib == 4096
+    assert usages[uid("idle")].memory_used_mib is None  # NVML_VALUE_NOT_AVAILABLE
+    assert "memory_used_mib" not in entries(m)["idle"]
+
+
+def test_a_process_list_that_grows_between_probe_and_read(libnvml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    scenario(scenarios.process_list_grows("once"))
+    (payload,) = read_payload(libnvml, ReadRequest(carved_device_ids=frozenset({gpu(2)})))
+    (answer,) = NvidiaBackend().parse(payload).processes
+    # pynvml's own buffer (2n+5 = 9) was too small; read() asked again and got all twelve.
+    assert answer.memory_reason is None and len(answer.rows) == 12
+
+
+def test_a_process_list_that_keeps_growing_is_truncated_not_partial(
+    libnvml: Path, scenario
+) -> None:  # type: ignore[no-untyped-def]
+    scenario(scenarios.process_list_grows("always"))
+    (payload,) = read_payload(libnvml, ReadRequest(carved_device_ids=frozenset({gpu(2)})))
+    (answer,) = NvidiaBackend().parse(payload).processes
+    assert answer.memory_reason is Reason.TRUNCATED and answer.reads_truncated == 1
+    # Without a complete list the rows are the sampled PIDs, their memory unknown; compute is
+    # still whole, since a process without a sample ran nothing.
+    assert [(r.pid, r.memory_bytes, r.cores_percent) for r in answer.rows] == [(7101, None, 40.0)]
+
+
+def test_a_pid_that_exits_mid_round(libnvml: Path, scenario, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    scenario(scenarios.pid_exits_mid_round())
+    m = monitor(libnvml, tmp_path, slice_pods(tmp_path, (7101, "busy")))  # 7301 has no /proc
+    published = m.run_round()
+    m.stop()
+    (device,) = published.snapshot.slices.devices
+    # 7401 was only in the samples: it had exited, and is not a row at all.
+    assert device.rows_returned == 2
+    assert (device.memory_reason, device.rows_unreadable) == (Reason.EXITED, 1)
+    assert "memory_used_mib" not in entries(m)["busy"]  # never a partial sum
+
+
+def test_mig_partitions_by_recorded_id(libnvml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    scenario(scenarios.h100_mig())
+    wanted = frozenset(
+        {
+            (gpu(1), scenarios.mig_uuid(1)),
+            (gpu(1), scenarios.mig_uuid(2)),
+            (gpu(1), "MIG-not-there"),
+            (gpu(0), "MIG-on-a-card-without-mig"),
+        }
+    )
+    (payload,) = read_payload(libnvml, ReadRequest(partition_ids=wanted))
+    got = {p.id: p for p in NvidiaBackend().parse(payload).partitions}
+    small, idle = got[scenarios.mig_uuid(1)], got[scenarios.mig_uuid(2)]
+    assert (small.memory_total_mib, small.memory_used_mib) == (9856, 1400)
+    assert (idle.memory_used_mib, idle.memory_reason) == (0, None)  # measured 0
+    assert small.cores_reason is Reason.UNSUPPORTED
+    assert got["MIG-not-there"].memory_reason is Reason.TRANSIENT_DRIVER_ERROR
+    assert got["MIG-on-a-card-without-mig"].memory_reason is Reason.UNSUPPORTED
+    # MIG handles were walked only on the card a partition was asked for.
+    assert "migDevices" not in payload["devices"][0]
+
+
+# -- the library missing ----------------------------------------------------------------------
+
+
+def test_a_library_that_is_not_there_is_unavailable_not_a_crash() -> None:
+    with pytest.raises(BackendUnavailable, match="NVML"):
+        NvidiaBackend(library="/nonexistent/libnvidia-ml.so.1").open()
+    # In a clean interpreter, with no library anywhere on the linker's path.
+    code = (
+        "from vendors.nvidia import NvidiaBackend\n"
+        "from devicemanager.backend import BackendUnavailable\n"
+        "try:\n    NvidiaBackend().open()\n"
+        "except BackendUnavailable as e:\n    print('unavailable', e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=agent_env({"LD_LIBRARY_PATH": "/nonexistent"}),
+        cwd=REPO,
+        check=True,
+    )
+    assert out.stdout.startswith("unavailable")
+
+
+# -- the whole agent --------------------------------------------------------------------------
+
+
+def test_the_whole_agent_on_the_fake_h100_with_mig(
+    libnvml: Path, scenario, tmp_path: Path, launch
+) -> None:  # type: ignore[no-untyped-def]
+    path = scenario(scenarios.h100_mig())
+    mig = {"allocatedPhysicalProfile": "1g.10gb"}
+    pods = [
+        pod("qwen", {"main": [accel(0, 1)]}, instance="qwen"),
+        pod(
+            "mistral",
+            {
+                "main": [
+                    accel(
+                        1,
+                        4,
+                        800_000,
+                        allocatedPhysicalProfile="3g.40gb",
+                        allocatedPhysicalID=scenarios.mig_uuid(0),
+                    )
+                ]
+            },
+            instance="mistral",
+        ),
+        pod(
+            "whisper",
+            {"main": [accel(1, 4, 200_000, **mig, allocatedPhysicalID=scenarios.mig_uuid(1))]},
+            instance="whisper",
+        ),
+        pod(
+            "idle",
+            {"main": [accel(1, 4, 200_000, **mig, allocatedPhysicalID=scenarios.mig_uuid(2))]},
+            instance="idle",
+        ),
+    ]
+    process(tmp_path / "proc", 7001, "mistral")
+    (tmp_path / "pods.json").write_text(json.dumps({"kind": "PodList", "items": pods}))
+    agent: Agent = launch(
+        "--manufacturer",
+        "nvidia",
+        "--vendor-library",
+        f"nvidia={libnvml}",
+        "--pods-file",
+        str(tmp_path / "pods.json"),
+        "--proc-root",
+        str(tmp_path / "proc"),
+        "--monitor-period",
+        "0.5",
+        env={"FAKE_NVML_SCENARIO": str(path)},
+    )
+    agent.wait_for("/readyz", 200)
+    with agent.client() as client:
+        doc = client.get("/monitor/snapshot").json()
+        text = client.get("/metrics").content
+    assert [c["id"] for c in doc["groups"][0]["accelerators"]] == [gpu(0), gpu(1)]
+    parts = {p["id"]: p for p in doc["slices"]["partitions"]}
+    assert parts[scenarios.mig_uuid(1)]["memoryTotalMiB"] == 9856
+    assert parts[scenarios.mig_uuid(2)]["memoryUsedMiB"] == 0
+    got = series(text)
+    whisper = {
+        ls["id"]: v
+        for ls, v in got["gpustack_instance_accelerator_memory_total_mib"]
+        if ls["instance_name"] == "whisper"
+    }
+    assert whisper == {scenarios.mig_uuid(1): 9856.0}
+    assert not [
+        1
+        for ls, _ in got["gpustack_instance_accelerator_cores_utilization_percent"]
+        if ls["mode"] == "Partitioned"
+    ]  # never measured for an NVIDIA partition
+
+
+def test_the_whole_agent_on_two_a100_slices_and_record(
+    libnvml: Path, scenario, tmp_path: Path, launch
+) -> None:  # type: ignore[no-untyped-def]
+    path = scenario(scenarios.a100_two_slices())
+    (tmp_path / "pods.json").write_text(
+        json.dumps(
+            {"kind": "PodList", "items": slice_pods(tmp_path, (7101, "busy"), (7201, "idle"))}
+        )
+    )
+    agent: Agent = launch(
+        "--manufacturer",
+        "nvidia",
+        "--vendor-library",
+        f"nvidia={libnvml}",
+        "--pods-file",
+        str(tmp_path / "pods.json"),
+        "--proc-root",
+        str(tmp_path / "proc"),
+        "--monitor-period",
+        "0.5",
+        env={"FAKE_NVML_SCENARIO": str(path)},
+    )
+    agent.wait_for("/readyz", 200)
+    with agent.client() as client:
+        got = series(client.get("/metrics").content)
+    cores = {
+        ls["instance_name"]: v
+        for ls, v in got["gpustack_instance_accelerator_cores_utilization_percent"]
+    }
+    assert cores == {"busy": 72.0, "idle": 0.0}
+
+    out = tmp_path / "recorded.json"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "devicemanager",
+            "record",
+            "nvidia",
+            "--library",
+            str(libnvml),
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=agent_env({"FAKE_NVML_SCENARIO": str(path)}),
+        cwd=REPO,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(out.read_text())
+    assert doc["meta"]["kind"] == "recorded" and doc["meta"]["driver"] == "550.90.07"
+    assert doc["meta"]["sdk"].startswith("nvidia-ml-py ")
+    (device,) = doc["payload"]["devices"]
+    assert [p["pid"] for p in device["nvmlDeviceGetComputeRunningProcesses_v3"]] == [7101, 7201]

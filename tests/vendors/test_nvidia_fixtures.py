@@ -1,0 +1,115 @@
+"""NVIDIA payloads under fixtures/vendors/nvidia/: parse() table tests that need no compiler,
+and a check that each file is still exactly what read() records from the fake library
+(UPDATE_GOLDEN=1 re-records them)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devicemanager.model import ReadRequest, Reason
+from devicemanager.replay import load_recording
+from tests import fake_nvml
+from tests.conftest import FIXTURES
+from tests.fake_nvml import scenarios
+from tests.world import gpu
+from vendors import nvidia
+
+DIR = FIXTURES / "vendors" / "nvidia"
+CARVED = ReadRequest(carved_device_ids=frozenset({gpu(2), gpu(3)}))
+
+# name -> (scenario, what read() is asked for, the facts parse() must find)
+TABLE: dict[str, tuple[Callable[[], list[dict[str, Any]]], ReadRequest, dict[str, Any]]] = {
+    "h100-mig-1g10gb": (
+        scenarios.h100_mig,
+        ReadRequest(
+            partition_ids=frozenset(
+                {(gpu(1), scenarios.mig_uuid(1)), (gpu(1), scenarios.mig_uuid(2))}
+            )
+        ),
+        {
+            "cards": 2,
+            "partitions": {scenarios.mig_uuid(1): (9856, 1400), scenarios.mig_uuid(2): (9856, 0)},
+        },
+    ),
+    "a100-two-slices-one-busy": (
+        scenarios.a100_two_slices,
+        CARVED,
+        {
+            "cards": 1,
+            "rows": [(7101, 20 << 30, 36.0), (7201, 3 << 30, 0.0)],
+            "reasons": (None, None),
+        },
+    ),
+    "b200-per-process-not-supported": (
+        scenarios.per_process_not_supported,
+        CARVED,
+        {"cards": 2, "rows": [], "reasons": (Reason.UNSUPPORTED, Reason.UNSUPPORTED)},
+    ),
+    "a100-memory-sentinel": (
+        scenarios.memory_sentinel,
+        CARVED,
+        {"cards": 1, "rows": [(7101, 4 << 30, 10.0), (7201, None, 0.0)], "reasons": (None, None)},
+    ),
+    "a100-process-list-truncated": (
+        lambda: scenarios.process_list_grows("always"),
+        CARVED,
+        {"cards": 1, "rows": [(7101, None, 40.0)], "reasons": (Reason.TRUNCATED, None)},
+    ),
+}
+
+
+def recorded(name: str) -> dict[str, Any]:
+    meta, payload = load_recording(DIR / f"{name}.json")
+    assert meta["kind"] == "synthetic" and "fake_nvml" in meta["source"]
+    return payload
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_parse_over_the_fixture(name: str) -> None:
+    _, _, facts = TABLE[name]
+    reading = nvidia.parse(recorded(name))
+    assert len(reading.cards) == facts["cards"]
+    if "rows" in facts:
+        (answer,) = reading.processes
+        assert [(r.pid, r.memory_bytes, r.cores_percent) for r in answer.rows] == facts["rows"]
+        assert (answer.memory_reason, answer.cores_reason) == facts["reasons"]
+    if "partitions" in facts:
+        got = {p.id: (p.memory_total_mib, p.memory_used_mib) for p in reading.partitions}
+        assert got == facts["partitions"]
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_the_fixture_is_what_read_records_from_the_fake(
+    name: str, libnvml: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    build, request, _ = TABLE[name]
+    lib = libnvml
+    monkeypatch.setenv(
+        "FAKE_NVML_SCENARIO", str(fake_nvml.write(tmp_path / "s.txt", "580.95.05", build()))
+    )
+    backend = nvidia.NvidiaBackend(library=str(lib))
+    backend.open()
+    try:
+        payload = backend.read(request)
+    finally:
+        backend.close()
+    path = DIR / f"{name}.json"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        meta = {
+            "kind": "synthetic",
+            "manufacturer": "nvidia",
+            "driver": "580.95.05",
+            "sdk": "nvidia-ml-py",
+            "source": f"devicemanager read() over tests/fake_nvml/fake_nvml.c, "
+            f"scenario {build.__name__ if hasattr(build, '__name__') else name}",
+        }
+        path.write_text(
+            json.dumps({"meta": meta, "payload": payload}, indent=1, sort_keys=True) + "\n"
+        )
+    assert payload == recorded(name), f"{path} is stale; UPDATE_GOLDEN=1 re-records it"
