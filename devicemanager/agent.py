@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,9 +12,13 @@ from pathlib import Path
 from devicemanager import logs
 from devicemanager.attribution import Attributor
 from devicemanager.backend import Backend, backend_class
+from devicemanager.cluster import ClusterRound
 from devicemanager.config import Settings, default_node_name
+from devicemanager.informer import PodInformer
+from devicemanager.kube import KubeClient, config_from
+from devicemanager.kubelet import SummaryCache
 from devicemanager.monitor import BackendWorker, Monitor
-from devicemanager.pods import PodsFile
+from devicemanager.pods import PodIndex, PodsFile
 from devicemanager.replay import ReplayBackend, Scenario, load_scenario
 from devicemanager.server import create_app
 from devicemanager.tls import Certificates
@@ -58,17 +63,60 @@ def resolve_node(settings: Settings) -> Node:
     )
 
 
-def build_monitor(settings: Settings, node: Node, **clocks: Callable[[], float]) -> Monitor:
-    """The monitor `serve` runs; tests pass frozen `wall` and `mono` clocks."""
+@dataclass
+class Cluster:
+    """The API server, when there is one: the node's pods by watch, and the kubelet."""
+
+    client: KubeClient
+    informer: PodInformer
+    round: ClusterRound
+
+
+def connect(settings: Settings, node: Node) -> Cluster | None:
+    """In a pod, or given --kubeconfig, and not replaying a recorded node: the live cluster."""
+    if node.scenario is not None or node.pods_file is not None:
+        return None
+    config = config_from(settings.kubeconfig, settings.service_account_dir)
+    if config is None:
+        log.warning(
+            "no cluster configured (not in a pod, no --kubeconfig): the node's pods are "
+            "unknown and per-grant figures absent"
+        )
+        return None
+    client = KubeClient(config)
+    informer = PodInformer(client, node.name)
+    summaries = SummaryCache(client.stats_summary, max_age=0)
+    return Cluster(
+        client,
+        informer,
+        ClusterRound(summaries, node.name, settings.pod_namespace, settings.pod_name),
+    )
+
+
+def build_monitor(
+    settings: Settings,
+    node: Node,
+    wall: Callable[[], float] = time.time,
+    mono: Callable[[], float] = time.monotonic,
+    cluster: Cluster | None = None,
+) -> Monitor:
+    """The monitor `serve` runs; tests pass frozen clocks."""
+    pods: Callable[[], PodIndex | None] | None = None
+    if cluster is not None:
+        pods = cluster.informer
+    elif node.pods_file is not None:
+        pods = PodsFile(node.pods_file)
     return Monitor(
         [BackendWorker(b) for b in node.backends],
         period=settings.monitor_period,
         deadline=settings.backend_timeout,
         liveness_timeout=settings.liveness_timeout,
         node=node.name,
-        pods=PodsFile(node.pods_file) if node.pods_file else None,
+        pods=pods,
         attributor=Attributor(node.proc_root),
-        **clocks,
+        cluster=cluster.round if cluster is not None else None,
+        wall=wall,
+        mono=mono,
     )
 
 
@@ -77,7 +125,8 @@ def serve(settings: Settings) -> int:
 
     logs.configure(settings.log_level, settings.log_format)
     node = resolve_node(settings)
-    monitor = build_monitor(settings, node)
+    cluster = connect(settings, node)
+    monitor = build_monitor(settings, node, cluster=cluster)
     hosts = ["localhost", "127.0.0.1", "::1", node.name, default_node_name()]
     certs = Certificates(settings.cert_dir, hosts=hosts)
 
@@ -108,6 +157,8 @@ def serve(settings: Settings) -> int:
             "self_signed": certs.self_signed,
         },
     )
+    if cluster is not None:
+        cluster.informer.start()
     monitor.start()
     if settings.cert_dir is not None:
         certs.watch()
@@ -116,4 +167,7 @@ def serve(settings: Settings) -> int:
     finally:
         monitor.stop()
         certs.close()
+        if cluster is not None:
+            cluster.informer.stop()
+            cluster.client.close()
     return 0

@@ -202,6 +202,39 @@ def _cmd_whois(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_instance_metrics(args: argparse.Namespace) -> int:
+    from devicemanager.figures import InstanceMetricsUnavailable, metrics_json
+    from devicemanager.kube import KubeClient, KubeError, config_from
+    from devicemanager.sampler import InstanceSampler
+
+    config = config_from(args.kubeconfig, args.service_account_dir)
+    if config is None:
+        print(
+            "devicemanager instance-metrics: no cluster: not in a pod and no --kubeconfig",
+            file=sys.stderr,
+        )
+        return 2
+    client = KubeClient(config)
+    sampler = InstanceSampler(
+        client, agent_namespace=args.agent_namespace, snapshot_url=args.snapshot_url
+    )
+    try:
+        sample = sampler.sample(args.namespace, args.name)
+    except LookupError as exc:
+        print(f"devicemanager instance-metrics: {exc}", file=sys.stderr)
+        return 4
+    except InstanceMetricsUnavailable as exc:
+        print(f"devicemanager instance-metrics: unavailable: {exc}", file=sys.stderr)
+        return 3
+    except KubeError as exc:
+        print(f"devicemanager instance-metrics: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        client.close()
+    print(json.dumps(metrics_json(sample), indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="devicemanager",
@@ -255,6 +288,23 @@ def build_parser() -> argparse.ArgumentParser:
         "the pod and container and tell unknown pods and containers",
     )
     who.set_defaults(func=_cmd_whois)
+
+    im = sub.add_parser("instance-metrics", help="one Instance's sample, as the worker serves it")
+    im.add_argument("namespace")
+    im.add_argument("name", help="the GPUStack Instance's name, or a plain pod's")
+    im.add_argument("--kubeconfig", type=Path, default=os.environ.get("KUBECONFIG") or None)
+    im.add_argument(
+        "--service-account-dir",
+        type=Path,
+        default=Path("/var/run/secrets/kubernetes.io/serviceaccount"),
+    )
+    im.add_argument(
+        "--agent-namespace",
+        default=os.environ.get("KUBERNETES_POD_NAMESPACE", "gpustack-system"),
+        help="where the Device Managers run (their snapshots are read)",
+    )
+    im.add_argument("--snapshot-url", help="read this snapshot instead of finding the agents")
+    im.set_defaults(func=_cmd_instance_metrics)
     return parser
 
 

@@ -81,6 +81,17 @@ SERVE_FLAGS: tuple[Flag, ...] = (
         "the /proc to resolve vendor PIDs in (default: /proc, or the scenario's in replay)",
     ),
     Flag(
+        "--kubeconfig",
+        ("KUBECONFIG", "DEVICEMANAGER_KUBECONFIG"),
+        "kubeconfig for running outside a cluster (in a pod the service account is used)",
+    ),
+    Flag(
+        "--service-account-dir",
+        ("DEVICEMANAGER_SERVICE_ACCOUNT_DIR",),
+        "where the pod's service account token, CA and namespace are mounted",
+        "/var/run/secrets/kubernetes.io/serviceaccount",
+    ),
+    Flag(
         "--pods-file",
         ("DEVICEMANAGER_PODS_FILE",),
         "read the node's pods from this PodList file (re-read when it changes) instead of the "
@@ -112,6 +123,8 @@ class Settings:
     pod_namespace: str | None
     proc_root: Path | None
     pods_file: Path | None
+    kubeconfig: Path | None
+    service_account_dir: Path
     vendor_libraries: Mapping[str, str]
     log_level: str
     log_format: str
@@ -184,6 +197,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         pod_namespace=args.pod_namespace or None,
         proc_root=Path(args.proc_root) if args.proc_root else None,
         pods_file=Path(args.pods_file) if args.pods_file else None,
+        kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
+        service_account_dir=Path(args.service_account_dir),
         vendor_libraries=_libraries(args.vendor_library),
         log_level=args.log_level,
         log_format=args.log_format,

@@ -15,7 +15,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
-from devicemanager.figures import AcceleratorEntry, InstanceEntries
+from devicemanager.figures import AcceleratorEntry, InstanceEntries, PodLevel
 from devicemanager.model import BackendState, Card, Snapshot
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
@@ -85,24 +85,54 @@ def card_families(snapshot: Snapshot) -> Iterator[Metric]:
     yield from families.values()
 
 
-def collector_families(snapshot: Snapshot, fresh: bool) -> Iterator[Metric]:
+@dataclass(frozen=True, slots=True)
+class Extras:
+    """What a round adds to the snapshot for /metrics: the node's Instances and the kubelet."""
+
+    instances: tuple[InstanceEntries, ...] = ()
+    pod_level: tuple[PodLevel, ...] = ()
+    allocation_errors: int = 0
+    exporting: bool | None = None  # None: no cluster, so no exporter role to hold
+    kubelet_success: bool = False
+    kubelet_duration: float | None = None
+
+
+NO_EXTRAS = Extras()
+
+
+def collector_families(
+    snapshot: Snapshot, fresh: bool, extras: Extras = NO_EXTRAS
+) -> Iterator[Metric]:
     """The collector's report on itself (R-E4), and each backend's verdict."""
     node = snapshot.node or ""
     success = GaugeMetricFamily(
         "gpustack_instance_metrics_collector_success",
-        "1 when the source's last round succeeded: snapshot = the monitor snapshot is fresh.",
+        "1 when the source's last round succeeded: snapshot = the monitor snapshot is fresh; "
+        "kubelet = the round read the kubelet's summary (exporting agent only).",
         labels=["source"],
     )
-    success.add_metric(["snapshot"], 1.0 if fresh and snapshot.timestamp > 0 else 0.0)
-    yield success
     duration = GaugeMetricFamily(
         "gpustack_instance_metrics_collector_duration_seconds",
         "Duration of the source's last round, seconds.",
         labels=["source"],
     )
+    if extras.exporting:
+        success.add_metric(["kubelet"], 1.0 if fresh and extras.kubelet_success else 0.0)
+        if extras.kubelet_duration is not None:
+            duration.add_metric(["kubelet"], extras.kubelet_duration)
+    success.add_metric(["snapshot"], 1.0 if fresh and snapshot.timestamp > 0 else 0.0)
     if snapshot.round_duration_seconds is not None:
         duration.add_metric(["snapshot"], snapshot.round_duration_seconds)
+    yield success
     yield duration
+    if extras.exporting is not None:
+        role = GaugeMetricFamily(
+            "gpustack_instance_metrics_exporter",
+            "1 on the one agent of a node that publishes the pod-level families.",
+            labels=["node"],
+        )
+        role.add_metric([node], 1.0 if extras.exporting else 0.0)
+        yield role
     up = GaugeMetricFamily(
         "gpustack_accelerator_backend_up",
         "1 when the manufacturer's library answered in the last round; 0 when it is missing, "
@@ -222,14 +252,53 @@ def capability_family(snapshot: Snapshot) -> Iterator[Metric]:
     yield family
 
 
+_POD_FAMILIES: tuple[tuple[str, str, str], ...] = (
+    ("cpu", "millicores", "CPU"),
+    ("memory", "mib", "Memory"),
+    ("storage", "mib", "Ephemeral storage (the pod-level aggregate the kubelet evicts on)"),
+)
+
+
+def pod_families(snapshot: Snapshot, pods: Iterable[PodLevel]) -> Iterator[Metric]:
+    """`gpustack_instance_{cpu,memory,storage}_{total,used}_*`: published by the exporting agent
+    only. A total is the sum of the regular containers' limits; used is absent when unmeasured."""
+    node = snapshot.node or ""
+    out: dict[str, GaugeMetricFamily] = {}
+    for resource, unit, what in _POD_FAMILIES:
+        unit_text = "millicores" if unit == "millicores" else "MiB"
+        out[f"{resource}_total"] = GaugeMetricFamily(
+            f"gpustack_instance_{resource}_total_{unit}",
+            f"{what} the Instance declared: the sum of its containers' limits, {unit_text}.",
+            labels=INSTANCE_LABELS,
+        )
+        out[f"{resource}_used"] = GaugeMetricFamily(
+            f"gpustack_instance_{resource}_used_{unit}",
+            _sampled(
+                f"{what} the Instance uses, as the kubelet measures it, {unit_text}.",
+                snapshot.period_seconds,
+            ),
+            labels=INSTANCE_LABELS,
+        )
+    for p in pods:
+        labels = [p.instance.namespace, p.instance.name, p.instance.uid, node]
+        for resource, pair in (
+            ("cpu", p.cpu_millicores),
+            ("memory", p.memory_mib),
+            ("storage", p.storage_mib),
+        ):
+            out[f"{resource}_total"].add_metric(labels, float(pair.total))
+            if pair.used is not None:
+                out[f"{resource}_used"].add_metric(labels, float(pair.used))
+    yield from out.values()
+
+
 def families(
-    snapshot: Snapshot,
-    fresh: bool = True,
-    instances: Iterable[InstanceEntries] = (),
-    allocation_errors: int = 0,
+    snapshot: Snapshot, fresh: bool = True, extras: Extras = NO_EXTRAS
 ) -> Iterator[Metric]:
     """Every family for a round. A stale one publishes its verdict and no figures (R-E4)."""
-    yield from collector_families(snapshot, fresh)
+    yield from collector_families(snapshot, fresh, extras)
+    allocation_errors = extras.allocation_errors
+    instances = extras.instances
     errors = GaugeMetricFamily(
         "gpustack_accelerator_allocation_errors",
         "Pods of this node whose allocation annotation could not be read this round; they hold "
@@ -242,6 +311,8 @@ def families(
         yield from card_families(snapshot)
         yield from instance_families(snapshot, instances)
         yield from capability_family(snapshot)
+        if extras.exporting:
+            yield from pod_families(snapshot, extras.pod_level)
 
 
 class _Fixed(Collector):

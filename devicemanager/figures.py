@@ -12,7 +12,15 @@ from decimal import Decimal
 from typing import Any
 
 from devicemanager.allocations import Mode
-from devicemanager.grants import Grant, InstanceRef, NodeGrants, ceil_restated, instance_of, live
+from devicemanager.grants import (
+    Grant,
+    InstanceRef,
+    NodeGrants,
+    ceil_restated,
+    instance_of,
+    live,
+    owned_by_instance,
+)
 from devicemanager.model import Card, Snapshot, utilization_percent
 from devicemanager.pods import PodIndex, PodInfo
 from devicemanager.quantity import parse_quantity
@@ -134,11 +142,11 @@ class InstanceEntries:
 
 
 def newest_pods(index: PodIndex, grants: NodeGrants) -> dict[str, tuple[InstanceRef, PodInfo]]:
-    """Per Instance UID, its newest live pod holding a grant (ties: by name)."""
+    """Per Instance UID, its newest live pod (ties: by name). An Instance is a pod a GPUStack
+    Instance owns, or any pod holding a grant."""
     chosen: dict[str, tuple[InstanceRef, PodInfo]] = {}
-    for uid in grants.by_pod:
-        pod = index.get(uid)
-        if pod is None or not live(pod):
+    for pod in index.pods.values():
+        if not live(pod) or not (pod.uid in grants.by_pod or owned_by_instance(pod)):
             continue
         ref = instance_of(pod)
         current = chosen.get(ref.uid)
@@ -166,7 +174,7 @@ def exported(
     for ref, pod in sorted(
         newest_pods(index, grants).values(), key=lambda rp: (rp[0].namespace, rp[0].name, rp[0].uid)
     ):
-        mine = [g for g in grants.by_pod[pod.uid] if g.manufacturer in ours]
+        mine = [g for g in grants.by_pod.get(pod.uid, ()) if g.manufacturer in ours]
         if mine:
             out.append(InstanceEntries(ref, pod, tuple(entry(g, view) for g in mine)))
     return tuple(out)
@@ -314,3 +322,44 @@ def metrics_json(m: InstanceMetrics) -> dict[str, Any]:
         },
         "sample": sample,
     }
+
+
+@dataclass(frozen=True, slots=True)
+class PodLevel:
+    """An Instance's CPU, memory and storage for the exporter (R-F5)."""
+
+    instance: InstanceRef
+    cpu_millicores: Pair
+    memory_mib: Pair
+    storage_mib: Pair
+
+
+def pod_level(
+    index: PodIndex | None,
+    grants: NodeGrants | None,
+    usage: Mapping[tuple[str, str, str], PodUsage] | None,
+) -> tuple[PodLevel, ...]:
+    """Every live, started Instance of the node. `usage` is None when the kubelet could not be
+    read: the declared totals still publish, the measured figures do not (R-E4). A pod the
+    kubelet did not report is left out rather than shown as idle."""
+    if index is None or grants is None:
+        return ()
+    out = []
+    for ref, pod in sorted(
+        newest_pods(index, grants).values(), key=lambda rp: (rp[0].namespace, rp[0].name)
+    ):
+        cpu, memory, storage = totals(pod)
+        measured = None
+        if usage is not None:
+            measured = usage.get((pod.namespace, pod.name, pod.uid))
+            if measured is None:
+                continue
+        out.append(
+            PodLevel(
+                ref,
+                Pair(cpu, measured.cpu_millicores if measured else None),
+                Pair(memory, measured.memory_mib if measured else None),
+                Pair(storage, measured.storage_mib if measured else None),
+            )
+        )
+    return tuple(out)

@@ -75,18 +75,23 @@ class Grant:
         return max(1, units * card_total_mib // UNITS_PER_CARD)
 
 
-def instance_of(pod: PodInfo) -> InstanceRef:
-    """A pod whose controller is a GPUStack Instance that labels it as its own belongs to that
-    Instance; any other pod is an Instance of its own (R-G4)."""
+def owned_by_instance(pod: PodInfo) -> bool:
+    """Whether a GPUStack Instance controls the pod and the pod carries its UID as part-of."""
     owner = pod.owner
-    if (
+    return (
         owner is not None
         and owner.kind == "Instance"
         and owner.api_version.partition("/")[0] == INSTANCE_GROUP
-        and owner.uid
+        and bool(owner.uid)
         and pod.labels.get(PART_OF) == owner.uid
-    ):
-        return InstanceRef(pod.namespace, owner.name, owner.uid)
+    )
+
+
+def instance_of(pod: PodInfo) -> InstanceRef:
+    """A pod owned by a GPUStack Instance belongs to it; any other pod holding a grant is an
+    Instance of its own (R-G4)."""
+    if owned_by_instance(pod) and pod.owner is not None:
+        return InstanceRef(pod.namespace, pod.owner.name, pod.owner.uid)
     return InstanceRef(pod.namespace, pod.name, pod.uid)
 
 

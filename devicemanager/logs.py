@@ -39,3 +39,6 @@ def configure(level: str = "info", fmt: str = "json") -> None:
     root.setLevel(level.upper())
     # uvicorn's access log would add a line per scrape; errors still come through.
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
+    # The HTTP clients log every request at info: a line per API call per round.
+    for noisy in ("httpx", "httpx2", "httpcore", "httpcore2"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

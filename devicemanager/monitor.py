@@ -19,12 +19,12 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from devicemanager import exposition, slices, snapshot
 from devicemanager.attribution import Attributor
 from devicemanager.backend import Backend, BackendUnavailable
-from devicemanager.figures import InstanceEntries, View, exported
+from devicemanager.figures import View, exported
 from devicemanager.grants import NodeGrants, node_grants
 from devicemanager.model import BackendState, BackendStatus, Payload, ReadRequest, Snapshot
 from devicemanager.pods import PodIndex
@@ -49,13 +49,10 @@ class Published:
 
 
 def publish(
-    snap: Snapshot,
-    now_mono: float,
-    instances: Sequence[InstanceEntries] = (),
-    allocation_errors: int = 0,
+    snap: Snapshot, now_mono: float, extras: exposition.Extras = exposition.NO_EXTRAS
 ) -> Published:
     def render(fresh: bool) -> exposition.Exposition:
-        metrics = exposition.families(snap, fresh, instances, allocation_errors)
+        metrics = exposition.families(snap, fresh, extras)
         return exposition.Exposition.of(exposition.render(metrics))
 
     return Published(
@@ -129,6 +126,14 @@ class BackendWorker:
         self._jobs.put(None)
 
 
+class ClusterRound(Protocol):
+    """The cluster's part of a round: the exporter role and the kubelet's figures (R-E3, R-E4)."""
+
+    def round(
+        self, index: PodIndex | None, grants: NodeGrants | None, extras: exposition.Extras
+    ) -> exposition.Extras: ...
+
+
 class Monitor:
     def __init__(
         self,
@@ -140,6 +145,7 @@ class Monitor:
         node: str | None,
         pods: Callable[[], PodIndex | None] | None = None,
         attributor: Attributor | None = None,
+        cluster: ClusterRound | None = None,
         wall: Callable[[], float] = time.time,
         mono: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -152,6 +158,7 @@ class Monitor:
         # without them no grant is known and the per-grant figures are absent, not zero.
         self.pods = pods
         self.attributor = attributor
+        self.cluster = cluster
         self._allocation_errors: dict[str, str] = {}
         self._wall, self._mono = wall, mono
         self.current = publish(snapshot.empty(period, node), mono())
@@ -305,9 +312,15 @@ class Monitor:
             round_duration=round(self._mono() - started, 6),
             slices=section,
         )
-        instances = exported(index, grants, View.of(snap), [w.manufacturer for w in self.workers])
-        errors = len(grants.errors) if grants is not None else 0
-        published = publish(snap, self._mono(), instances, errors)
+        extras = exposition.Extras(
+            instances=exported(
+                index, grants, View.of(snap), [w.manufacturer for w in self.workers]
+            ),
+            allocation_errors=len(grants.errors) if grants is not None else 0,
+        )
+        if self.cluster is not None:
+            extras = self.cluster.round(index, grants, extras)
+        published = publish(snap, self._mono(), extras)
         self.current = published
         self.rounds += 1
         self._heartbeat = self._mono()

@@ -39,8 +39,11 @@ class PodInfo:
     annotations: Mapping[str, str] = field(default_factory=_frozen)
     containers: Mapping[str, str] = field(default_factory=_frozen)  # runtime id -> container name
     started: bool = False  # some container has ever started (R-F6)
+    ready: bool = False  # the pod's Ready condition
     terminating: bool = False
     phase: str | None = None  # Pending, Running, Succeeded, Failed
+    node: str | None = None  # spec.nodeName
+    ip: str | None = None  # status.podIP
     created: str | None = None
     # Container names in HAMi's slot order: init containers, then regular ones.
     slots: tuple[str, ...] = ()
@@ -120,6 +123,10 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo | None:
                 resources.get("limits") if isinstance(resources, Mapping) else None
             )
     inits = [c["name"] for c in _list(spec.get("initContainers")) if isinstance(c.get("name"), str)]
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in _list(status.get("conditions"))
+    )
     return PodInfo(
         uid=uid.lower(),
         namespace=str(meta.get("namespace", "")),
@@ -129,8 +136,11 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo | None:
         annotations=_strings(meta.get("annotations")),
         containers=MappingProxyType(containers),
         started=started,
+        ready=ready,
         terminating=meta.get("deletionTimestamp") is not None,
         phase=_text(status.get("phase")),
+        node=_text(spec.get("nodeName")),
+        ip=_text(status.get("podIP")),
         created=_text(meta.get("creationTimestamp")),
         slots=(*inits, *limits),
         limits=MappingProxyType(limits),
@@ -153,6 +163,10 @@ class PodIndex:
                 continue
             pods[info.uid] = info
         return cls(pods=MappingProxyType(pods), skipped=skipped)
+
+    @classmethod
+    def of_infos(cls, infos: Iterable[PodInfo]) -> PodIndex:
+        return cls(pods=MappingProxyType({i.uid: i for i in infos}))
 
     @classmethod
     def from_list(cls, doc: Any) -> PodIndex:

@@ -1,0 +1,157 @@
+"""The node's pods by list-then-watch (R-A4): listed once, then kept current by a watch that
+resumes from the last resource version, follows bookmarks, relists on 410 Gone, and backs off
+(capped, with jitter) from dropped connections and API errors. Never a list per round.
+
+While the API server is away the last good index keeps serving, so figures keep flowing. A
+deleted pod stays in the index for a while as terminating (a tombstone): the processes of a pod
+that was just deleted are its own, not an `unknown_pod`, which is kept for pods never seen.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any
+
+from devicemanager.kube import KubeClient, KubeError, WatchEvent
+from devicemanager.pods import PodIndex, PodInfo, pod_info
+
+log = logging.getLogger("devicemanager.informer")
+
+
+class PodInformer:
+    def __init__(
+        self,
+        client: KubeClient,
+        node: str,
+        *,
+        tombstone_seconds: float = 120.0,
+        backoff: tuple[float, float] = (0.5, 30.0),
+        watch_timeout: int = 300,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client, self.node = client, node
+        self.tombstone_seconds = tombstone_seconds
+        self.backoff = backoff
+        self.watch_timeout = watch_timeout
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._pods: dict[str, PodInfo] = {}
+        self._gone: dict[str, tuple[float, PodInfo]] = {}
+        self._index: PodIndex | None = None
+        self._dirty = True
+        self.version = ""
+        self.synced = False
+        self.lists = 0
+        self.events = 0
+        self.last_error: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- state --------------------------------------------------------------------------------
+
+    def _bury(self, info: PodInfo) -> None:
+        self._gone[info.uid] = (self._clock(), replace(info, terminating=True))
+
+    def replace_all(self, objects: Iterable[Any], version: str) -> None:
+        """A fresh list: pods missing from it were deleted while nobody watched."""
+        fresh = {i.uid: i for i in map(pod_info, objects) if i is not None}
+        with self._lock:
+            for uid, info in self._pods.items():
+                if uid not in fresh:
+                    self._bury(info)
+            for uid in fresh:
+                self._gone.pop(uid, None)
+            self._pods = fresh
+            self.version = version
+            self.synced = True
+            self.lists += 1
+            self._dirty = True
+
+    def apply(self, event: WatchEvent) -> None:
+        meta = event.object.get("metadata")
+        version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        with self._lock:
+            self.events += 1
+            if isinstance(version, str) and version:
+                self.version = version
+            if event.type == "BOOKMARK":
+                return  # only a newer version to resume from
+            info = pod_info(event.object)
+            if info is None:
+                return
+            if event.type == "DELETED":
+                if self._pods.pop(info.uid, None) is not None or info.uid not in self._gone:
+                    self._bury(info)
+            else:
+                self._pods[info.uid] = info
+                self._gone.pop(info.uid, None)
+            self._dirty = True
+
+    def __call__(self) -> PodIndex | None:
+        """The current index; None until the first list succeeded."""
+        now = self._clock()
+        with self._lock:
+            if not self.synced:
+                return None
+            expired = [u for u, (at, _) in self._gone.items() if now - at > self.tombstone_seconds]
+            for uid in expired:
+                del self._gone[uid]
+            if self._dirty or expired or self._index is None:
+                infos = [*self._pods.values(), *(info for _, info in self._gone.values())]
+                self._index = PodIndex.of_infos(infos)
+                self._dirty = False
+            return self._index
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def _relist(self) -> None:
+        items, version = self.client.list_pods(self.node)
+        self.replace_all(items, version)
+        log.info("listed the node's pods", extra={"node": self.node, "pods": len(items)})
+
+    def run_once(self) -> None:
+        """One list (when needed) and one watch until the server ends it. Raises KubeError."""
+        if not self.version:
+            self._relist()
+        for event in self.client.watch_pods(self.node, self.version, self.watch_timeout):
+            self.apply(event)
+            if self._stop.is_set():
+                return
+
+    def _loop(self) -> None:
+        delay = self.backoff[0]
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+                delay = self.backoff[0]
+                self.last_error = None
+            except KubeError as exc:
+                if exc.status == 410:
+                    # Too old to resume: list again, since events in the gap are lost.
+                    log.info("watch expired (410 Gone); listing again", extra={"node": self.node})
+                    self.version = ""
+                    continue
+                self.last_error = str(exc)
+                log.warning(
+                    "pod watch failed; serving the last index",
+                    extra={"node": self.node, "error": str(exc), "retry_in": round(delay, 2)},
+                )
+                self._stop.wait(delay * random.uniform(0.8, 1.2))
+                delay = min(delay * 2, self.backoff[1])
+            except Exception as exc:  # never let the watch thread die: the index would freeze
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("pod watch broke; retrying")
+                self._stop.wait(delay)
+                delay = min(delay * 2, self.backoff[1])
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="pod-informer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()

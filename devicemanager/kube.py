@@ -1,0 +1,158 @@
+"""The Kubernetes API server, through lightkube's configuration and its HTTP client.
+
+lightkube resolves where the API server is and how to authenticate: in-cluster (the service
+account token, re-read when the server answers 401 after a rotation, and the cluster CA) or a
+kubeconfig file (certificates, tokens, exec plugins). Requests return plain JSON objects, because
+the pod index is built from them as the API server sends them, and the watch loop (informer.py)
+must relist on 410 and follow bookmarks, which lightkube's own watch helper does not do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from lightkube.config.client_adapter import Client as adapter_client
+from lightkube.config.client_adapter import ConnectionParams
+from lightkube.config.kubeconfig import KubeConfig
+
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+class KubeError(Exception):
+    """A request to the API server that did not answer as asked; `status` is its HTTP code."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    type: str  # ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
+    object: dict[str, Any]
+
+
+def config_from(
+    kubeconfig: Path | None, service_account: Path = SERVICE_ACCOUNT
+) -> KubeConfig | None:
+    """In-cluster when the pod's environment says so, else the given kubeconfig, else None."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and (service_account / "token").exists():
+        return KubeConfig.from_service_account(service_account)
+    if kubeconfig is not None:
+        return KubeConfig.from_file(kubeconfig)
+    return None
+
+
+class KubeClient:
+    def __init__(self, config: KubeConfig, timeout: float = 10.0) -> None:
+        params = ConnectionParams(timeout=httpx2.Timeout(timeout), trust_env=False)
+        single = config.get()
+        if single is None:
+            raise KubeError("the kubeconfig names no current context")
+        self._http = adapter_client(single, params)
+        self.timeout = timeout
+
+    def close(self) -> None:
+        self._http.close()
+
+    def get(
+        self, path: str, params: dict[str, str] | None = None, timeout: float | None = None
+    ) -> Any:
+        try:
+            response = self._http.get(path, params=params, timeout=timeout or self.timeout)
+        except httpx2.HTTPError as exc:
+            raise KubeError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
+        if response.status_code != 200:
+            raise KubeError(
+                f"GET {path}: {response.status_code} {_message(response)}", response.status_code
+            )
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise KubeError(f"GET {path}: the answer is not JSON") from exc
+
+    def list_pods(self, node: str, chunk: int = 500) -> tuple[list[dict[str, Any]], str]:
+        """Every pod of one node, in pages, and the resource version of the list."""
+        items: list[dict[str, Any]] = []
+        params = {"fieldSelector": f"spec.nodeName={node}", "limit": str(chunk)}
+        while True:
+            page = self.get("/api/v1/pods", params)
+            items.extend(i for i in page.get("items") or () if isinstance(i, dict))
+            meta = page.get("metadata") or {}
+            if not meta.get("continue"):
+                return items, str(meta.get("resourceVersion", ""))
+            params = {**params, "continue": meta["continue"]}
+
+    def watch_pods(
+        self, node: str, resource_version: str, timeout_seconds: int = 300
+    ) -> Iterator[WatchEvent]:
+        """The node's pod events after `resource_version`, bookmarks included, until the server
+        ends the watch. A 410 (as a status or an ERROR event) raises KubeError(status=410)."""
+        params = {
+            "watch": "true",
+            "fieldSelector": f"spec.nodeName={node}",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        timeout = httpx2.Timeout(self.timeout, read=timeout_seconds + 30)
+        try:
+            with self._http.stream(
+                "GET", "/api/v1/pods", params=params, timeout=timeout
+            ) as response:
+                if response.status_code != 200:
+                    response.read()
+                    raise KubeError(
+                        f"watch: {response.status_code} {_message(response)}", response.status_code
+                    )
+                for line in response.iter_lines():
+                    if not line.strip():
+                        continue
+                    event = _event(line)
+                    if event.type == "ERROR":
+                        code = event.object.get("code")
+                        raise KubeError(
+                            f"watch: {event.object.get('message', 'error event')}",
+                            code if isinstance(code, int) else None,
+                        )
+                    yield event
+        except httpx2.HTTPError as exc:
+            raise KubeError(f"watch: {type(exc).__name__}: {exc}") from exc
+
+    def stats_summary(self, node: str) -> Any:
+        """The kubelet's /stats/summary, through the API server's node proxy."""
+        return self.get(f"/api/v1/nodes/{node}/proxy/stats/summary")
+
+    def pod_metrics(self, namespace: str, name: str) -> Any:
+        return self.get(f"/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods/{name}")
+
+    def list_namespaced_pods(
+        self, namespace: str, labels: str | None = None
+    ) -> list[dict[str, Any]]:
+        params = {"labelSelector": labels} if labels else None
+        page = self.get(f"/api/v1/namespaces/{namespace}/pods", params)
+        return [i for i in page.get("items") or () if isinstance(i, dict)]
+
+
+def _message(response: httpx2.Response) -> str:
+    try:
+        doc = response.json()
+    except ValueError:
+        return response.text[:200]
+    return str(doc.get("message", "")) if isinstance(doc, dict) else ""
+
+
+def _event(line: str) -> WatchEvent:
+    try:
+        doc = json.loads(line)
+    except ValueError as exc:
+        raise KubeError(f"watch: a line that is not JSON: {line[:80]!r}") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("object"), dict):
+        raise KubeError(f"watch: not an event: {line[:80]!r}")
+    return WatchEvent(str(doc.get("type", "")), doc["object"])

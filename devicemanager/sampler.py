@@ -1,0 +1,168 @@
+"""The per-Instance sample as the worker serves it (R-F7): one Instance's CPU, memory, storage
+and accelerators, from the kubelet (or metrics.k8s.io), and from the Device Manager snapshot of
+the node the Instance runs on. The figures are computed by figures.instance_metrics, the code
+the exporter uses.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from devicemanager import slices
+from devicemanager.allocations import AllocationError
+from devicemanager.figures import InstanceMetrics, PodUsage, View, instance_metrics
+from devicemanager.grants import Grant, grants_of, instance_of
+from devicemanager.kube import KubeClient
+from devicemanager.kubelet import SummaryCache, usage_from_pod_metrics, usage_from_summary
+from devicemanager.model import Card
+from devicemanager.pods import PodInfo, pod_info
+from devicemanager.role import COMPONENT, COMPONENT_LABEL, MANUFACTURER_LABEL
+from devicemanager.snapshot import fresh, from_json
+
+log = logging.getLogger("instance-metrics")
+
+SNAPSHOT_MAX_BYTES = 4 << 20  # a full slices section stays well inside this
+
+
+def fetch_snapshot(url: str, timeout: float = 5.0) -> Any:
+    """A Device Manager's snapshot. Its certificate is self-signed unless it was given one, so
+    it is not verified, as the reference worker does; at most 4 MiB are read."""
+    with httpx.stream("GET", url, verify=False, timeout=timeout) as response:
+        response.raise_for_status()
+        body = b""
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > SNAPSHOT_MAX_BYTES:
+                raise ValueError(f"{url}: the snapshot is larger than 4 MiB")
+    return httpx.Response(200, content=body).json()
+
+
+def merged_view(documents: list[Any], now: float) -> View | None:
+    """One view over the snapshots of a node's agents; stale or unreadable ones say nothing."""
+    cards: dict[tuple[str, str], Card] = {}
+    sections = []
+    manufacturers: set[str] = set()
+    for doc in documents:
+        try:
+            snap = from_json(doc)
+        except ValueError:
+            continue
+        if not fresh(snap, now):
+            continue
+        view = View.of(snap)
+        cards.update(view.cards)
+        manufacturers |= view.manufacturers
+        if snap.slices is not None:
+            sections.append(snap.slices)
+    if not manufacturers:
+        return None
+    lookup = slices.Lookup.of(slices.merge(sections)) if sections else None
+    return View(cards, lookup, frozenset(manufacturers))
+
+
+class InstanceSampler:
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        agent_namespace: str = "gpustack-system",
+        agent_port: int = 32443,
+        snapshot_url: str | None = None,
+        summary_max_age: float = 15.0,
+        fetch: Callable[[str], Any] = fetch_snapshot,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.agent_namespace, self.agent_port = agent_namespace, agent_port
+        self.snapshot_url = snapshot_url
+        self.summaries = SummaryCache(client.stats_summary, max_age=summary_max_age)
+        self._fetch, self._clock = fetch, clock
+
+    def _pod(self, namespace: str, name: str) -> PodInfo | None:
+        pods = [p for p in map(pod_info, self.client.list_namespaced_pods(namespace)) if p]
+        mine = [p for p in pods if instance_of(p).name == name]
+        if not mine:
+            return None
+        # The newest pod that is not going away; a previous incarnation only if nothing else.
+        mine.sort(key=lambda p: (not p.terminating, p.created or "", p.name))
+        return mine[-1]
+
+    def _usage(self, pod: PodInfo) -> PodUsage | list[str]:
+        failures = []
+        try:
+            summary = self.summaries.get(pod.node or "")
+            usage = usage_from_summary(summary).get((pod.namespace, pod.name, pod.uid))
+            if usage is not None:
+                return usage
+            failures.append("kubelet: the pod is not in its node's summary yet")
+        except Exception as exc:
+            failures.append(f"kubelet: {exc}")
+        try:
+            return usage_from_pod_metrics(
+                self.client.pod_metrics(pod.namespace, pod.name), pod.created
+            )
+        except Exception as exc:
+            failures.append(f"metrics.k8s.io: {exc}")
+        return failures
+
+    def _agent_urls(self, pod: PodInfo, grants: list[Grant]) -> list[str]:
+        if self.snapshot_url:
+            return [self.snapshot_url]
+        urls = []
+        for manufacturer in sorted({g.manufacturer for g in grants}):
+            labels = f"{COMPONENT_LABEL}={COMPONENT},{MANUFACTURER_LABEL}={manufacturer}"
+            agents = [
+                a
+                for a in map(
+                    pod_info, self.client.list_namespaced_pods(self.agent_namespace, labels)
+                )
+                if a and a.node == pod.node and a.ready and a.ip
+            ]
+            if not agents:
+                log.warning(
+                    "no Ready %s Device Manager on %s: accelerators are absent",
+                    manufacturer,
+                    pod.node,
+                    extra={"instance": pod.name, "manufacturer": manufacturer},
+                )
+            urls += [f"https://{a.ip}:{self.agent_port}/monitor/snapshot" for a in agents[:1]]
+        return urls
+
+    def _view(self, pod: PodInfo, grants: list[Grant]) -> View | None:
+        documents = []
+        for url in self._agent_urls(pod, grants):
+            try:
+                documents.append(self._fetch(url))
+            except Exception as exc:
+                log.warning(
+                    "Device Manager unreachable: accelerators are absent",
+                    extra={"url": url, "error": str(exc)},
+                )
+        view = merged_view(documents, self._clock()) if documents else None
+        if documents and view is None:
+            log.warning("Device Manager snapshot stale (over three periods): accelerators absent")
+        return view
+
+    def sample(self, namespace: str, name: str) -> InstanceMetrics:
+        """Raises LookupError for an Instance with no pod at all, InstanceMetricsUnavailable when
+        something started and no source could measure it."""
+        pod = self._pod(namespace, name)
+        if pod is None:
+            raise LookupError(f"no pod of Instance {namespace}/{name}")
+        try:
+            grants = list(grants_of(pod))
+        except AllocationError as exc:
+            log.error(
+                "allocation annotation cannot be read", extra={"pod": pod.name, "error": str(exc)}
+            )
+            grants = []
+        ref = instance_of(pod)
+        if not pod.started:
+            # Nothing has run: totals and zeros, and no upstream call at all.
+            return instance_metrics(ref, pod, grants, None, None)
+        return instance_metrics(ref, pod, grants, self._usage(pod), self._view(pod, grants))

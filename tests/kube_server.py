@@ -1,0 +1,406 @@
+"""A small HTTPS server that plays the Kubernetes API server for the tests and benchmarks.
+
+It serves recorded, realistic objects through the same paths the agent's client uses: pod
+lists (paged) and chunked watch streams with ADDED, MODIFIED, DELETED, BOOKMARK and a 410 ERROR
+event, the kubelet's /stats/summary through the node proxy, and metrics.k8s.io PodMetrics. It
+checks a bearer token, and can cut a stream mid-way, answer slowly, or fail with a status.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import queue
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from devicemanager.tls import self_signed
+
+CUT = object()  # pushed to a watcher: drop the connection without ending the stream
+
+
+class FakeApiServer:
+    def __init__(self, tmp: Path, token: str = "token-1") -> None:
+        self.tmp = tmp
+        cert, key = self_signed(["127.0.0.1", "localhost"])
+        self.ca = tmp / "ca.crt"
+        self.ca.write_bytes(cert)
+        (tmp / "server.key").write_bytes(key)
+        self.tokens = {token}
+        self.lock = threading.Lock()
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.version = 1000
+        self.history: list[tuple[int, dict[str, Any]]] = []  # (rv, event) for resuming watches
+        self.compacted = 0  # a watch from a version older than this gets 410 Gone
+        self.watchers: list[queue.Queue[Any]] = []
+        self.summaries: dict[str, Any] = {}  # node -> summary document
+        self.pod_metrics: dict[tuple[str, str], Any] = {}
+        self.failures: dict[str, list[int]] = {}  # kind -> statuses to answer next
+        self.delays: dict[str, float] = {}  # kind -> seconds before answering
+        self.requests: list[tuple[str, dict[str, list[str]]]] = []
+        self.closers: list[Any] = []  # clients of this server, closed when it stops
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(self.ca, tmp / "server.key")
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.httpd.daemon_threads = True
+        self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+        self.port = self.httpd.server_address[1]
+        self.url = f"https://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    # -- life -----------------------------------------------------------------------------------
+
+    def start(self) -> FakeApiServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.cut()
+        for close in self.closers:
+            close()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def kubeconfig(self, path: Path, token: str | None = None) -> Path:
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "test",
+                    "clusters": [
+                        {
+                            "name": "test",
+                            "cluster": {"server": self.url, "certificate-authority": str(self.ca)},
+                        }
+                    ],
+                    "users": [
+                        {"name": "agent", "user": {"token": token or next(iter(self.tokens))}}
+                    ],
+                    "contexts": [
+                        {
+                            "name": "test",
+                            "context": {
+                                "cluster": "test",
+                                "user": "agent",
+                                "namespace": "gpustack-system",
+                            },
+                        }
+                    ],
+                }
+            )
+        )
+        return path
+
+    def service_account(self, directory: Path, token: str | None = None) -> Path:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "token").write_text(token or next(iter(self.tokens)))
+        (directory / "ca.crt").write_bytes(self.ca.read_bytes())
+        (directory / "namespace").write_text("gpustack-system")
+        return directory
+
+    # -- objects --------------------------------------------------------------------------------
+
+    def _event(self, kind: str, obj: dict[str, Any]) -> None:
+        with self.lock:
+            self.version += 1
+            obj = copy.deepcopy(obj)
+            obj.setdefault("metadata", {})["resourceVersion"] = str(self.version)
+            event = {"type": kind, "object": obj}
+            self.history.append((self.version, event))
+            watchers = list(self.watchers)
+        for w in watchers:
+            w.put(event)
+
+    def add(self, pod: dict[str, Any]) -> None:
+        self.pods[pod["metadata"]["uid"]] = pod
+        self._event("ADDED", pod)
+
+    def modify(self, pod: dict[str, Any]) -> None:
+        self.pods[pod["metadata"]["uid"]] = pod
+        self._event("MODIFIED", pod)
+
+    def delete(self, uid: str) -> None:
+        self._event("DELETED", self.pods.pop(uid))
+
+    def bookmark(self) -> None:
+        self._event("BOOKMARK", {"kind": "Pod", "apiVersion": "v1", "metadata": {}})
+
+    def expire(self) -> None:
+        """Compact history: open and future watches from older versions get 410 Gone."""
+        with self.lock:
+            self.compacted = self.version + 1
+            watchers = list(self.watchers)
+        gone = {
+            "type": "ERROR",
+            "object": {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "status": "Failure",
+                "message": "too old resource version",
+                "reason": "Expired",
+                "code": 410,
+            },
+        }
+        for w in watchers:
+            w.put(gone)
+
+    def cut(self) -> None:
+        with self.lock:
+            watchers = list(self.watchers)
+        for w in watchers:
+            w.put(CUT)
+
+    def wait_for_watchers(self, n: int = 1, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                if len(self.watchers) >= n:
+                    return
+            time.sleep(0.01)
+        raise AssertionError(f"no {n} watcher(s) connected")
+
+    def rewatched(self, before: int, timeout: float = 10.0) -> None:
+        """Wait for a watch request after the first `before` ones, and for it to be connected."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                if self.count("watch") > before and self.watchers:
+                    return
+            time.sleep(0.01)
+        raise AssertionError("the client never watched again")
+
+    def count(self, kind: str) -> int:
+        return sum(1 for k, _ in self.requests if k == kind)
+
+    # -- HTTP -----------------------------------------------------------------------------------
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _json(self, status: int, doc: Any) -> None:
+                body = json.dumps(doc).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _status(self, code: int, message: str) -> None:
+                self._json(
+                    code,
+                    {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "status": "Failure",
+                        "message": message,
+                        "code": code,
+                    },
+                )
+
+            def do_GET(self) -> None:
+                url = urlparse(self.path)
+                query = parse_qs(url.query)
+                kind = server.kind_of(url.path, query)
+                server.requests.append((kind, query))
+                if (
+                    self.headers.get("Authorization", "").removeprefix("Bearer ")
+                    not in server.tokens
+                ):
+                    return self._status(401, "Unauthorized")
+                time.sleep(server.delays.get(kind, 0))
+                failures = server.failures.get(kind)
+                if failures:
+                    return self._status(failures.pop(0), f"injected failure of {kind}")
+                if kind == "watch":
+                    return self._watch(query)
+                if kind == "list":
+                    return self._json(200, server.list_doc(query))
+                if kind == "namespaced-list":
+                    namespace = url.path.split("/")[4]
+                    items = [
+                        p for p in server.pods.values() if p["metadata"]["namespace"] == namespace
+                    ]
+                    selector = query.get("labelSelector", [""])[0]
+                    for term in filter(None, selector.split(",")):
+                        key, _, value = term.partition("=")
+                        items = [
+                            p for p in items if p["metadata"].get("labels", {}).get(key) == value
+                        ]
+                    return self._json(200, {"kind": "PodList", "metadata": {}, "items": items})
+                if kind == "summary":
+                    node = url.path.split("/")[4]
+                    if node not in server.summaries:
+                        return self._status(503, f"node {node} is not reachable")
+                    return self._json(200, server.summaries[node])
+                if kind == "podmetrics":
+                    parts = url.path.split("/")
+                    doc = server.pod_metrics.get((parts[5], parts[7]))
+                    return self._json(200, doc) if doc else self._status(404, "not found")
+                return self._status(404, f"{url.path} is not served here")
+
+            def _chunk(self, data: bytes) -> None:
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+
+            def _watch(self, query: dict[str, list[str]]) -> None:
+                since = int(query.get("resourceVersion", ["0"])[0] or 0)
+                timeout = float(query.get("timeoutSeconds", ["300"])[0])
+                inbox: queue.Queue[Any] = queue.Queue()
+                with server.lock:
+                    backlog = [e for rv, e in server.history if rv > since]
+                    too_old = since < server.compacted
+                    server.watchers.append(inbox)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    if too_old:
+                        backlog = [
+                            {
+                                "type": "ERROR",
+                                "object": {
+                                    "kind": "Status",
+                                    "code": 410,
+                                    "message": "too old resource version",
+                                },
+                            }
+                        ]
+                    for event in backlog:
+                        self._chunk(json.dumps(event).encode() + b"\n")
+                    deadline = time.monotonic() + timeout
+                    while time.monotonic() < deadline:
+                        try:
+                            event = inbox.get(timeout=0.05)
+                        except queue.Empty:
+                            continue
+                        if event is CUT:
+                            self.close_connection = True
+                            self.connection.shutdown(2)
+                            return
+                        self._chunk(json.dumps(event).encode() + b"\n")
+                    self._chunk(b"")  # the server's timeout: a normal end of the watch
+                except OSError:
+                    pass
+                finally:
+                    with server.lock:
+                        server.watchers.remove(inbox)
+
+        return Handler
+
+    @staticmethod
+    def kind_of(path: str, query: dict[str, list[str]]) -> str:
+        if path == "/api/v1/pods":
+            return "watch" if query.get("watch") == ["true"] else "list"
+        if path.startswith("/api/v1/namespaces/") and path.endswith("/pods"):
+            return "namespaced-list"
+        if path.startswith("/api/v1/nodes/") and path.endswith("/proxy/stats/summary"):
+            return "summary"
+        if path.startswith("/apis/metrics.k8s.io/"):
+            return "podmetrics"
+        return "other"
+
+    def list_doc(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        selector = query.get("fieldSelector", [""])[0]
+        node = selector.removeprefix("spec.nodeName=") if selector else None
+        with self.lock:
+            items = [
+                copy.deepcopy(p)
+                for p in self.pods.values()
+                if node is None or p.get("spec", {}).get("nodeName") == node
+            ]
+            version = self.version
+        limit = int(query.get("limit", ["0"])[0] or 0)
+        start = int(query.get("continue", ["0"])[0] or 0)
+        meta: dict[str, Any] = {"resourceVersion": str(version)}
+        if limit and start + limit < len(items):
+            meta["continue"] = str(start + limit)
+        return {
+            "kind": "PodList",
+            "apiVersion": "v1",
+            "metadata": meta,
+            "items": items[start : start + limit] if limit else items,
+        }
+
+
+def summary_for(
+    pods: Iterator[dict[str, Any]] | list[dict[str, Any]],
+    cpu_nano: int = 250_000_000,
+    working_set: int = 900 * 1048576,
+    storage: int = 40 * 1048576,
+) -> dict[str, Any]:
+    """A kubelet /stats/summary with the same figures for every pod given."""
+    return {
+        "node": {"nodeName": "node-1", "cpu": {"usageNanoCores": 4_000_000_000}},
+        "pods": [
+            {
+                "podRef": {
+                    "name": p["metadata"]["name"],
+                    "namespace": p["metadata"]["namespace"],
+                    "uid": p["metadata"]["uid"],
+                },
+                "cpu": {"time": "2026-11-20T09:00:00Z", "usageNanoCores": cpu_nano},
+                "memory": {"time": "2026-11-20T09:00:00Z", "workingSetBytes": working_set},
+                "ephemeral-storage": {"usedBytes": storage},
+            }
+            for p in pods
+        ],
+    }
+
+
+def _serve_for_benchmarks() -> None:
+    """`python -m tests.kube_server DIR --pods N --rate R`: serve N pods of node-1 and modify one
+    of them R times a second, in a process of its own, so a benchmark measures only its client.
+    Writes DIR/kubeconfig, then runs until killed."""
+    import argparse
+    import random
+
+    from tests.world import accel, pod
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("dir", type=Path)
+    parser.add_argument("--pods", type=int, default=250)
+    parser.add_argument("--rate", type=float, default=50.0)
+    args = parser.parse_args()
+    server = FakeApiServer(args.dir).start()
+    objects = []
+    for i in range(args.pods):
+        obj = pod(
+            f"vllm-{i}",
+            {"main": [accel(i % 8, 3, 400_000)]},
+            instance=f"model-{i}",
+            limits={
+                "main": {
+                    "cpu": "8",
+                    "memory": "32Gi",
+                    "nvidia.com/gpu.sliced.cores-percentage": "25",
+                }
+            },
+        )
+        obj["spec"]["nodeName"] = "node-1"
+        server.add(obj)
+        objects.append(obj)
+    server.kubeconfig(args.dir / "kubeconfig.tmp").rename(args.dir / "kubeconfig")
+    rng = random.Random(7)
+    while True:
+        obj = copy.deepcopy(rng.choice(objects))
+        obj["metadata"]["labels"]["heartbeat"] = str(time.monotonic())
+        server.modify(obj)
+        time.sleep(1 / args.rate)
+
+
+if __name__ == "__main__":
+    _serve_for_benchmarks()

@@ -1,0 +1,588 @@
+"""The agent's cluster side against a local HTTPS API server with recorded objects: the pod watch,
+the exporter role, the kubelet's figures and the per-Instance sample (R-A4, R-E3, R-E4, R-F5..F7).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from devicemanager import exposition
+from devicemanager.cluster import ClusterRound
+from devicemanager.figures import InstanceMetricsUnavailable
+from devicemanager.grants import node_grants
+from devicemanager.informer import PodInformer
+from devicemanager.kube import KubeClient, KubeError, config_from
+from devicemanager.kubelet import SummaryCache, usage_from_pod_metrics, usage_from_summary
+from devicemanager.pods import PodIndex
+from devicemanager.role import exporter_role
+from devicemanager.sampler import InstanceSampler
+from tests.conftest import NODES, REPO, Agent, agent_env
+from tests.kube_server import FakeApiServer, summary_for
+from tests.world import accel, pod, uid
+
+pytestmark = pytest.mark.timeout(60)
+NODE = "node-1"
+
+
+def kpod(
+    name: str,
+    *args: Any,
+    node: str = NODE,
+    ready: bool = True,
+    namespace: str | None = None,
+    labels: dict[str, str] | None = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    obj = pod(name, *args, **kwargs)
+    obj["spec"]["nodeName"] = node
+    obj["status"]["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
+    obj["status"]["podIP"] = "10.0.0.9"
+    if namespace:
+        obj["metadata"]["namespace"] = namespace
+    obj["metadata"]["labels"].update(labels or {})
+    return obj
+
+
+def agent_pod(manufacturer: str, ready: bool = True) -> dict[str, Any]:
+    return kpod(
+        f"device-manager-{manufacturer}-x1",
+        None,
+        containers=["device-manager"],
+        namespace="gpustack-system",
+        ready=ready,
+        labels={
+            "app.kubernetes.io/component": "device-manager",
+            "gpustack.ai/manufacturer": manufacturer,
+        },
+    )
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[FakeApiServer]:
+    server = FakeApiServer(tmp_path).start()
+    yield server
+    server.stop()
+
+
+def client_for(api: FakeApiServer, tmp: Path) -> KubeClient:
+    config = config_from(api.kubeconfig(tmp / "kubeconfig"))
+    assert config is not None
+    client = KubeClient(config, timeout=5)
+    api.closers.append(client.close)
+    return client
+
+
+def wait(predicate: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition never held")
+
+
+def names(informer: PodInformer) -> set[str]:
+    index = informer()
+    return set() if index is None else {p.name for p in index.pods.values() if not p.terminating}
+
+
+@pytest.fixture
+def informer(api: FakeApiServer, tmp_path: Path) -> Iterator[PodInformer]:
+    inf = PodInformer(
+        client_for(api, tmp_path),
+        NODE,
+        backoff=(0.05, 0.2),
+        watch_timeout=30,
+        tombstone_seconds=0.5,
+    )
+    yield inf
+    inf.stop()
+    api.cut()
+    if inf._thread is not None:
+        inf._thread.join(5)
+
+
+def test_list_then_watch_follows_the_node_and_only_it(
+    api: FakeApiServer, informer: PodInformer
+) -> None:
+    api.add(kpod("a", None))
+    api.add(kpod("elsewhere", None, node="node-2"))
+    assert informer() is None  # nothing known before the first list
+    informer.start()
+    wait(lambda: names(informer) == {"a"})
+    api.wait_for_watchers()
+    b = kpod("b", None)
+    api.add(b)
+    wait(lambda: names(informer) == {"a", "b"})
+    changed = copy.deepcopy(b)
+    changed["metadata"]["labels"]["x"] = "y"
+    api.modify(changed)
+    wait(lambda: informer().get(uid("b")).labels.get("x") == "y")  # type: ignore[union-attr]
+    api.delete(uid("a"))
+    wait(lambda: names(informer) == {"b"})
+    # Deleted, but kept a while as terminating: its processes are its own, not unknown_pod.
+    gone = informer().get(uid("a"))  # type: ignore[union-attr]
+    assert gone is not None and gone.terminating
+    wait(lambda: informer().get(uid("a")) is None)  # type: ignore[union-attr]
+    assert api.count("list") == 1  # one list, then only the watch
+    ((_, query),) = [r for r in api.requests if r[0] == "list"]
+    assert query["fieldSelector"] == ["spec.nodeName=node-1"]
+
+
+def test_bookmarks_cuts_and_410(api: FakeApiServer, informer: PodInformer) -> None:
+    api.add(kpod("a", None))
+    informer.start()
+    api.wait_for_watchers()
+    api.bookmark()
+    wait(lambda: informer.version == str(api.version))
+    bookmarked = informer.version
+    before = api.count("watch")
+    api.cut()  # a connection dropped mid-stream: resume from the last version, no relist
+    api.rewatched(before)
+    watches = [q for k, q in api.requests if k == "watch"]
+    assert watches[-1]["resourceVersion"] == [bookmarked]
+    assert watches[-1]["allowWatchBookmarks"] == ["true"]
+    assert api.count("list") == 1
+    api.add(kpod("b", None))
+    wait(lambda: "b" in names(informer))
+    before = api.count("watch")
+    api.expire()  # 410 Gone: the gap is lost, so list again
+    wait(lambda: api.count("list") == 2)
+    api.rewatched(before)
+    api.add(kpod("c", None))
+    wait(lambda: names(informer) == {"a", "b", "c"})
+
+
+def test_api_errors_back_off_and_the_last_index_keeps_serving(
+    api: FakeApiServer, informer: PodInformer
+) -> None:
+    api.add(kpod("a", None))
+    informer.start()
+    api.wait_for_watchers()
+    api.failures["watch"] = [500, 500, 503]
+    api.cut()
+    wait(lambda: api.count("watch") >= 4)
+    assert names(informer) == {"a"}  # served throughout
+    api.rewatched(4)
+    api.add(kpod("b", None))
+    wait(lambda: names(informer) == {"a", "b"})
+    assert api.count("list") == 1
+
+
+def test_the_first_list_is_retried_until_it_succeeds(api: FakeApiServer, tmp_path: Path) -> None:
+    api.failures["list"] = [500, 403]
+    api.add(kpod("a", None))
+    inf = PodInformer(client_for(api, tmp_path), NODE, backoff=(0.05, 0.1))
+    inf.start()
+    try:
+        wait(lambda: names(inf) == {"a"})
+        assert api.count("list") == 3
+    finally:
+        inf.stop()
+
+
+def test_250_pods_listed_in_pages(api: FakeApiServer, tmp_path: Path) -> None:
+    for i in range(250):
+        api.add(kpod(f"p{i}", {"main": [accel(i % 8, 1)]}))
+    client = client_for(api, tmp_path)
+    items, version = client.list_pods(NODE, chunk=100)
+    assert len(items) == 250 and version == str(api.version)
+    assert api.count("list") == 3
+    inf = PodInformer(client, NODE)
+    inf.replace_all(items, version)
+    index = inf()
+    assert index is not None and len(index.pods) == 250
+    assert len(node_grants(index).by_pod) == 250
+
+
+def test_the_service_account_token_is_read_again_when_it_rotates(
+    api: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    account = api.service_account(tmp_path / "sa")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(api.port))
+    config = config_from(None, account)
+    assert config is not None
+    client = KubeClient(config, timeout=5)
+    api.closers.append(client.close)
+    api.add(kpod("a", None))
+    assert len(client.list_pods(NODE)[0]) == 1
+    # The kubelet rotates the projected token; the old one stops being accepted.
+    api.tokens = {"token-2"}
+    (account / "token").write_text("token-2")
+    assert len(client.list_pods(NODE)[0]) == 1
+    unauthorized = [k for k, _ in api.requests].count("list") - 2
+    assert unauthorized == 1  # one 401, then the re-read token
+
+
+def test_a_wrong_token_is_an_error_not_a_hang(api: FakeApiServer, tmp_path: Path) -> None:
+    config = config_from(api.kubeconfig(tmp_path / "kc", token="wrong"))
+    assert config is not None
+    client = KubeClient(config, timeout=5)
+    api.closers.append(client.close)
+    with pytest.raises(KubeError) as caught:
+        client.list_pods(NODE)
+    assert caught.value.status == 401
+
+
+# -- the exporter role ------------------------------------------------------------------------
+
+
+def test_role_hands_over_when_the_first_manufacturer_turns_not_ready(
+    api: FakeApiServer, informer: PodInformer
+) -> None:
+    api.add(agent_pod("amd"))
+    api.add(agent_pod("nvidia"))
+    informer.start()
+    wait(lambda: len(names(informer)) == 2)
+    index = informer()
+    assert index is not None
+    ns = "gpustack-system"
+    assert exporter_role(index, ns, "device-manager-amd-x1").exporting is True
+    nvidia = exporter_role(index, ns, "device-manager-nvidia-x1")
+    assert (nvidia.exporting, nvidia.exporter) == (False, "amd")
+    api.modify(agent_pod("amd", ready=False))
+    wait(lambda: exporter_role(informer(), ns, "device-manager-nvidia-x1").exporting)  # type: ignore[arg-type]
+    assert exporter_role(informer(), ns, "device-manager-amd-x1").exporting is False  # type: ignore[arg-type]
+
+
+def test_role_needs_to_know_itself() -> None:
+    index = PodIndex.of([agent_pod("nvidia")])
+    assert exporter_role(index, None, None).exporting is False
+    assert "not in the node's pod index" in exporter_role(index, "gpustack-system", "other").reason
+    unlabelled = agent_pod("nvidia")
+    del unlabelled["metadata"]["labels"]["gpustack.ai/manufacturer"]
+    assert not exporter_role(
+        PodIndex.of([unlabelled]), "gpustack-system", "device-manager-nvidia-x1"
+    ).exporting
+
+
+# -- the kubelet, through ClusterRound ---------------------------------------------------------
+
+
+def instance_pods() -> list[dict[str, Any]]:
+    limits = {"main": {"cpu": "4", "memory": "16Gi", "ephemeral-storage": "20Gi"}}
+    return [
+        agent_pod("nvidia"),
+        kpod("vllm-0", {"main": [accel(0, 1)]}, instance="vllm", limits=limits),
+        kpod("pulling-0", {"main": [accel(1, 1)]}, instance="pulling", started=False),
+    ]
+
+
+def run_round(api: FakeApiServer, tmp: Path, objects: list[dict[str, Any]]) -> exposition.Extras:
+    index = PodIndex.of(objects)
+    summaries = SummaryCache(client_for(api, tmp).stats_summary, max_age=0)
+    cluster = ClusterRound(summaries, NODE, "gpustack-system", "device-manager-nvidia-x1")
+    return cluster.round(index, node_grants(index), exposition.Extras())
+
+
+def test_the_exporter_reads_the_kubelet_each_round(api: FakeApiServer, tmp_path: Path) -> None:
+    objects = instance_pods()
+    api.summaries[NODE] = summary_for(objects[1:2])
+    extras = run_round(api, tmp_path, objects)
+    assert extras.exporting and extras.kubelet_success and extras.kubelet_duration is not None
+    (vllm,) = extras.pod_level  # the never-started Instance publishes nothing
+    assert (vllm.cpu_millicores.total, vllm.cpu_millicores.used) == (4000, 250)
+    assert (vllm.memory_mib.total, vllm.memory_mib.used) == (16384, 900)
+    assert (vllm.storage_mib.total, vllm.storage_mib.used) == (20480, 40)
+    run_round(api, tmp_path, objects)
+    assert api.count("summary") == 2  # afresh each round: never the previous round's read
+
+
+def test_kubelet_down_keeps_totals_drops_only_measurements(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    extras = run_round(api, tmp_path, instance_pods())  # no summary served: 503
+    assert extras.exporting and not extras.kubelet_success
+    (vllm,) = extras.pod_level
+    assert (vllm.cpu_millicores.total, vllm.cpu_millicores.used) == (4000, None)
+    from devicemanager.model import Snapshot
+
+    snap = Snapshot(timestamp=1.0, period_seconds=15, node=NODE)
+    text = exposition.render(exposition.families(snap, True, extras)).decode()
+    got = {f.name: f.samples for f in text_string_to_metric_families(text)}
+    success = {
+        s.labels["source"]: s.value for s in got["gpustack_instance_metrics_collector_success"]
+    }
+    assert success == {"kubelet": 0.0, "snapshot": 1.0}
+    assert [s.value for s in got["gpustack_instance_cpu_total_millicores"]] == [4000.0]
+    assert got["gpustack_instance_cpu_used_millicores"] == []
+
+
+def test_a_slow_kubelet_fails_the_read_not_the_round(api: FakeApiServer, tmp_path: Path) -> None:
+    objects = instance_pods()
+    api.summaries[NODE] = summary_for(objects[1:2])
+    api.delays["summary"] = 3.0
+    config = config_from(api.kubeconfig(tmp_path / "kc"))
+    assert config is not None
+    client = KubeClient(config, timeout=0.5)
+    api.closers.append(client.close)
+    index = PodIndex.of(objects)
+    cluster = ClusterRound(
+        SummaryCache(client.stats_summary, max_age=0, timeout=0.5),
+        NODE,
+        "gpustack-system",
+        "device-manager-nvidia-x1",
+    )
+    started = time.monotonic()
+    extras = cluster.round(index, node_grants(index), exposition.Extras())
+    assert time.monotonic() - started < 2.5
+    assert extras.exporting and not extras.kubelet_success
+    assert extras.pod_level[0].cpu_millicores.used is None
+
+
+def test_a_pod_recreated_under_the_same_name_never_reads_its_predecessor(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    old = kpod(
+        "vllm-0",
+        {"main": [accel(0, 1)]},
+        instance="vllm",
+        instance_uid=uid("v1"),
+        pod_uid=uid("old"),
+    )
+    new = kpod(
+        "vllm-0",
+        {"main": [accel(0, 1)]},
+        instance="vllm",
+        instance_uid=uid("v2"),
+        pod_uid=uid("new"),
+    )
+    api.summaries[NODE] = summary_for([old])  # the kubelet still reports the old pod only
+    extras = run_round(api, tmp_path, [agent_pod("nvidia"), new])
+    assert extras.pod_level == ()  # not the predecessor's figures under the new Instance
+
+
+def test_a_non_exporting_agent_never_calls_the_kubelet(api: FakeApiServer, tmp_path: Path) -> None:
+    objects = [agent_pod("amd"), *instance_pods()]
+    extras = run_round(api, tmp_path, objects)
+    assert extras.exporting is False and extras.pod_level == ()
+    assert api.count("summary") == 0
+
+
+def test_summary_cache_shares_one_read_between_concurrent_callers() -> None:
+    started = threading.Event()
+    release = threading.Event()
+    calls = []
+
+    def fetch(node: str) -> dict[str, Any]:
+        calls.append(node)
+        started.set()
+        release.wait(5)
+        return {"pods": []}
+
+    cache = SummaryCache(fetch, max_age=15)
+    results: list[Any] = []
+    threads = [threading.Thread(target=lambda: results.append(cache.get("n"))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    started.wait(5)
+    time.sleep(0.1)
+    release.set()
+    for t in threads:
+        t.join(5)
+    assert calls == ["n"] and len(results) == 8
+    cache.get("n")
+    assert calls == ["n"]  # within the 15 s bound: cached
+    cache.get("n", max_age=0)
+    assert calls == ["n", "n"]
+
+
+def test_pod_metrics_fallback_and_an_entry_older_than_the_pod() -> None:
+    doc = {
+        "timestamp": "2026-11-20T09:00:00Z",
+        "window": "30s",
+        "containers": [
+            {"name": "a", "usage": {"cpu": "250m", "memory": "1Gi"}},
+            {"name": "b", "usage": {"cpu": "1500000n", "memory": "512Ki"}},
+        ],
+    }
+    usage = usage_from_pod_metrics(doc, "2026-11-20T08:00:00Z")
+    assert (usage.cpu_millicores, usage.memory_mib, usage.storage_mib) == (252, 1025, None)
+    with pytest.raises(ValueError, match="predates"):
+        usage_from_pod_metrics(doc, "2026-11-20T09:30:00Z")
+
+
+def test_summary_parsing_is_defensive() -> None:
+    assert usage_from_summary(None) == {} and usage_from_summary({"pods": "x"}) == {}
+    got = usage_from_summary(
+        {
+            "pods": [
+                {
+                    "podRef": {"name": "a", "namespace": "n", "uid": "u"},
+                    "cpu": {"usageNanoCores": 1},
+                    "memory": "x",
+                }
+            ]
+        }
+    )
+    assert got[("n", "a", "u")].cpu_millicores == 1 and got[("n", "a", "u")].memory_mib is None
+
+
+# -- the per-Instance sample -----------------------------------------------------------------
+
+
+def scenario_objects(name: str = "h100-8gpu-mixed") -> list[dict[str, Any]]:
+    objects = json.loads((NODES / name / "pods.json").read_text())["items"]
+    for obj in objects:
+        obj["status"]["podIP"] = "10.0.0.7"
+    return objects
+
+
+def test_a_never_started_instance_costs_no_upstream_call(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    for obj in scenario_objects():
+        api.add(obj)
+    sampler = InstanceSampler(client_for(api, tmp_path), snapshot_url="https://127.0.0.1:1/x")
+    sample = sampler.sample("gpustack-workloads", "deepseek-r1-distill")
+    assert (sample.cpu_millicores.total, sample.cpu_millicores.used) == (8000, 0)
+    assert api.count("summary") == 0 and api.count("podmetrics") == 0
+
+
+def test_both_sources_down_is_unavailable_naming_each(api: FakeApiServer, tmp_path: Path) -> None:
+    for obj in scenario_objects():
+        api.add(obj)
+    sampler = InstanceSampler(client_for(api, tmp_path), snapshot_url="https://127.0.0.1:1/x")
+    with pytest.raises(InstanceMetricsUnavailable) as caught:
+        sampler.sample("gpustack-workloads", "llama-3-8b")
+    assert "kubelet: GET /api/v1/nodes/gpu-h100-07/proxy/stats/summary: 503" in str(caught.value)
+    assert "metrics.k8s.io:" in str(caught.value)
+    with pytest.raises(LookupError):
+        sampler.sample("gpustack-workloads", "nobody")
+
+
+def test_metrics_api_answers_when_the_kubelet_does_not(api: FakeApiServer, tmp_path: Path) -> None:
+    objects = scenario_objects()
+    for obj in objects:
+        api.add(obj)
+    api.pod_metrics[("gpustack-workloads", "llama-3-8b-0")] = {
+        "timestamp": "2026-11-20T09:00:00Z",
+        "containers": [{"name": "main", "usage": {"cpu": "3", "memory": "8Gi"}}],
+    }
+    sampler = InstanceSampler(client_for(api, tmp_path), snapshot_url="https://127.0.0.1:1/x")
+    sample = sampler.sample("gpustack-workloads", "llama-3-8b")
+    assert (sample.cpu_millicores.used, sample.memory_mib.used, sample.storage_mib.used) == (
+        3000,
+        8192,
+        None,
+    )
+    assert sample.accelerators is None  # the agent could not be reached
+
+
+def test_instance_metrics_command_against_a_replay_agent(
+    api: FakeApiServer, tmp_path: Path, launch
+) -> None:  # type: ignore[no-untyped-def]
+    objects = scenario_objects()
+    for obj in objects:
+        api.add(obj)
+    api.summaries["gpu-h100-07"] = summary_for(objects)
+    agent: Agent = launch("--replay", str(NODES / "h100-8gpu-mixed"), "--monitor-period", "1")
+    agent.wait_for("/readyz", 200)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "devicemanager",
+            "instance-metrics",
+            "gpustack-workloads",
+            "llama-3-8b",
+            "--kubeconfig",
+            str(api.kubeconfig(tmp_path / "kc")),
+            "--snapshot-url",
+            agent.url("/monitor/snapshot"),
+        ],
+        capture_output=True,
+        text=True,
+        env=agent_env(),
+        cwd=REPO,
+        check=False,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["kind"] == "InstanceMetrics" and doc["metadata"]["name"] == "llama-3-8b"
+    sample = doc["sample"]
+    assert (sample["cpuTotalMillicores"], sample["cpuUsedMillicores"]) == (8000, 250)
+    (acc,) = sample["accelerators"]
+    assert (
+        acc["mode"],
+        acc["memoryTotalMiB"],
+        acc["memoryUsedMiB"],
+        acc["coresUtilizationPercent"],
+    ) == (
+        "Sliced",
+        32623,
+        31745,
+        90.0,
+    )
+    # The same figure the agent's own exporter publishes for this Instance.
+    with agent.client() as client:
+        text = client.get("/metrics").text
+    line = next(
+        s
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "gpustack_instance_accelerator_cores_utilization_percent"
+        and s.labels["instance_name"] == "llama-3-8b"
+    )
+    assert line.value == acc["coresUtilizationPercent"]
+
+
+def test_the_whole_agent_in_a_cluster(api: FakeApiServer, tmp_path: Path, launch) -> None:  # type: ignore[no-untyped-def]
+    objects = [agent_pod("fake"), *instance_pods()[1:]]
+    for obj in objects:
+        api.add(obj)
+    api.summaries[NODE] = summary_for([o for o in objects if o["metadata"]["name"] == "vllm-0"])
+    agent: Agent = launch(
+        "--manufacturer",
+        "tests.fakes:StaticBackend",
+        "--kubeconfig",
+        str(api.kubeconfig(tmp_path / "kc")),
+        "--node-name",
+        NODE,
+        "--pod-name",
+        "device-manager-fake-x1",
+        "--pod-namespace",
+        "gpustack-system",
+        "--monitor-period",
+        "0.3",
+    )
+
+    def series() -> dict[str, list[Any]]:
+        with agent.client() as client:
+            text = client.get("/metrics").text
+        return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+    wait(
+        lambda: (
+            [s.value for s in series().get("gpustack_instance_cpu_used_millicores", [])] == [250.0]
+        ),
+        timeout=20,
+    )
+    got = series()
+    assert [s.value for s in got["gpustack_instance_metrics_exporter"]] == [1.0]
+    assert {
+        s.labels["source"]: s.value for s in got["gpustack_instance_metrics_collector_success"]
+    } == {"kubelet": 1.0, "snapshot": 1.0}
+    assert got["gpustack_instance_memory_total_mib"][0].labels["instance_name"] == "vllm"
+    # The kubelet goes away: its measurements go, the totals stay, the verdict says so.
+    api.summaries.clear()
+    wait(lambda: series()["gpustack_instance_cpu_used_millicores"] == [], timeout=20)
+    got = series()
+    assert [s.value for s in got["gpustack_instance_cpu_total_millicores"]] == [4000.0]
+    assert {
+        s.labels["source"]: s.value for s in got["gpustack_instance_metrics_collector_success"]
+    } == {"kubelet": 0.0, "snapshot": 1.0}
+    assert agent.proc.poll() is None
