@@ -37,16 +37,9 @@ _CARD_FAMILIES: tuple[tuple[str, str], ...] = (
 )
 
 
-def _card_value(card: Card, suffix: str) -> float | None:
-    value: float | int | bool | None = {
-        "memory_total_mib": card.memory_total_mib,
-        "memory_used_mib": card.memory_used_mib,
-        "memory_utilization_percent": card.memory_utilization_percent,
-        "cores_utilization_percent": card.cores_utilization_percent,
-        "temperature_celsius": card.temperature_celsius,
-        "power_usage_watts": card.power_usage_watts,
-        "unhealthy": card.unhealthy,
-    }[suffix]
+def _figure(source: Card | AcceleratorEntry, suffix: str) -> float | None:
+    """A family's value: each family suffix is also the name of the figure on a card or entry."""
+    value: float | int | bool | None = getattr(source, suffix)
     return None if value is None else float(value)
 
 
@@ -78,7 +71,7 @@ def card_families(snapshot: Snapshot) -> Iterator[Metric]:
             labels = [node, group.manufacturer, card.id, str(card.index)]
             info.add_metric([*labels, card.name or "", group.driver_version or ""], 1.0)
             for suffix, family in families.items():
-                value = _card_value(card, suffix)
+                value = _figure(card, suffix)
                 if value is not None:
                     family.add_metric(labels, value)
     yield info
@@ -179,19 +172,6 @@ _ENTRY_FAMILIES: tuple[tuple[str, str], ...] = (
 )
 
 
-def _entry_value(e: AcceleratorEntry, suffix: str) -> float | None:
-    value: float | int | bool | None = {
-        "memory_total_mib": e.memory_total_mib,
-        "memory_used_mib": e.memory_used_mib,
-        "memory_utilization_percent": e.memory_utilization_percent,
-        "cores_utilization_percent": e.cores_utilization_percent,
-        "temperature_celsius": e.temperature_celsius,
-        "power_usage_watts": e.power_usage_watts,
-        "unhealthy": e.unhealthy,
-    }[suffix]
-    return None if value is None else float(value)
-
-
 def instance_families(snapshot: Snapshot, instances: Iterable[InstanceEntries]) -> Iterator[Metric]:
     """`gpustack_instance_accelerator_*`: every Instance's own figures, one series per grant.
     An unmeasured figure has no sample (R-E2); the Instance label is `instance_name` (R-E6)."""
@@ -218,7 +198,7 @@ def instance_families(snapshot: Snapshot, instances: Iterable[InstanceEntries]) 
                 e.mode.value,
             ]
             for suffix, family in out.items():
-                value = _entry_value(e, suffix)
+                value = _figure(e, suffix)
                 if value is not None:
                     family.add_metric(labels, value)
     yield from out.values()

@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from devicemanager.figures import PodUsage
+from devicemanager.model import as_number
 from devicemanager.quantity import parse_quantity
 
 MIB = 1048576
@@ -26,12 +27,8 @@ MIB = 1048576
 PodKey = tuple[str, str, str]  # namespace, name, uid
 
 
-def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def _mib(value: Any) -> int | None:
-    n = _num(value)
+    n = as_number(value)
     return None if n is None else math.ceil(n / MIB)  # rounded up: under 1 MiB reads 1
 
 
@@ -50,7 +47,7 @@ def usage_from_summary(summary: Any) -> dict[PodKey, PodUsage]:
             continue
         ref = pod["podRef"]
         cpu, memory, storage = (_section(pod, k) for k in ("cpu", "memory", "ephemeral-storage"))
-        nano = _num(cpu.get("usageNanoCores"))
+        nano = as_number(cpu.get("usageNanoCores"))
         key = (str(ref.get("namespace", "")), str(ref.get("name", "")), str(ref.get("uid", "")))
         out[key] = PodUsage(
             cpu_millicores=None if nano is None else math.ceil(nano / 1e6),

@@ -163,6 +163,18 @@ class Snapshot:
     slices: SliceSection | None = None  # per-grant usage; absent means "could not measure"
 
 
+def as_int(value: Any) -> int | None:
+    """A JSON integer as itself, anything else as absent (a bool is not a count)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def as_number(value: Any) -> float | None:
+    """A JSON number as a float, anything else as absent."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
 def utilization_percent(used: float | None, total: float | None) -> float | None:
     """used/total in percent, absent when either side is absent or the total is not positive."""
     if used is None or total is None or total <= 0:

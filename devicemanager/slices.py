@@ -20,7 +20,7 @@ from typing import Any
 from devicemanager.allocations import Mode
 from devicemanager.attribution import DeviceAttribution
 from devicemanager.grants import Grant
-from devicemanager.model import Card, PartitionReading, Reason, VendorReading
+from devicemanager.model import Card, PartitionReading, Reason, VendorReading, as_int, as_number
 
 SCHEMA_VERSION = 1
 SUPPORTED_VERSIONS = range(1, 2)
@@ -361,14 +361,6 @@ def _reason_of(value: Any) -> Reason | None:
         return Reason.VERSION_SKEW
 
 
-def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
@@ -377,7 +369,7 @@ def from_json(doc: Any) -> SliceSection | None:
     """A section as another agent served it. Unreadable parts are left out, never guessed."""
     if not isinstance(doc, dict):
         return None
-    version = _int(doc.get("schemaVersion"))
+    version = as_int(doc.get("schemaVersion"))
     if version is None:
         return None
     if version not in SUPPORTED_VERSIONS:
@@ -393,8 +385,8 @@ def from_json(doc: Any) -> SliceSection | None:
             _str(u.get("podUID")),
             _str(u.get("container")),
             _str(u.get("deviceID")),
-            _int(u.get("memoryUsedMiB")),
-            _num(u.get("coresUtilizationPercent")),
+            as_int(u.get("memoryUsedMiB")),
+            as_number(u.get("coresUtilizationPercent")),
         )
         for u in items("usages")
     )
@@ -405,7 +397,7 @@ def from_json(doc: Any) -> SliceSection | None:
             _reason_of(d.get("memoryReason")),
             _reason_of(d.get("coresReason")),
             *(
-                _int(d.get(k)) or 0
+                as_int(d.get(k)) or 0
                 for k in (
                     "rowsReturned",
                     "rowsAttributed",
@@ -425,9 +417,9 @@ def from_json(doc: Any) -> SliceSection | None:
             _str(p.get("container")),
             _str(p.get("deviceID")),
             _str(p.get("id")),
-            _int(p.get("memoryTotalMiB")),
-            _int(p.get("memoryUsedMiB")),
-            _num(p.get("coresPercent")),
+            as_int(p.get("memoryTotalMiB")),
+            as_int(p.get("memoryUsedMiB")),
+            as_number(p.get("coresPercent")),
             _reason_of(p.get("memoryReason")),
             _reason_of(p.get("coresReason")),
         )

@@ -14,7 +14,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from devicemanager import slices as slice_section
-from devicemanager.model import BackendState, BackendStatus, Card, Group, Snapshot, VendorReading
+from devicemanager.model import (
+    BackendState,
+    BackendStatus,
+    Card,
+    Group,
+    Snapshot,
+    VendorReading,
+    as_int,
+    as_number,
+)
 from devicemanager.slices import SliceSection
 
 # What Go's zero time.Time marshals to: the worker tells "no round yet" by it.
@@ -146,16 +155,8 @@ def parse_time(value: Any) -> float:
         return 0.0
 
 
-def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def card_from_json(doc: dict[str, Any]) -> Card | None:
-    if not isinstance(doc.get("id"), str) or _int(doc.get("index")) is None:
+    if not isinstance(doc.get("id"), str) or as_int(doc.get("index")) is None:
         return None
     name = doc.get("name")
     reason = doc.get("unhealthyReason")
@@ -163,11 +164,11 @@ def card_from_json(doc: dict[str, Any]) -> Card | None:
         id=doc["id"],
         index=doc["index"],
         name=name if isinstance(name, str) else None,
-        memory_total_mib=_int(doc.get("memory")),
-        memory_used_mib=_int(doc.get("memoryUsage")),
-        cores_utilization_percent=_num(doc.get("coresUtilization")),
-        temperature_celsius=_num(doc.get("temperature")),
-        power_usage_watts=_num(doc.get("powerUsage")),
+        memory_total_mib=as_int(doc.get("memory")),
+        memory_used_mib=as_int(doc.get("memoryUsage")),
+        cores_utilization_percent=as_number(doc.get("coresUtilization")),
+        temperature_celsius=as_number(doc.get("temperature")),
+        power_usage_watts=as_number(doc.get("powerUsage")),
         unhealthy=doc.get("unhealthy") is True,
         unhealthy_reason=reason if isinstance(reason, str) else None,
     )
@@ -208,7 +209,7 @@ def from_json(doc: Any) -> Snapshot:
                 BackendStatus(
                     b["manufacturer"],
                     state,
-                    _num(b.get("durationSeconds")),
+                    as_number(b.get("durationSeconds")),
                     error if isinstance(error, str) else None,
                     last or None,
                 )
@@ -216,7 +217,7 @@ def from_json(doc: Any) -> Snapshot:
     node = doc.get("node")
     return Snapshot(
         timestamp=parse_time(doc.get("timestamp")),
-        period_seconds=_int(doc.get("periodSeconds")) or 0,
+        period_seconds=as_int(doc.get("periodSeconds")) or 0,
         node=node if isinstance(node, str) else None,
         groups=tuple(groups),
         backends=tuple(backends),

@@ -23,6 +23,8 @@ from devicemanager.model import (
     ReadRequest,
     Reason,
     VendorReading,
+    as_int,
+    as_number,
     mib_from_bytes,
 )
 
@@ -78,25 +80,13 @@ def reason_for(code: int) -> Reason:
     return Reason.TRANSIENT_DRIVER_ERROR
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        return None
-    return value
-
-
 def _memory(device: Mapping[str, Any]) -> tuple[int | None, int | None]:
     """(total MiB, used MiB) from v2 where the driver served it, else v1."""
     for key in ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"):
         info = device.get(key)
         if isinstance(info, Mapping) and _error(info) is None:
-            total = _int(info.get("total"))  # bytes
-            used = _int(info.get("used"))  # bytes; v2 excludes the driver's reservation
+            total = as_int(info.get("total"))  # bytes
+            used = as_int(info.get("used"))  # bytes; v2 excludes the driver's reservation
             return mib_from_bytes(total), mib_from_bytes(used)
     return None, None
 
@@ -126,16 +116,16 @@ def parse_card(device: Mapping[str, Any]) -> Card | None:
     uuid = device.get("nvmlDeviceGetUUID")
     if not isinstance(uuid, str):
         uuid = device.get("knownUUID")
-    index = _int(device.get("nvmlDeviceGetIndex"))
+    index = as_int(device.get("nvmlDeviceGetIndex"))
     if index is None:
-        index = _int(device.get("knownIndex"))
+        index = as_int(device.get("knownIndex"))
     if not isinstance(uuid, str) or index is None:
         # Without its identity a card cannot be named in any figure.
         return None
     total, used = _memory(device)
     rates = device.get("nvmlDeviceGetUtilizationRates")
-    gpu = _number(rates.get("gpu")) if isinstance(rates, Mapping) and not _error(rates) else None
-    power_mw = _number(device.get("nvmlDeviceGetPowerUsage"))  # mW
+    gpu = as_number(rates.get("gpu")) if isinstance(rates, Mapping) and not _error(rates) else None
+    power_mw = as_number(device.get("nvmlDeviceGetPowerUsage"))  # mW
     name = device.get("nvmlDeviceGetName")
     if not isinstance(name, str):
         name = device.get("knownName")
@@ -147,7 +137,7 @@ def parse_card(device: Mapping[str, Any]) -> Card | None:
         memory_total_mib=total,
         memory_used_mib=used,
         cores_utilization_percent=gpu,
-        temperature_celsius=_number(device.get("nvmlDeviceGetTemperature")),  # °C
+        temperature_celsius=as_number(device.get("nvmlDeviceGetTemperature")),  # °C
         power_usage_watts=None if power_mw is None else round(power_mw / 1000.0, 3),
         unhealthy=reason is not None,
         unhealthy_reason=reason,
@@ -161,11 +151,11 @@ def _newest_samples(samples: Iterable[Any]) -> dict[int, float]:
         if not isinstance(sample, Mapping):
             continue
         pid, stamp, sm = (
-            _int(sample.get("pid")),
-            _int(sample.get("timeStamp")),
+            as_int(sample.get("pid")),
+            as_int(sample.get("timeStamp")),
             sample.get("smUtil"),
         )
-        util = _number(sm)
+        util = as_number(sm)
         if pid is None or stamp is None or util is None:
             continue
         if pid not in newest or stamp > newest[pid][0]:
@@ -210,11 +200,11 @@ def parse_processes(device: Mapping[str, Any]) -> DeviceProcesses | None:
     rows: list[ProcessRow] = []
     if code is None and isinstance(listed, list):
         for proc in listed:
-            pid = _int(proc.get("pid")) if isinstance(proc, Mapping) else None
+            pid = as_int(proc.get("pid")) if isinstance(proc, Mapping) else None
             if pid is None:
                 continue
             # usedGpuMemory null is NVML_VALUE_NOT_AVAILABLE: unknown, never 0.
-            used = _int(proc.get("usedGpuMemory"))
+            used = as_int(proc.get("usedGpuMemory"))
             # A listed PID with no sample ran nothing in the window: idle, measured.
             cores = None if samples is None else samples.get(pid, 0.0)
             rows.append(ProcessRow(pid=pid, memory_bytes=used, cores_percent=cores))

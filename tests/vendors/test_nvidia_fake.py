@@ -328,6 +328,28 @@ def test_a_library_that_is_not_there_is_unavailable_not_a_crash() -> None:
 # -- the whole agent --------------------------------------------------------------------------
 
 
+def serve_on_fake(
+    launch, lib: Path, scenario_file: Path, tmp: Path, pods: list[dict[str, Any]]
+) -> Agent:  # type: ignore[no-untyped-def]
+    """`devicemanager serve` on the fake library, with these pods and tmp/proc, once ready."""
+    (tmp / "pods.json").write_text(json.dumps({"kind": "PodList", "items": pods}))
+    agent: Agent = launch(
+        "--manufacturer",
+        "nvidia",
+        "--vendor-library",
+        f"nvidia={lib}",
+        "--pods-file",
+        str(tmp / "pods.json"),
+        "--proc-root",
+        str(tmp / "proc"),
+        "--monitor-period",
+        "0.5",
+        env={"FAKE_NVML_SCENARIO": str(scenario_file)},
+    )
+    agent.wait_for("/readyz", 200)
+    return agent
+
+
 def test_the_whole_agent_on_the_fake_h100_with_mig(
     libnvml: Path, scenario, tmp_path: Path, launch
 ) -> None:  # type: ignore[no-untyped-def]
@@ -362,21 +384,7 @@ def test_the_whole_agent_on_the_fake_h100_with_mig(
         ),
     ]
     process(tmp_path / "proc", 7001, "mistral")
-    (tmp_path / "pods.json").write_text(json.dumps({"kind": "PodList", "items": pods}))
-    agent: Agent = launch(
-        "--manufacturer",
-        "nvidia",
-        "--vendor-library",
-        f"nvidia={libnvml}",
-        "--pods-file",
-        str(tmp_path / "pods.json"),
-        "--proc-root",
-        str(tmp_path / "proc"),
-        "--monitor-period",
-        "0.5",
-        env={"FAKE_NVML_SCENARIO": str(path)},
-    )
-    agent.wait_for("/readyz", 200)
+    agent = serve_on_fake(launch, libnvml, path, tmp_path, pods)
     with agent.client() as client:
         doc = client.get("/monitor/snapshot").json()
         text = client.get("/metrics").content
@@ -402,25 +410,8 @@ def test_the_whole_agent_on_two_a100_slices_and_record(
     libnvml: Path, scenario, tmp_path: Path, launch
 ) -> None:  # type: ignore[no-untyped-def]
     path = scenario(scenarios.a100_two_slices())
-    (tmp_path / "pods.json").write_text(
-        json.dumps(
-            {"kind": "PodList", "items": slice_pods(tmp_path, (7101, "busy"), (7201, "idle"))}
-        )
-    )
-    agent: Agent = launch(
-        "--manufacturer",
-        "nvidia",
-        "--vendor-library",
-        f"nvidia={libnvml}",
-        "--pods-file",
-        str(tmp_path / "pods.json"),
-        "--proc-root",
-        str(tmp_path / "proc"),
-        "--monitor-period",
-        "0.5",
-        env={"FAKE_NVML_SCENARIO": str(path)},
-    )
-    agent.wait_for("/readyz", 200)
+    pods = slice_pods(tmp_path, (7101, "busy"), (7201, "idle"))
+    agent = serve_on_fake(launch, libnvml, path, tmp_path, pods)
     with agent.client() as client:
         got = series(client.get("/metrics").content)
     cores = {
