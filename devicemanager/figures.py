@@ -21,12 +21,10 @@ from devicemanager.grants import (
     live,
     owned_by_instance,
 )
-from devicemanager.model import Card, Snapshot, utilization_percent
+from devicemanager.model import MIB, Card, Snapshot, utilization_percent
 from devicemanager.pods import PodIndex, PodInfo
 from devicemanager.quantity import parse_quantity
 from devicemanager.slices import Lookup, figures
-
-MIB = 1048576
 
 
 @dataclass(frozen=True, slots=True)

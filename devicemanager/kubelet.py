@@ -19,17 +19,10 @@ from datetime import datetime
 from typing import Any
 
 from devicemanager.figures import PodUsage
-from devicemanager.model import as_number
+from devicemanager.model import MIB, as_number, mib_from_bytes
 from devicemanager.quantity import parse_quantity
 
-MIB = 1048576
-
 PodKey = tuple[str, str, str]  # namespace, name, uid
-
-
-def _mib(value: Any) -> int | None:
-    n = as_number(value)
-    return None if n is None else math.ceil(n / MIB)  # rounded up: under 1 MiB reads 1
 
 
 def _section(pod: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -51,8 +44,8 @@ def usage_from_summary(summary: Any) -> dict[PodKey, PodUsage]:
         key = (str(ref.get("namespace", "")), str(ref.get("name", "")), str(ref.get("uid", "")))
         out[key] = PodUsage(
             cpu_millicores=None if nano is None else math.ceil(nano / 1e6),
-            memory_mib=_mib(memory.get("workingSetBytes")),
-            storage_mib=_mib(storage.get("usedBytes")),
+            memory_mib=mib_from_bytes(as_number(memory.get("workingSetBytes"))),
+            storage_mib=mib_from_bytes(as_number(storage.get("usedBytes"))),
             timestamp=cpu.get("time") if isinstance(cpu.get("time"), str) else None,
             source="kubelet",
         )

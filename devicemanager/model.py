@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 # What a vendor library answered, keyed by entry point, as JSON-able values.
 Payload = dict[str, Any]
 
+MIB = 1048576
+
 
 class Reason(StrEnum):
     """Why a figure is absent (SPEC §3, §6). The token is what users see in gauges and logs."""
@@ -182,8 +184,8 @@ def utilization_percent(used: float | None, total: float | None) -> float | None
     return round(used * 100.0 / total, 2)
 
 
-def mib_from_bytes(value: int | None) -> int | None:
+def mib_from_bytes(value: float | None) -> int | None:
     """Bytes to MiB, converted once and rounded up: 0 < x < 1 MiB reads 1, never 0 (R-F2)."""
     if value is None:
         return None
-    return math.ceil(value / 1048576)
+    return math.ceil(value / MIB)

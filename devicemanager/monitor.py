@@ -189,7 +189,10 @@ class Monitor:
             except FutureTimeout:
                 results.append(
                     self._result(
-                        worker, BackendState.TIMEOUT, None, f"no answer in {self.deadline}s"
+                        worker,
+                        BackendState.TIMEOUT,
+                        self.deadline,
+                        f"no answer in {self.deadline}s",
                     )
                 )
                 continue
@@ -222,8 +225,6 @@ class Monitor:
     def _result(
         self, worker: BackendWorker, state: BackendState, took: float | None, error: str
     ) -> BackendResult:
-        if took is None and state is not BackendState.STUCK:
-            took = self.deadline if state is BackendState.TIMEOUT else None
         status = BackendStatus(worker.manufacturer, state, took, error, worker.last_success)
         return BackendResult(status=status)
 

@@ -12,7 +12,6 @@ decided in one place.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -20,13 +19,21 @@ from typing import Any
 from devicemanager.allocations import Mode
 from devicemanager.attribution import DeviceAttribution
 from devicemanager.grants import Grant
-from devicemanager.model import Card, PartitionReading, Reason, VendorReading, as_int, as_number
+from devicemanager.model import (
+    MIB,
+    Card,
+    PartitionReading,
+    Reason,
+    VendorReading,
+    as_int,
+    as_number,
+    mib_from_bytes,
+)
 
 SCHEMA_VERSION = 1
 SUPPORTED_VERSIONS = range(1, 2)
 MAX_USAGES = 4096
 MAX_DEVICES = 256
-MIB = 1048576
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +116,7 @@ def _device_entry(
             memory = None
             if memory_reason is None and all(r.memory_bytes is not None for r in rows):
                 # Summed in bytes, converted once, rounded up (R-F2).
-                memory = math.ceil(sum(r.memory_bytes for r in rows) / MIB)
+                memory = mib_from_bytes(sum(r.memory_bytes for r in rows))
             cores = None
             if cores_reason is None and all(r.cores_percent is not None for r in rows):
                 cores = min(100.0, float(sum(r.cores_percent for r in rows)))
