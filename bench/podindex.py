@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import REPO, report
-from devicemanager.informer import PodInformer
-from devicemanager.kube import KubeClient, KubeError, config_from
+from devicemanager.kube.client import KubeClient, KubeError, config_from
+from devicemanager.kube.informer import PodInformer
 
 
 def thread_cpu(target, seconds: float) -> float:  # type: ignore[no-untyped-def]

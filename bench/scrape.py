@@ -24,7 +24,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import free_port, report, start_agent
-from devicemanager.tls import self_signed
+from devicemanager.serve.tls import self_signed
 
 NGINX_CONF = """
 worker_processes 1;

@@ -12,16 +12,16 @@ from pathlib import Path
 from devicemanager import logs
 from devicemanager.attribution import Attributor
 from devicemanager.backend import Backend, backend_class
-from devicemanager.cluster import ClusterRound
 from devicemanager.config import Settings, default_node_name
-from devicemanager.informer import PodInformer
-from devicemanager.kube import KubeClient, config_from
-from devicemanager.kubelet import SummaryCache
+from devicemanager.kube.client import KubeClient, config_from
+from devicemanager.kube.cluster import ClusterRound
+from devicemanager.kube.informer import PodInformer
+from devicemanager.kube.kubelet import SummaryCache
 from devicemanager.monitor import BackendWorker, Monitor
 from devicemanager.pods import PodIndex, PodsFile
 from devicemanager.replay import ReplayBackend, Scenario, load_scenario
-from devicemanager.server import create_app
-from devicemanager.tls import Certificates
+from devicemanager.serve.app import create_app
+from devicemanager.serve.tls import Certificates
 
 log = logging.getLogger("devicemanager")
 

@@ -204,8 +204,8 @@ def _cmd_whois(args: argparse.Namespace) -> int:
 
 def _cmd_instance_metrics(args: argparse.Namespace) -> int:
     from devicemanager.figures import InstanceMetricsUnavailable, metrics_json
-    from devicemanager.kube import KubeClient, KubeError, config_from
-    from devicemanager.sampler import InstanceSampler
+    from devicemanager.kube.client import KubeClient, KubeError, config_from
+    from devicemanager.kube.sampler import InstanceSampler
 
     config = config_from(args.kubeconfig, args.service_account_dir)
     if config is None:

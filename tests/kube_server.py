@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from devicemanager.tls import self_signed
+from devicemanager.serve.tls import self_signed
 
 CUT = object()  # pushed to a watcher: drop the connection without ending the stream
 

@@ -21,9 +21,9 @@ import pytest
 import yaml
 
 from devicemanager.config import DEFAULT_PORT, SERVE_FLAGS
+from devicemanager.kube.role import COMPONENT, COMPONENT_LABEL, MANUFACTURER_LABEL
 from devicemanager.monitor import Monitor
-from devicemanager.role import COMPONENT, COMPONENT_LABEL, MANUFACTURER_LABEL
-from devicemanager.server import create_app
+from devicemanager.serve.app import create_app
 from tests.conftest import NODES, REPO, Agent, free_port
 
 DEPLOY = REPO / "deploy"

@@ -18,15 +18,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from devicemanager import exposition
-from devicemanager.cluster import ClusterRound
 from devicemanager.figures import InstanceMetricsUnavailable
 from devicemanager.grants import node_grants
-from devicemanager.informer import PodInformer
-from devicemanager.kube import KubeClient, KubeError, config_from
-from devicemanager.kubelet import SummaryCache, usage_from_pod_metrics, usage_from_summary
+from devicemanager.kube.client import KubeClient, KubeError, config_from
+from devicemanager.kube.cluster import ClusterRound
+from devicemanager.kube.informer import PodInformer
+from devicemanager.kube.kubelet import SummaryCache, usage_from_pod_metrics, usage_from_summary
+from devicemanager.kube.role import exporter_role
+from devicemanager.kube.sampler import InstanceSampler
 from devicemanager.pods import PodIndex
-from devicemanager.role import exporter_role
-from devicemanager.sampler import InstanceSampler
 from tests.conftest import NODES, REPO, Agent, agent_env
 from tests.kube_server import FakeApiServer, summary_for
 from tests.world import accel, pod, uid

@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from devicemanager.kube import KubeClient, KubeError, WatchEvent
+from devicemanager.kube.client import KubeClient, KubeError, WatchEvent
 from devicemanager.pods import PodIndex, PodInfo, pod_info
 
-log = logging.getLogger("devicemanager.informer")
+log = logging.getLogger("devicemanager.kube.informer")
 
 
 class PodInformer:

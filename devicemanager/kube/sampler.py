@@ -17,11 +17,11 @@ from devicemanager import slices
 from devicemanager.allocations import AllocationError
 from devicemanager.figures import InstanceMetrics, PodUsage, View, instance_metrics
 from devicemanager.grants import Grant, grants_of, instance_of
-from devicemanager.kube import KubeClient
-from devicemanager.kubelet import SummaryCache, usage_from_pod_metrics, usage_from_summary
+from devicemanager.kube.client import KubeClient
+from devicemanager.kube.kubelet import SummaryCache, usage_from_pod_metrics, usage_from_summary
+from devicemanager.kube.role import COMPONENT, COMPONENT_LABEL, MANUFACTURER_LABEL
 from devicemanager.model import Card
 from devicemanager.pods import PodInfo, pod_info
-from devicemanager.role import COMPONENT, COMPONENT_LABEL, MANUFACTURER_LABEL
 from devicemanager.snapshot import fresh, from_json
 
 log = logging.getLogger("instance-metrics")

@@ -16,11 +16,11 @@ from dataclasses import replace
 from devicemanager import exposition
 from devicemanager.figures import pod_level
 from devicemanager.grants import NodeGrants
-from devicemanager.kubelet import SummaryCache, usage_from_summary
+from devicemanager.kube.kubelet import SummaryCache, usage_from_summary
+from devicemanager.kube.role import Role, exporter_role
 from devicemanager.pods import PodIndex
-from devicemanager.role import Role, exporter_role
 
-log = logging.getLogger("devicemanager.cluster")
+log = logging.getLogger("devicemanager.kube.cluster")
 
 
 class ClusterRound:

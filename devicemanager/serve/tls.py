@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-log = logging.getLogger("devicemanager.tls")
+log = logging.getLogger("devicemanager.serve.tls")
 
 CERT_FILE = "tls.crt"
 KEY_FILE = "tls.key"
