@@ -11,7 +11,7 @@ from pathlib import Path
 
 from devicemanager import logs
 from devicemanager.attribution import Attributor
-from devicemanager.backend import Backend, backend_class
+from devicemanager.backend import Backend, create_backend
 from devicemanager.config import Settings, default_node_name
 from devicemanager.kube.client import KubeClient, config_from
 from devicemanager.kube.cluster import ClusterRound
@@ -37,12 +37,6 @@ class Node:
     scenario: Scenario | None = None
 
 
-def live_backend(manufacturer: str, libraries: dict[str, str]) -> Backend:
-    cls = backend_class(manufacturer)
-    library = libraries.get(manufacturer)
-    return cls(library=library) if library else cls()  # type: ignore[call-arg]
-
-
 def resolve_node(settings: Settings) -> Node:
     if settings.replay is not None:
         scenario = load_scenario(settings.replay)
@@ -56,7 +50,7 @@ def resolve_node(settings: Settings) -> Node:
     return Node(
         name=settings.node_name or default_node_name(),
         backends=tuple(
-            live_backend(m, dict(settings.vendor_libraries)) for m in settings.manufacturers
+            create_backend(m, settings.vendor_libraries.get(m)) for m in settings.manufacturers
         ),
         proc_root=settings.proc_root or Path("/proc"),
         pods_file=settings.pods_file,

@@ -4,7 +4,10 @@ GPUStack: `device.gpustack.ai/accelerator.allocated`, JSON, container name -> de
 accelerators {id, index, mode, allocated units (1,600,000 = one card), allocatedPhysical*}.
 HAMi: `hami.io/vgpu-devices-allocated`, `UUID,Type,MemMiB,Cores` per device ended by ':', one
 `;`-ended slot per container (init containers first; an empty slot keeps its place), and
-`hami.io/vgpu-mig-allocations`, a JSON list of MIG placements.
+`hami.io/vgpu-mig-allocations`, a JSON list of MIG placements. HAMi's other vendors write the
+same encoding under `hami.io/<word>-devices-allocated` (`dcu` Hygon, `amd`, `metax-gpu` and
+`metax-sgpu` MetaX, `Ascend910B`, `Ascend310P`, … Ascend), with the device ids each of them uses
+(`DCU-<index>` or `HCU-<serial>` for Hygon); backends list those forms as card aliases.
 
 Each parser raises AllocationError and nothing else on any input: a malformed annotation
 yields no grants for its pod and never touches another pod.
@@ -23,6 +26,13 @@ GPUSTACK_KEY = "device.gpustack.ai/accelerator.allocated"
 HAMI_KEY = "hami.io/vgpu-devices-allocated"
 HAMI_MIG_KEY = "hami.io/vgpu-mig-allocations"
 UNITS_PER_CARD = 1_600_000
+# HAMi's per-vendor keys: hami.io/<common word>-devices-allocated (pkg/device/*/device.go).
+_HAMI_VENDOR_KEY = re.compile(r"hami\.io/([A-Za-z0-9][A-Za-z0-9.-]{0,62})-devices-allocated")
+# The common word -> our manufacturer name; `vgpu` reads the manufacturer off each device's
+# Type field instead (NVIDIA, and the NVML-shaped vendors HAMi runs through its vGPU path).
+_HAMI_WORDS = {"dcu": "hygon", "amd": "amd", "metax-gpu": "metax", "metax-sgpu": "metax"}
+# Words whose devices are whole cards rather than slices.
+_HAMI_WHOLE = frozenset({"metax-gpu"})
 
 
 class AllocationError(ValueError):
@@ -159,10 +169,20 @@ def _hami_int(field: str, what: str) -> int:
     return int(field)
 
 
+def hami_manufacturer(word: str, kind: str) -> str:
+    """Our manufacturer name for a device of HAMi's `word` key with Type `kind`."""
+    if word == "vgpu":
+        return kind.split("-")[0].lower() or "nvidia"
+    if word.lower().startswith("ascend"):
+        return "ascend"
+    return _HAMI_WORDS.get(word, word.split("-")[0].lower())
+
+
 def parse_hami(
-    text: str, slots: Sequence[str], mig_text: str | None = None
+    text: str, slots: Sequence[str], mig_text: str | None = None, word: str = "vgpu"
 ) -> tuple[Allocation, ...]:
-    """`slots` are the pod's container names in HAMi's order: init containers, then regular."""
+    """`slots` are the pod's container names in HAMi's order: init containers, then regular.
+    `word` is the key's common word (`vgpu` for hami.io/vgpu-devices-allocated)."""
     migs = parse_hami_mig(mig_text, slots) if mig_text else ()
     claimed = {(m.container, m.device_id) for m in migs}
     parts = text.split(";")
@@ -178,7 +198,12 @@ def parse_hami(
                 raise AllocationError(f"device {device!r} is not UUID,Type,MemMiB,Cores")
             uuid, kind, mem, cores = fields
             memory, cap = _hami_int(mem, "MemMiB"), _hami_int(cores, "Cores")
-            manufacturer = kind.split("-")[0].lower() or "nvidia"
+            manufacturer = hami_manufacturer(word, kind)
+            if word in _HAMI_WHOLE:
+                out.append(
+                    Allocation(container, manufacturer, uuid, None, Mode.EXCLUSIVE, source="hami")
+                )
+                continue
             if old := _HAMI_OLD_MIG.fullmatch(uuid):
                 if (container, old.group(1)) in claimed:
                     continue  # the same partition, better described by the MIG annotation
@@ -243,4 +268,12 @@ def allocations_of(annotations: Mapping[str, str], slots: Sequence[str]) -> tupl
         out.extend(parse_gpustack(annotations[GPUSTACK_KEY]))
     if HAMI_KEY in annotations or HAMI_MIG_KEY in annotations:
         out.extend(parse_hami(annotations.get(HAMI_KEY, ""), slots, annotations.get(HAMI_MIG_KEY)))
+    for key, value in sorted(annotations.items()):
+        match = _HAMI_VENDOR_KEY.fullmatch(key)
+        if match is None or key == HAMI_KEY:
+            continue
+        try:
+            out.extend(parse_hami(value, slots, word=match.group(1)))
+        except AllocationError as exc:
+            raise AllocationError(f"{key}: {exc}") from None
     return tuple(out)

@@ -7,7 +7,9 @@ lazily, so the agent runs, and its tests pass, with no vendor SDK installed (R-V
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from devicemanager.model import Payload, ReadRequest, VendorReading
@@ -15,11 +17,59 @@ from devicemanager.model import Payload, ReadRequest, VendorReading
 # manufacturer -> "module:attribute" of its backend class.
 BACKENDS: Mapping[str, str] = {
     "nvidia": "vendors.nvidia:NvidiaBackend",
+    "thead": "vendors.thead:TheadBackend",
+    "amd": "vendors.amd:AmdBackend",
+    "hygon": "vendors.hygon:HygonBackend",
+    "metax": "vendors.metax:MetaxBackend",
+    "ascend": "vendors.ascend:AscendBackend",
 }
 
 
 class BackendUnavailable(Exception):
-    """The vendor's library, driver or devices are not on this node. Data, not a crash."""
+    """The vendor's library, driver or devices are not on this node. Data, not a crash.
+
+    The message names what is missing ("libdcmi.so cannot be loaded"), never where it was
+    looked for on the host: it is served in backends[] to whoever may read the snapshot.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class Library:
+    """A shared library a backend loads, and where it is looked for.
+
+    `name` is what users configure (`--vendor-library hygon.hydmi=/opt/hyhal/lib/libhydmi.so`);
+    `sonames` are tried in order in each of `directories` (where the vendor installs it, for
+    libraries that are not on the linker's path) and then through the dynamic linker. `env` is
+    an environment variable that names the file, where the project has always honoured one.
+    """
+
+    name: str
+    sonames: tuple[str, ...]
+    directories: tuple[str, ...] = ()
+    env: str | None = None
+
+    def locate(
+        self,
+        configured: str | None = None,
+        environ: Mapping[str, str] = os.environ,
+        exists: Callable[[str], bool] = os.path.exists,
+    ) -> str:
+        """What to hand to dlopen: a configured file (or a file of ours in a configured
+        directory), then the environment's, then the first soname found in the vendor's
+        directories, else the first soname for the linker to find (a failure says which)."""
+        chosen = configured or (environ.get(self.env) if self.env else None) or None
+        if chosen is not None:
+            if os.path.isdir(chosen):
+                for soname in self.sonames:
+                    if exists(candidate := os.path.join(chosen, soname)):
+                        return candidate
+                return os.path.join(chosen, self.sonames[0])
+            return chosen
+        for directory in self.directories:
+            for soname in self.sonames:
+                if exists(candidate := os.path.join(directory, soname)):
+                    return candidate
+        return self.sonames[0]
 
 
 @runtime_checkable
@@ -27,6 +77,8 @@ class Backend(Protocol):
     """open → read → parse → close. Only read() and open() touch the vendor library.
 
     `parse` is pure: recorded payloads go through the very function the live agent uses.
+    A backend class is constructed as `cls(libraries)` with a mapping of library name to
+    configured path (see `Library`); `cls()` must work too (replay only ever parses).
     """
 
     manufacturer: str
@@ -35,7 +87,11 @@ class Backend(Protocol):
         """Load and initialise the vendor library; raise BackendUnavailable when it is absent."""
 
     def read(self, request: ReadRequest) -> Payload:
-        """Ask the library for what `request` needs; a failed call is recorded, not raised."""
+        """Ask the library for what `request` needs; a failed call is recorded, not raised.
+
+        A figure that needs two samples (a cumulative counter turned into a rate, NVML's GPM)
+        keeps the previous sample on the backend and puts both, with their monotonic times,
+        in the payload, so that `parse` stays pure and a recorded payload replays whole."""
 
     def parse(self, payload: Payload) -> VendorReading:
         """Turn a payload into the model. Pure: no I/O, no clock, no SDK."""
@@ -66,3 +122,25 @@ def backend_class(name: str) -> type[Backend]:
     if not isinstance(cls, type):
         raise ValueError(f"{spec!r} is not a class")
     return cls
+
+
+def libraries_of(cls: type[Backend]) -> tuple[Library, ...]:
+    value: tuple[Library, ...] = getattr(cls, "libraries", ())
+    return value
+
+
+def create_backend(name: str, libraries: Mapping[str, str] | None = None) -> Backend:
+    """A backend for a manufacturer with its libraries configured by name; "" names the
+    backend's first (main) library. An unknown library name is a configuration error."""
+    cls = backend_class(name)
+    declared = libraries_of(cls)
+    configured: dict[str, str] = {}
+    for key, path in (libraries or {}).items():
+        if key == "" and declared:
+            key = declared[0].name
+        if key not in {lib.name for lib in declared}:
+            known = ", ".join(lib.name for lib in declared) or "none"
+            raise ValueError(f"{name} loads no library {key!r} (it loads: {known})")
+        configured[key] = path
+    factory: Callable[..., Backend] = cls
+    return factory(libraries=configured) if configured else factory()

@@ -7,13 +7,13 @@ import json
 import os
 import platform
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from devicemanager.backend import BackendUnavailable, backend_class
+from devicemanager.backend import BackendUnavailable, create_backend
 from devicemanager.config import DEFAULT_PORT, add_serve_flags, settings_from
 from devicemanager.model import ReadRequest
 
@@ -96,12 +96,21 @@ def _partition(value: str) -> tuple[str, str]:
     return parent, partition
 
 
+def _library(value: str) -> tuple[str, str]:
+    name, sep, path = value.rpartition("=")
+    if not path:
+        raise argparse.ArgumentTypeError("expected [LIBRARY=]PATH")
+    return (name if sep else ""), path
+
+
 def record(
-    manufacturer: str, library: str | None, processes: bool, partitions: Sequence[tuple[str, str]]
+    manufacturer: str,
+    libraries: Mapping[str, str],
+    processes: bool,
+    partitions: Sequence[tuple[str, str]],
 ) -> dict[str, Any]:
     """What a real backend's read() returns, wrapped with where and when it was recorded."""
-    cls = backend_class(manufacturer)
-    backend = cls(library=library) if library else cls()  # type: ignore[call-arg]
+    backend = create_backend(manufacturer, libraries)
     backend.open()
     try:
         payload = backend.read(ReadRequest(partition_ids=frozenset(partitions)))
@@ -114,8 +123,8 @@ def record(
         reading = backend.parse(payload)
     finally:
         backend.close()
+    sdk: str | None = getattr(backend, "sdk", None)  # a Python binding's distribution, if any
     try:
-        sdk = {"nvidia": "nvidia-ml-py"}.get(backend.manufacturer)
         sdk_version = f"{sdk} {metadata.version(sdk)}" if sdk else None
     except metadata.PackageNotFoundError:
         sdk_version = None
@@ -133,7 +142,9 @@ def record(
 
 def _cmd_record(args: argparse.Namespace) -> int:
     try:
-        doc = record(args.vendor, args.library, not args.no_processes, args.partition or [])
+        doc = record(
+            args.vendor, dict(args.library or []), not args.no_processes, args.partition or []
+        )
     except BackendUnavailable as exc:
         print(f"devicemanager record: {args.vendor} is not available here: {exc}", file=sys.stderr)
         return 2
@@ -256,9 +267,16 @@ def build_parser() -> argparse.ArgumentParser:
     snap.set_defaults(func=_cmd_snapshot)
 
     rec = sub.add_parser("record", help="write what a real backend reads, as a replay fixture")
-    rec.add_argument("vendor", help="manufacturer (nvidia) or module:Class")
+    rec.add_argument("vendor", help="manufacturer (nvidia, amd, …) or module:Class")
     rec.add_argument("--output", "-o", help="file to write (default: standard output)")
-    rec.add_argument("--library", help="vendor library path to load")
+    rec.add_argument(
+        "--library",
+        action="append",
+        type=_library,
+        metavar="[LIBRARY=]PATH",
+        help="a vendor library (or its directory) to load; LIBRARY names one of the backend's "
+        "libraries (default: its main one); repeatable",
+    )
     rec.add_argument(
         "--no-processes",
         action="store_true",

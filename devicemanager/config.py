@@ -100,7 +100,8 @@ SERVE_FLAGS: tuple[Flag, ...] = (
     Flag(
         "--vendor-library",
         ("DEVICEMANAGER_VENDOR_LIBRARY",),
-        "MANUFACTURER=PATH of a vendor library to load instead of the linker's choice; "
+        "MANUFACTURER[.LIBRARY]=PATH of a vendor library (or a directory holding it) to load "
+        "instead of the default search; without .LIBRARY the backend's main library; "
         "comma-separated or repeated",
     ),
     Flag("--log-level", ("DEVICEMANAGER_LOG_LEVEL",), "debug, info, warning or error", "info"),
@@ -125,7 +126,8 @@ class Settings:
     pods_file: Path | None
     kubeconfig: Path | None
     service_account_dir: Path
-    vendor_libraries: Mapping[str, str]
+    # manufacturer -> library name ('' = the backend's main library) -> path
+    vendor_libraries: Mapping[str, Mapping[str, str]]
     log_level: str
     log_format: str
 
@@ -154,17 +156,20 @@ def _seconds(name: str, value: str | None, default: float) -> float:
     return seconds
 
 
-def _libraries(values: Sequence[str] | str | None) -> dict[str, str]:
+def _libraries(values: Sequence[str] | str | None) -> dict[str, dict[str, str]]:
     if values is None:
         return {}
     items = [values] if isinstance(values, str) else list(values)
-    out: dict[str, str] = {}
+    out: dict[str, dict[str, str]] = {}
     for item in items:
         for pair in filter(None, (p.strip() for p in item.split(","))):
-            manufacturer, sep, path = pair.partition("=")
+            name, sep, path = pair.partition("=")
+            manufacturer, _, library = name.partition(".")
             if not sep or not manufacturer or not path:
-                raise SystemExit(f"--vendor-library: expected MANUFACTURER=PATH, got {pair!r}")
-            out[manufacturer] = path
+                raise SystemExit(
+                    f"--vendor-library: expected MANUFACTURER[.LIBRARY]=PATH, got {pair!r}"
+                )
+            out.setdefault(manufacturer, {})[library] = path
     return out
 
 

@@ -20,8 +20,9 @@ from devicemanager.grants import (
     instance_of,
     live,
     owned_by_instance,
+    resolved,
 )
-from devicemanager.model import MIB, Card, Snapshot, utilization_percent
+from devicemanager.model import MIB, Card, Identities, Snapshot, utilization_percent
 from devicemanager.pods import PodIndex, PodInfo
 from devicemanager.quantity import parse_quantity
 from devicemanager.slices import Lookup, figures
@@ -54,6 +55,7 @@ class View:
     cards: Mapping[tuple[str, str], Card] = field(default_factory=dict)
     lookup: Lookup | None = None
     manufacturers: frozenset[str] = frozenset()  # whose cards this snapshot holds
+    identities: Identities = field(default_factory=Identities)  # aliases of those cards
 
     @classmethod
     def of(cls, snapshot: Snapshot | None, fresh: bool = True) -> View:
@@ -61,7 +63,10 @@ class View:
             return cls()
         cards = {(g.manufacturer, c.id): c for g in snapshot.groups for c in g.cards}
         lookup = Lookup.of(snapshot.slices) if snapshot.slices is not None else None
-        return cls(cards, lookup, frozenset(g.manufacturer for g in snapshot.groups))
+        identities = Identities()
+        for g in snapshot.groups:
+            identities = identities.updated(g.manufacturer, g.cards)
+        return cls(cards, lookup, frozenset(g.manufacturer for g in snapshot.groups), identities)
 
 
 def view_of_document(doc: Any, now: float) -> View | None:
@@ -77,17 +82,22 @@ def view_of_document(doc: Any, now: float) -> View | None:
 
 
 def entry(grant: Grant, view: View) -> AcceleratorEntry:
+    (grant,) = resolved((grant,), view.identities)  # the card as its library names it
     card = view.cards.get((grant.manufacturer, grant.device_id))
     total_card = card.memory_total_mib if card is not None else None
+    # Temperature, power and health are the physical card's, in every mode: a partition the
+    # library enumerates as a device of its own reads its board's (R-V2).
+    board = card
+    if card is not None and card.parent_id is not None:
+        board = view.cards.get((grant.manufacturer, card.parent_id))
     common: dict[str, Any] = {
         "manufacturer": grant.manufacturer,
         "id": grant.entry_id,
         "index": grant.index if grant.index is not None else (card.index if card else None),
         "mode": grant.mode,
-        # Temperature, power and health are the whole card's, in every mode.
-        "temperature_celsius": card.temperature_celsius if card else None,
-        "power_usage_watts": card.power_usage_watts if card else None,
-        "unhealthy": card.unhealthy if card else None,
+        "temperature_celsius": board.temperature_celsius if board else None,
+        "power_usage_watts": board.power_usage_watts if board else None,
+        "unhealthy": (card.unhealthy or bool(board and board.unhealthy)) if card else None,
     }
     if grant.mode in (Mode.EXCLUSIVE, Mode.SHARED):
         if grant.ambiguous:  # two containers of one pod, one card: no figures of its own

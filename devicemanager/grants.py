@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from devicemanager.allocations import (
@@ -20,7 +20,7 @@ from devicemanager.allocations import (
     Mode,
     allocations_of,
 )
-from devicemanager.model import ReadRequest
+from devicemanager.model import Identities, ReadRequest
 from devicemanager.pods import PodIndex, PodInfo
 
 log = logging.getLogger("instance-accelerator-metrics")
@@ -108,40 +108,74 @@ def cores_cap(pod: PodInfo, container: str) -> float:
     return cap if 0 < cap <= 100 else 100.0
 
 
-def grants_of(pod: PodInfo) -> tuple[Grant, ...]:
-    """A pod's grants; raises AllocationError when an annotation is malformed."""
-    merged: dict[tuple[str, str, str | None, str | None], list[Allocation]] = {}
-    for a in allocations_of(pod.annotations, pod.slots):
-        if a.mode is Mode.VISIBILITY:
-            continue  # a sidecar that sees its sibling's card holds nothing
-        partition = (a.partition_id, a.profile) if a.mode is Mode.PARTITIONED else (None, None)
-        merged.setdefault((a.manufacturer, a.device_id, *partition), []).append(a)
+def _grant(pod: PodInfo, a: Allocation) -> Grant:
+    # HAMi states the cap itself (0: none); otherwise the container's cores-percentage limit.
+    cap = float(min(a.cores_percent, 100)) if a.cores_percent else cores_cap(pod, a.container)
+    partitioned = a.mode is Mode.PARTITIONED
+    return Grant(
+        pod_uid=pod.uid,
+        containers=(a.container,),
+        manufacturer=a.manufacturer,
+        device_id=a.device_id,
+        index=a.index,
+        mode=a.mode,
+        units=a.units,
+        memory_mib=a.memory_mib,
+        cores_cap=cap,
+        partition_id=a.partition_id if partitioned else None,
+        profile=a.profile if partitioned else None,
+    )
+
+
+def _merged(grants: Iterable[Grant]) -> tuple[Grant, ...]:
+    """One grant per (card) or (partition) of one pod: holders of the same one are merged, and
+    two or more of them make the grant ambiguous (R-G3). The first states mode, index and cap."""
+    groups: dict[tuple[str, str, str | None, str | None], list[Grant]] = {}
+    for g in grants:
+        groups.setdefault((g.manufacturer, g.device_id, g.partition_id, g.profile), []).append(g)
     out = []
-    for (manufacturer, device_id, partition_id, profile), allocations in merged.items():
-        first = allocations[0]
-        containers = tuple(dict.fromkeys(a.container for a in allocations))
-        units = [a.units for a in allocations if a.units is not None]
-        memory = [a.memory_mib for a in allocations if a.memory_mib is not None]
-        if first.cores_percent:  # HAMi states the cap itself; 0 means none
-            cap = float(min(first.cores_percent, 100))
-        else:
-            cap = cores_cap(pod, first.container)
+    for same in groups.values():
+        first = same[0]
+        if len(same) == 1:
+            out.append(first)
+            continue
+        units = [g.units for g in same if g.units is not None]
+        memory = [g.memory_mib for g in same if g.memory_mib is not None]
         out.append(
-            Grant(
-                pod_uid=pod.uid,
-                containers=containers,
-                manufacturer=manufacturer,
-                device_id=device_id,
-                index=first.index,
-                mode=first.mode,
+            replace(
+                first,
+                containers=tuple(dict.fromkeys(c for g in same for c in g.containers)),
+                index=next((g.index for g in same if g.index is not None), None),
                 units=sum(units) if units else None,
                 memory_mib=sum(memory) if memory else None,
-                cores_cap=cap,
-                partition_id=partition_id,
-                profile=profile,
             )
         )
     return tuple(sorted(out, key=lambda g: (g.manufacturer, g.device_id, g.entry_id)))
+
+
+def grants_of(pod: PodInfo) -> tuple[Grant, ...]:
+    """A pod's grants; raises AllocationError when an annotation is malformed."""
+    return _merged(
+        _grant(pod, a)
+        for a in allocations_of(pod.annotations, pod.slots)
+        if a.mode is not Mode.VISIBILITY  # a sidecar that sees its sibling's card holds nothing
+    )
+
+
+def resolved(grants: Iterable[Grant], identities: Identities) -> tuple[Grant, ...]:
+    """The grants with every card and partition named by its canonical id: an allocator that
+    recorded an alias (`GPU-<ASIC serial>`, `DCU-3`) holds the card the library calls by its
+    own id. Two grants that turn out to name one card merge, as if recorded alike."""
+    out = []
+    for g in grants:
+        device = identities.canonical(g.manufacturer, g.device_id)
+        partition = (
+            None if g.partition_id is None else identities.canonical(g.manufacturer, g.partition_id)
+        )
+        if device != g.device_id or partition != g.partition_id:
+            g = replace(g, device_id=device, partition_id=partition)
+        out.append(g)
+    return _merged(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +196,13 @@ class NodeGrants:
             if g.manufacturer == manufacturer:
                 out.setdefault(g.device_id, set()).add(g.pod_uid)
         return {device: frozenset(pods) for device, pods in out.items()}
+
+    def resolve(self, identities: Identities) -> NodeGrants:
+        """Every grant named by canonical ids (see `resolved`)."""
+        if not identities.by_manufacturer:
+            return self
+        by_pod = {uid: resolved(grants, identities) for uid, grants in self.by_pod.items()}
+        return NodeGrants(MappingProxyType(by_pod), self.errors)
 
     def request(self, manufacturer: str) -> ReadRequest:
         """Per-process queries only for carved cards (R-V3); partitions by recorded id (R-V4)."""

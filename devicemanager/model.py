@@ -7,8 +7,10 @@ no sample in /metrics. Never a zero, never NaN, never a vendor sentinel.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -16,6 +18,12 @@ if TYPE_CHECKING:
 
 # What a vendor library answered, keyed by entry point, as JSON-able values.
 Payload = dict[str, Any]
+
+# Where the backend finds a device, beyond the index users see: ordered (name, value) pairs,
+# e.g. (("card", 0), ("device", 1), ("logic", 1), ("phy", 1)) for an Ascend NPU, or
+# (("socket", 0), ("partition", 3)) for an AMD compute partition. Shown in the snapshot; never a
+# label, never used to match a grant.
+Address = tuple[tuple[str, int | str], ...]
 
 MIB = 1048576
 
@@ -28,6 +36,9 @@ class Reason(StrEnum):
     PERMISSION = "permission"
     TRANSIENT_DRIVER_ERROR = "transient_driver_error"
     TRUNCATED = "truncated"
+    # A rate from a cumulative counter (or a figure from two samples) in the first round after
+    # start or after a re-init: there is nothing to take the difference from yet.
+    NO_BASELINE = "no_baseline"
     # Section level.
     INVALID_DATA = "invalid_data"
     BOUNDED = "bounded"
@@ -59,7 +70,17 @@ class BackendState(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Card:
-    """One physical accelerator's own figures (R-V2)."""
+    """One accelerator's own figures (R-V2), as its library enumerates it.
+
+    Identity: `id` is the canonical id the library gives (shown everywhere); `aliases` are the
+    other ids allocators record for the same device (GPUStack's `GPU-<ASIC serial>` for AMD,
+    HAMi's `DCU-<index>` for Hygon, …). A grant matches on any of them.
+
+    Physical grouping: where a library enumerates each hardware partition as a device of its
+    own (AMD CPX/DPX: every XCP a processor with its own UUID), `parent_id` names the physical
+    card it is part of. Board figures (temperature, power) then belong to the card whose
+    `parent_id` is None and are never read off a partition's entry, so they count once.
+    """
 
     id: str  # vendor UUID, e.g. GPU-…
     index: int  # the ordinal the vendor's own tool shows (nvidia-smi -i)
@@ -71,10 +92,18 @@ class Card:
     power_usage_watts: float | None = None
     unhealthy: bool = False
     unhealthy_reason: str | None = None  # e.g. "gpu_is_lost", "xid:79"
+    aliases: tuple[str, ...] = ()
+    address: Address = ()
+    parent_id: str | None = None  # the physical card of a partition enumerated as a device
 
     @property
     def memory_utilization_percent(self) -> float | None:
         return utilization_percent(self.memory_used_mib, self.memory_total_mib)
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        """Every id the card answers to, canonical first."""
+        return (self.id, *self.aliases)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +113,9 @@ class ProcessRow:
     pid: int
     memory_bytes: int | None = None  # None: the driver said "value not available"
     cores_percent: float | None = None  # share of the whole card; None: entry point has no answer
+    # The partition the process runs in, where the library says (a MIG UUID, a MetaX sGPU);
+    # None: the whole card, or the library does not say.
+    partition_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +140,11 @@ class PartitionReading:
     cores_percent: float | None = None
     memory_reason: Reason | None = None
     cores_reason: Reason | None = None
+    aliases: tuple[str, ...] = ()  # other ids allocators record for this partition
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return (self.id, *self.aliases)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +156,48 @@ class VendorReading:
     processes: tuple[DeviceProcesses, ...] = ()
     partitions: tuple[PartitionReading, ...] = ()
     driver_version: str | None = None
+    # Which of a backend's libraries or entry-point paths answered, where it has more than one
+    # (AMD: "amdsmi", or "rocm_smi" where amdsmi's process list is known broken).
+    via: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Identities:
+    """Which canonical id each id a manufacturer's devices answer to stands for.
+
+    Built from the last reading of each manufacturer, so grants recorded under an alias are
+    matched to the card the library names. Identity is not a figure: keeping the previous
+    round's map never carries a measurement forward.
+    """
+
+    by_manufacturer: Mapping[str, Mapping[str, str]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+    def canonical(self, manufacturer: str, device_id: str) -> str:
+        """The canonical id for `device_id`, or `device_id` itself when nothing claims it."""
+        return self.by_manufacturer.get(manufacturer, {}).get(device_id, device_id)
+
+    def updated(self, manufacturer: str, devices: Iterable[Card | PartitionReading]) -> Identities:
+        """These identities with one manufacturer's replaced by what its devices say."""
+        return Identities(
+            MappingProxyType({**self.by_manufacturer, manufacturer: identity_map(devices)})
+        )
+
+
+def identity_map(devices: Iterable[Card | PartitionReading]) -> Mapping[str, str]:
+    """alias -> canonical id (and each canonical id to itself) for one manufacturer's devices.
+    An alias two devices claim names neither: a grant recorded under it stays unmatched rather
+    than charged to the wrong card."""
+    claims: dict[str, set[str]] = {}
+    devices = list(devices)
+    for device in devices:
+        for alias in device.ids:
+            claims.setdefault(alias, set()).add(device.id)
+    out = {alias: next(iter(ids)) for alias, ids in claims.items() if len(ids) == 1}
+    for device in devices:
+        out[device.id] = device.id  # a canonical id always names itself
+    return MappingProxyType(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +219,7 @@ class BackendStatus:
     duration_seconds: float | None = None  # None when no call was made this round
     error: str | None = None
     last_success: float | None = None  # unix time of the last good read, if any
+    via: str | None = None  # VendorReading.via of this round's reading
 
 
 @dataclass(frozen=True, slots=True)

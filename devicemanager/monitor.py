@@ -26,7 +26,14 @@ from devicemanager.attribution import Attributor
 from devicemanager.backend import Backend, BackendUnavailable
 from devicemanager.figures import View, exported
 from devicemanager.grants import NodeGrants, node_grants
-from devicemanager.model import BackendState, BackendStatus, Payload, ReadRequest, Snapshot
+from devicemanager.model import (
+    BackendState,
+    BackendStatus,
+    Identities,
+    Payload,
+    ReadRequest,
+    Snapshot,
+)
 from devicemanager.pods import PodIndex
 from devicemanager.slices import SliceSection
 from devicemanager.snapshot import BackendResult
@@ -160,6 +167,9 @@ class Monitor:
         self.attributor = attributor
         self.cluster = cluster
         self._allocation_errors: dict[str, str] = {}
+        # Each manufacturer's aliases as its last reading named them: the round's requests ask
+        # for cards by the library's own ids even when an allocator recorded another form.
+        self._identities = Identities()
         self._wall, self._mono = wall, mono
         self.current = publish(snapshot.empty(period, node), mono())
         self.rounds = 0
@@ -214,7 +224,11 @@ class Monitor:
             results.append(
                 BackendResult(
                     status=BackendStatus(
-                        worker.manufacturer, BackendState.OK, took, last_success=read_at
+                        worker.manufacturer,
+                        BackendState.OK,
+                        took,
+                        last_success=read_at,
+                        via=reading.via,
                     ),
                     reading=reading,
                     read_at=read_at,
@@ -295,15 +309,24 @@ class Monitor:
     def run_round(self) -> Published:
         started = self._mono()
         index = self._pod_index()
-        grants = node_grants(index) if index is not None else None
-        if grants is not None and index is not None:
-            self._log_allocation_errors(grants, index)
+        recorded = node_grants(index) if index is not None else None
+        if recorded is not None and index is not None:
+            self._log_allocation_errors(recorded, index)
+        grants = recorded.resolve(self._identities) if recorded is not None else None
         requests = {
             w.manufacturer: grants.request(w.manufacturer) if grants else ReadRequest()
             for w in self.workers
         }
         results = self._collect(requests)
         self._log_transitions(results)
+        for result in results:
+            if result.reading is not None:
+                reading = result.reading
+                self._identities = self._identities.updated(
+                    reading.manufacturer, [*reading.cards, *reading.partitions]
+                )
+        if recorded is not None:
+            grants = recorded.resolve(self._identities)
         section = self._slices(results, index, grants)
         snap = snapshot.assemble(
             now=self._wall(),

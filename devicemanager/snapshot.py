@@ -91,7 +91,15 @@ def rfc3339(timestamp: float | None) -> str | None:
 
 def card_json(card: Card) -> dict[str, Any]:
     # Field names follow the reference implementation's AcceleratorMetrics, so its worker reads
-    # ours unchanged; units: MiB, percent, °C, W.
+    # ours unchanged; units: MiB, percent, °C, W. Identity beyond the id is added only where a
+    # card has it (omitempty, as the reference marshals optional fields).
+    extra: dict[str, Any] = {}
+    if card.aliases:
+        extra["aliases"] = list(card.aliases)
+    if card.address:
+        extra["address"] = dict(card.address)
+    if card.parent_id is not None:
+        extra["parentID"] = card.parent_id
     return {
         "id": card.id,
         "index": card.index,
@@ -104,17 +112,21 @@ def card_json(card: Card) -> dict[str, Any]:
         "powerUsage": card.power_usage_watts,
         "unhealthy": card.unhealthy,
         "unhealthyReason": card.unhealthy_reason,
+        **extra,
     }
 
 
 def backend_json(status: BackendStatus) -> dict[str, Any]:
-    return {
+    doc = {
         "manufacturer": status.manufacturer,
         "state": status.state.value,
         "durationSeconds": status.duration_seconds,
         "error": status.error,
         "lastSuccess": rfc3339(status.last_success),
     }
+    if status.via is not None:
+        doc["via"] = status.via  # which of the backend's library paths answered
+    return doc
 
 
 def to_json(snapshot: Snapshot) -> dict[str, Any]:
@@ -160,6 +172,9 @@ def card_from_json(doc: dict[str, Any]) -> Card | None:
         return None
     name = doc.get("name")
     reason = doc.get("unhealthyReason")
+    aliases = doc.get("aliases")
+    address = doc.get("address")
+    parent = doc.get("parentID")
     return Card(
         id=doc["id"],
         index=doc["index"],
@@ -171,6 +186,15 @@ def card_from_json(doc: dict[str, Any]) -> Card | None:
         power_usage_watts=as_number(doc.get("powerUsage")),
         unhealthy=doc.get("unhealthy") is True,
         unhealthy_reason=reason if isinstance(reason, str) else None,
+        aliases=tuple(a for a in aliases if isinstance(a, str))
+        if isinstance(aliases, list)
+        else (),
+        address=tuple(
+            (k, v)
+            for k, v in (address.items() if isinstance(address, dict) else ())
+            if isinstance(v, int | str) and not isinstance(v, bool)
+        ),
+        parent_id=parent if isinstance(parent, str) else None,
     )
 
 
@@ -204,6 +228,7 @@ def from_json(doc: Any) -> Snapshot:
             except ValueError:
                 continue
             error = b.get("error")
+            via = b.get("via")
             last = parse_time(b.get("lastSuccess"))
             backends.append(
                 BackendStatus(
@@ -212,6 +237,7 @@ def from_json(doc: Any) -> Snapshot:
                     as_number(b.get("durationSeconds")),
                     error if isinstance(error, str) else None,
                     last or None,
+                    via if isinstance(via, str) else None,
                 )
             )
     node = doc.get("node")

@@ -34,7 +34,7 @@ def test_environment_fills_what_flags_leave_out_and_flags_win() -> None:
     assert s.node_name == "gpu-7" and s.pod_namespace == "gpustack-system"
     assert s.monitor_period == 5.0 and s.liveness_timeout == 60.0
     assert s.proc_root == Path("/host/proc")
-    assert s.vendor_libraries == {"nvidia": "/opt/nv/libnvidia-ml.so.1"}
+    assert s.vendor_libraries == {"nvidia": {"": "/opt/nv/libnvidia-ml.so.1"}}
 
 
 def test_the_downward_api_name_wins_over_our_own_variable() -> None:
@@ -44,9 +44,20 @@ def test_the_downward_api_name_wins_over_our_own_variable() -> None:
 
 def test_repeated_and_comma_separated_libraries() -> None:
     s = parse_serve(
-        ["--vendor-library", "nvidia=/a.so,amd=/b.so", "--vendor-library", "ascend=/c.so"], env={}
+        [
+            "--vendor-library",
+            "nvidia=/a.so,amd=/b.so",
+            "--vendor-library",
+            "ascend=/c.so,hygon.hydmi=/d.so,hygon.rocm_smi=/e.so",
+        ],
+        env={},
     )
-    assert s.vendor_libraries == {"nvidia": "/a.so", "amd": "/b.so", "ascend": "/c.so"}
+    assert s.vendor_libraries == {
+        "nvidia": {"": "/a.so"},
+        "amd": {"": "/b.so"},
+        "ascend": {"": "/c.so"},
+        "hygon": {"hydmi": "/d.so", "rocm_smi": "/e.so"},
+    }
 
 
 @pytest.mark.parametrize(
@@ -57,7 +68,7 @@ def test_repeated_and_comma_separated_libraries() -> None:
         (["--monitor-period", "0.01"], "at least"),
         (["--secure-port", "70000"], "out of range"),
         (["--secure-port", "https"], "not a port"),
-        (["--vendor-library", "libnvidia-ml.so"], "MANUFACTURER=PATH"),
+        (["--vendor-library", "libnvidia-ml.so"], r"MANUFACTURER\[\.LIBRARY\]=PATH"),
         (["--log-format", "xml"], "json or text"),
     ],
 )

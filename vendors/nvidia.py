@@ -8,12 +8,10 @@ same code the live agent runs. Facts used here: ../shared/reference/vendors.md Â
 
 from __future__ import annotations
 
-import ctypes
-import os
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
-from devicemanager.backend import BackendUnavailable
+from devicemanager.backend import BackendUnavailable, Library
 from devicemanager.model import (
     Card,
     DeviceProcesses,
@@ -27,6 +25,8 @@ from devicemanager.model import (
     as_number,
     mib_from_bytes,
 )
+from vendors._common import error_code as _error
+from vendors._common import load
 
 # nvmlReturn_t codes (nvml.h).
 SUCCESS = 0
@@ -58,14 +58,6 @@ MIG_ENABLED = 1
 PROCESS_LIST_ATTEMPTS = 3
 
 MANUFACTURER = "nvidia"
-
-
-def _error(payload_value: Any) -> int | None:
-    """The nvmlReturn_t recorded for an entry point, or None when it answered."""
-    if isinstance(payload_value, Mapping) and "error" in payload_value:
-        code = payload_value.get("code")
-        return code if isinstance(code, int) else -1
-    return None
 
 
 def reason_for(code: int) -> Reason:
@@ -299,14 +291,19 @@ def parse(payload: Payload) -> VendorReading:
     )
 
 
+NVML = Library("nvml", ("libnvidia-ml.so.1",), env="DEVICEMANAGER_NVML_LIBRARY")
+
+
 class NvidiaBackend:
     """Reads NVML through pynvml. The module is imported in open(), never at import time."""
 
     manufacturer = MANUFACTURER
+    libraries: ClassVar[tuple[Library, ...]] = (NVML,)
+    sdk: ClassVar[str] = "nvidia-ml-py"  # the distribution `record` names in its provenance
 
-    def __init__(self, library: str | None = None) -> None:
-        # An explicit libnvidia-ml path; by default the dynamic linker finds libnvidia-ml.so.1.
-        self.library = library or os.environ.get("DEVICEMANAGER_NVML_LIBRARY") or None
+    def __init__(self, libraries: Mapping[str, str] | None = None) -> None:
+        # Where libnvidia-ml is configured; by default pynvml has the dynamic linker find it.
+        self.configured = dict(libraries or {})
         self._nvml: Any = None
         self._events: Any = None
         self._xids: dict[str, list[int]] = {}
@@ -319,16 +316,16 @@ class NvidiaBackend:
             import pynvml
         except ImportError as exc:  # nvidia-ml-py not installed
             raise BackendUnavailable(f"pynvml is not importable: {exc}") from exc
+        if NVML.locate(self.configured.get(NVML.name)) != NVML.sonames[0]:
+            lib = load(NVML, self.configured)
+            if getattr(pynvml.nvmlLib, "_handle", None) != lib._handle:
+                # pynvml caches symbols of the library it loaded first; another library's
+                # would otherwise be called through the first one's pointers.
+                pynvml._nvmlGetFunctionPointer_cache.clear()
+                pynvml.nvmlLib = lib
         try:
-            if self.library:
-                lib = ctypes.CDLL(self.library)
-                if getattr(pynvml.nvmlLib, "_handle", None) != lib._handle:
-                    # pynvml caches symbols of the library it loaded first; another library's
-                    # would otherwise be called through the first one's pointers.
-                    pynvml._nvmlGetFunctionPointer_cache.clear()
-                    pynvml.nvmlLib = lib
             pynvml.nvmlInit()
-        except (OSError, pynvml.NVMLError) as exc:
+        except pynvml.NVMLError as exc:
             raise BackendUnavailable(f"NVML could not be initialised: {exc}") from exc
         self._nvml = pynvml
         self._events = self._register_xid_events()

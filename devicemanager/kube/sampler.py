@@ -20,7 +20,7 @@ from devicemanager.grants import Grant, grants_of, instance_of
 from devicemanager.kube.client import KubeClient
 from devicemanager.kube.kubelet import SummaryCache, usage_from_pod_metrics, usage_from_summary
 from devicemanager.kube.role import COMPONENT, COMPONENT_LABEL, MANUFACTURER_LABEL
-from devicemanager.model import Card
+from devicemanager.model import Card, Identities
 from devicemanager.pods import PodInfo, pod_info
 from devicemanager.snapshot import fresh, from_json
 
@@ -62,7 +62,12 @@ def merged_view(documents: list[Any], now: float) -> View | None:
     if not manufacturers:
         return None
     lookup = slices.Lookup.of(slices.merge(sections)) if sections else None
-    return View(cards, lookup, frozenset(manufacturers))
+    identities = Identities()
+    for manufacturer in sorted(manufacturers):
+        identities = identities.updated(
+            manufacturer, [c for (m, _), c in cards.items() if m == manufacturer]
+        )
+    return View(cards, lookup, frozenset(manufacturers), identities)
 
 
 class InstanceSampler:

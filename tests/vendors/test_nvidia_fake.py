@@ -41,7 +41,7 @@ def scenario(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[n
 def monitor(lib: Path, tmp: Path, pods: list[dict[str, Any]]) -> Monitor:
     index = PodIndex.of(pods)
     return Monitor(
-        [BackendWorker(NvidiaBackend(library=str(lib)))],
+        [BackendWorker(NvidiaBackend({"nvml": str(lib)}))],
         period=15,
         deadline=10,
         liveness_timeout=60,
@@ -59,7 +59,7 @@ def series(text: bytes) -> dict[str, list[tuple[dict[str, str], float]]]:
 
 
 def read_payload(lib: Path, request: ReadRequest, rounds: int = 1) -> list[dict[str, Any]]:
-    backend = NvidiaBackend(library=str(lib))
+    backend = NvidiaBackend({"nvml": str(lib)})
     backend.open()
     try:
         return [backend.read(request) for _ in range(rounds)]
@@ -305,8 +305,10 @@ def test_mig_partitions_by_recorded_id(libnvml: Path, scenario) -> None:  # type
 
 
 def test_a_library_that_is_not_there_is_unavailable_not_a_crash() -> None:
-    with pytest.raises(BackendUnavailable, match="NVML"):
-        NvidiaBackend(library="/nonexistent/libnvidia-ml.so.1").open()
+    with pytest.raises(BackendUnavailable, match="libnvidia-ml.so.1 cannot be loaded") as info:
+        NvidiaBackend({"nvml": "/nonexistent/libnvidia-ml.so.1"}).open()
+    # What failed, not where it was looked for: backends[] is served to every reader.
+    assert "/nonexistent" not in str(info.value)
     # In a clean interpreter, with no library anywhere on the linker's path.
     code = (
         "from vendors.nvidia import NvidiaBackend\n"

@@ -93,7 +93,7 @@ def test_the_fixture_is_what_read_records_from_the_fake(
     monkeypatch.setenv(
         "FAKE_NVML_SCENARIO", str(fake_nvml.write(tmp_path / "s.txt", "580.95.05", build()))
     )
-    backend = nvidia.NvidiaBackend(library=str(lib))
+    backend = nvidia.NvidiaBackend({"nvml": str(lib)})
     backend.open()
     try:
         payload = backend.read(request)

@@ -1,0 +1,129 @@
+"""What every vendor module shares: how a failed call is written into a payload, how a float
+from a library becomes a figure, how a library is loaded, and how a cumulative counter becomes
+a rate across rounds. Imports only the core's model and interface.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from devicemanager.backend import BackendUnavailable, Library
+from devicemanager.model import Reason
+
+
+def failed(name: str, code: int) -> dict[str, Any]:
+    """How a payload records an entry point that answered with an error code."""
+    return {"error": name, "code": code}
+
+
+def error_code(value: Any) -> int | None:
+    """The error code recorded for an entry point, or None when it answered."""
+    if isinstance(value, Mapping) and "error" in value:
+        code = value.get("code")
+        return code if isinstance(code, int) and not isinstance(code, bool) else -1
+    return None
+
+
+def finite(value: Any) -> float | None:
+    """A JSON number as a finite float; NaN, infinities, booleans and anything else are absent."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def reasons(
+    unsupported: frozenset[int],
+    permission: frozenset[int] = frozenset(),
+    truncated: frozenset[int] = frozenset(),
+) -> Callable[[int], Reason]:
+    """A code -> reason mapping for one library: "cannot" (unsupported, permission) is kept
+    apart from "could not" (anything else is transient: the next round asks again)."""
+
+    def reason_for(code: int) -> Reason:
+        if code in unsupported:
+            return Reason.UNSUPPORTED
+        if code in permission:
+            return Reason.PERMISSION
+        if code in truncated:
+            return Reason.TRUNCATED
+        return Reason.TRANSIENT_DRIVER_ERROR
+
+    return reason_for
+
+
+def load(library: Library, configured: Mapping[str, str]) -> ctypes.CDLL:
+    """dlopen one of a backend's libraries, privately (RTLD_LOCAL): two libraries exporting the
+    same symbols (Hygon's MIG library speaks NVML's names) never answer for each other. The
+    error names the library, not where it was looked for on the host."""
+    target = library.locate(configured.get(library.name))
+    try:
+        return ctypes.CDLL(target, mode=os.RTLD_LOCAL | os.RTLD_NOW)
+    except OSError:
+        raise BackendUnavailable(f"{library.sonames[0]} cannot be loaded") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One reading of a cumulative counter, with the monotonic time it was taken."""
+
+    value: float
+    at: float  # seconds, monotonic
+
+    def json(self) -> dict[str, float]:
+        return {"value": self.value, "at": self.at}
+
+
+class Baseline:
+    """The previous sample of each counter a backend reads, so that read() can put both samples
+    in the payload and parse() can take their difference without keeping state.
+
+    Forgotten on re-init (a new Baseline), so a rate never spans a driver reload.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, Sample] = {}
+
+    def exchange(self, key: str, sample: Sample) -> Sample | None:
+        """Store `sample` as the newest for `key` and return the one before it, if any."""
+        previous = self._last.get(key)
+        self._last[key] = sample
+        return previous
+
+    def keep_only(self, keys: set[str]) -> None:
+        """Forget counters not read this round (a process that ended, a card that is gone)."""
+        for stale in self._last.keys() - keys:
+            del self._last[stale]
+
+
+def rate_percent(
+    previous: Any, current: Any, scale: float = 1.0
+) -> tuple[float | None, Reason | None]:
+    """Percent busy from two samples of a cumulative busy-time counter, 100 * Δvalue * scale / Δt.
+
+    `scale` turns the counter's unit into seconds (1e-9 for nanoseconds). No previous sample is
+    `no_baseline`; a counter that went backwards (a reset) or a time that did not advance is
+    `no_baseline` too, never a negative or infinite figure. Not capped: a process using several
+    engines may read above 100, and the caller decides what its figure means.
+    """
+    if not isinstance(current, Mapping):
+        return None, Reason.TRANSIENT_DRIVER_ERROR
+    if not isinstance(previous, Mapping):
+        return None, Reason.NO_BASELINE
+    v0, t0, v1, t1 = (
+        finite(previous.get("value")),
+        finite(previous.get("at")),
+        finite(current.get("value")),
+        finite(current.get("at")),
+    )
+    if None in (v0, t0, v1, t1):
+        return None, Reason.TRANSIENT_DRIVER_ERROR
+    assert v0 is not None and t0 is not None and v1 is not None and t1 is not None
+    if t1 <= t0 or v1 < v0:
+        return None, Reason.NO_BASELINE
+    return round((v1 - v0) * scale / (t1 - t0) * 100.0, 2), None
