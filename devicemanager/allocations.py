@@ -164,7 +164,7 @@ _HAMI_OLD_MIG = re.compile(r"(.+)\[(\d+)-(\d+)\]")
 
 
 def _hami_int(field: str, what: str) -> int:
-    if not field.isdigit():
+    if not (field.isascii() and field.isdigit()) or len(field) > 18:  # "²".isdigit() is True
         raise AllocationError(f"{what} must be a non-negative integer, not {field!r}")
     return int(field)
 

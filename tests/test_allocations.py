@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from devicemanager.allocations import (
     AllocationError,
     Mode,
+    allocations_of,
     parse_gpustack,
     parse_hami,
     parse_hami_mig,
@@ -293,3 +294,31 @@ def test_instance_identity_needs_the_owner_and_the_part_of_label() -> None:
         instance_of(pod_with({}, owner=other, labels={"app.kubernetes.io/part-of": "i-1"})).uid
         == "u1"
     )
+
+
+def test_hamis_other_vendors_keys_are_grants_of_their_manufacturers() -> None:
+    annotations = {
+        "hami.io/dcu-devices-allocated": "DCU-3,DCU,16384,50:;;",
+        "hami.io/Ascend910B-devices-allocated": ";NPU-7f3e,Ascend910B,16384,25:;",
+        "hami.io/metax-sgpu-devices-allocated": "GPU-m1,MXC500,8192,30:;;",
+        "hami.io/metax-gpu-devices-allocated": ";GPU-m2,MXC500,65536,100:;",
+        "hami.io/vgpu-devices-allocated": "GPU-n1,NVIDIA,1000,10:;;",
+        "hami.io/dcu-devices-to-allocate": "garbage that is not ours to read",
+    }
+    got = {
+        (a.container, a.manufacturer, a.device_id, a.mode, a.memory_mib, a.cores_percent)
+        for a in allocations_of(annotations, ["init", "main"])
+    }
+    assert got == {
+        ("init", "hygon", "DCU-3", Mode.SLICED, 16384, 50),
+        ("main", "ascend", "NPU-7f3e", Mode.SLICED, 16384, 25),
+        ("init", "metax", "GPU-m1", Mode.SLICED, 8192, 30),
+        ("main", "metax", "GPU-m2", Mode.EXCLUSIVE, None, None),  # HAMi's whole-card MetaX
+        ("init", "nvidia", "GPU-n1", Mode.SLICED, 1000, 10),
+    }
+
+
+def test_a_malformed_vendor_key_names_itself_and_only_fails_its_pod() -> None:
+    bad = {"hami.io/dcu-devices-allocated": "DCU-3,DCU,²,50:;"}
+    with pytest.raises(AllocationError, match=r"hami\.io/dcu-devices-allocated"):
+        allocations_of(bad, ["main"])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import fake_nvml
+from tests.fakelib import nvidia as fake_nvml
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,5 @@
 """The NVIDIA backend end to end: real pynvml, our read() and parse(), against a fake
-libnvidia-ml.so.1 compiled by the test from tests/fake_nvml/fake_nvml.c and the real nvml.h
+libnvidia-ml.so.1 compiled by the test from tests/fakelib/nvidia/fake_nvml.c and the real nvml.h
 (R-V1..R-V6). Most cases run the monitor round in-process; two run the whole agent.
 """
 
@@ -19,9 +19,9 @@ from devicemanager.backend import BackendUnavailable
 from devicemanager.model import ReadRequest, Reason
 from devicemanager.monitor import BackendWorker, Monitor
 from devicemanager.pods import PodIndex
-from tests import fake_nvml
 from tests.conftest import REPO, Agent, agent_env
-from tests.fake_nvml import scenarios
+from tests.fakelib import nvidia as fake_nvml
+from tests.fakelib.nvidia import scenarios
 from tests.world import accel, gpu, pod, process
 from vendors.nvidia import NvidiaBackend
 
@@ -305,7 +305,7 @@ def test_mig_partitions_by_recorded_id(libnvml: Path, scenario) -> None:  # type
 
 
 def test_a_library_that_is_not_there_is_unavailable_not_a_crash() -> None:
-    with pytest.raises(BackendUnavailable, match="libnvidia-ml.so.1 cannot be loaded") as info:
+    with pytest.raises(BackendUnavailable, match=r"libnvidia-ml\.so\.1 cannot be loaded") as info:
         NvidiaBackend({"nvml": "/nonexistent/libnvidia-ml.so.1"}).open()
     # What failed, not where it was looked for: backends[] is served to every reader.
     assert "/nonexistent" not in str(info.value)

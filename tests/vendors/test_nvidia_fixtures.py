@@ -14,9 +14,9 @@ import pytest
 
 from devicemanager.model import ReadRequest, Reason
 from devicemanager.replay import load_recording
-from tests import fake_nvml
 from tests.conftest import FIXTURES
-from tests.fake_nvml import scenarios
+from tests.fakelib import nvidia as fake_nvml
+from tests.fakelib.nvidia import scenarios
 from tests.world import gpu
 from vendors import nvidia
 
@@ -106,7 +106,7 @@ def test_the_fixture_is_what_read_records_from_the_fake(
             "manufacturer": "nvidia",
             "driver": "580.95.05",
             "sdk": "nvidia-ml-py",
-            "source": f"devicemanager read() over tests/fake_nvml/fake_nvml.c, "
+            "source": f"devicemanager read() over tests/fakelib/nvidia/fake_nvml.c, "
             f"scenario {build.__name__ if hasattr(build, '__name__') else name}",
         }
         path.write_text(

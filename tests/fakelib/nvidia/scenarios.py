@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.fake_nvml import device
+from tests.fakelib.nvidia import device
 from tests.world import gpu
 
 NOT_SUPPORTED = 3
@@ -91,7 +91,7 @@ def memory_sentinel() -> list[dict[str, Any]]:
 def gpu_lost_one_of_eight(lost_at_start: bool = False) -> list[dict[str, Any]]:
     """Eight H100s; card 5 answers once and then falls off the bus (GPU_IS_LOST)."""
     cards = [device(gpu(10 + i), **H100, used_mib=1_000 * i, util=(i, 0)) for i in range(8)]
-    cards[5]["lost" if lost_at_start else "lose_after"] = 1
+    cards[5]["lost" if lost_at_start else "lost_after"] = 1
     return cards
 
 

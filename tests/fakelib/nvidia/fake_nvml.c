@@ -1,0 +1,435 @@
+/*
+ * A fake libnvidia-ml.so.1 for tests: the NVML entry points the agent calls through pynvml,
+ * compiled against NVIDIA's own nvml.h (PyPI nvidia-nvml-dev, installed at test time) so every
+ * signature and struct layout is the real one. Built and driven by the fake-library kit
+ * (tests/fakelib): what it answers comes from the scenario named by $FAKE_NVML_SCENARIO, read
+ * at each nvmlInit, with the kit's common faults (init code, faults per entry point, hangs, a
+ * card lost after k identity reads, a card leaving enumeration). It reproduces the driver
+ * behaviours the agent depends on (the project's reference notes on NVML, §2.3):
+ *
+ *   - the process-list probe: NULL buffer -> INSUFFICIENT_SIZE with the count, SUCCESS when
+ *     there are none; a list that grows between the probe and the read;
+ *   - NVML_VALUE_NOT_AVAILABLE as a process's memory; GI/CI 0xFFFFFFFF with MIG off;
+ *   - NOT_FOUND from the process-utilization call when no sample is newer than asked;
+ *   - NOT_SUPPORTED for utilization on a MIG-enabled card; NOT_FOUND for an empty MIG slot;
+ *   - version checks on versioned structs (ARGUMENT_VERSION_MISMATCH);
+ *   - GPU_IS_LOST from every call on a lost card; an XID delivered once through the event set.
+ *
+ * Scenario (JSON, see tests/fakelib/nvidia/__init__.py): driver, devices[] of {uuid, name,
+ * index, memory{total, used, reserved} (bytes), util{gpu, memory}, temp, power (mW),
+ * remapped{corr, unc, pending, failure}, retired_pending, mig_mode{current, pending}, xid,
+ * processes[]{pid, memory (bytes or "na"), gi, ci}, samples[]{pid, ts, sm, mem},
+ * migs[]{slot, uuid, gi, memory{total, used}, faults{}}} plus the kit's fault keys.
+ */
+#include "fakelib.h"
+#include "nvml.h"
+
+#define MAX_MIG 8
+#define D "devices.%d."
+
+struct nvmlDevice_st {
+    int dev;
+    int mig; /* the MIG entry's position in migs[]; -1 for the card itself */
+};
+
+struct nvmlEventSet_st {
+    int unused;
+};
+
+static struct nvmlDevice_st handles[FL_MAX_DEVICES];
+static struct nvmlDevice_st mig_handles[FL_MAX_DEVICES][MAX_MIG];
+static int xid_delivered[FL_MAX_DEVICES];
+static int initialised;
+static struct nvmlEventSet_st the_event_set;
+
+/* The card behind a handle, or -1; sets *rc to what the call must answer first. */
+static int card(nvmlDevice_t h, const char *entry, nvmlReturn_t *rc) {
+    int code;
+    fl_hang(entry);
+    if (!initialised) {
+        *rc = NVML_ERROR_UNINITIALIZED;
+        return -1;
+    }
+    if (!h || h->dev < 0 || h->dev >= fl_count("devices")) {
+        *rc = NVML_ERROR_INVALID_ARGUMENT;
+        return -1;
+    }
+    if (fl_lost(h->dev)) {
+        *rc = NVML_ERROR_GPU_IS_LOST;
+        return -1;
+    }
+    if (h->mig >= 0) {
+        const char *value = fl_get(D "migs.%d.faults.%s", h->dev, h->mig, entry);
+        code = value ? atoi(value) : 0;
+    } else {
+        code = fl_fault(entry, h->dev);
+    }
+    *rc = code ? (nvmlReturn_t)code : NVML_SUCCESS;
+    return code ? -1 : h->dev;
+}
+
+#define CARD(entry)                                                                               \
+    nvmlReturn_t rc;                                                                              \
+    int d = card(device, entry, &rc);                                                             \
+    if (d < 0)                                                                                    \
+        return rc;
+
+static nvmlReturn_t copy_string(char *out, unsigned int length, const char *value) {
+    if (!out)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (strlen(value) + 1 > length)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    strcpy(out, value);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlInitWithFlags(unsigned int flags) {
+    int code;
+    (void)flags;
+    if (fl_load() != 0)
+        return NVML_ERROR_DRIVER_NOT_LOADED;
+    if ((code = (int)fl_int(0, "init")) != 0)
+        return (nvmlReturn_t)code;
+    memset(xid_delivered, 0, sizeof xid_delivered);
+    for (int i = 0; i < FL_MAX_DEVICES; i++) {
+        handles[i].dev = i;
+        handles[i].mig = -1;
+        for (int m = 0; m < MAX_MIG; m++) {
+            mig_handles[i][m].dev = i;
+            mig_handles[i][m].mig = m;
+        }
+    }
+    initialised++;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+
+nvmlReturn_t DECLDIR nvmlShutdown(void) {
+    if (!initialised)
+        return NVML_ERROR_UNINITIALIZED;
+    initialised--;
+    return NVML_SUCCESS;
+}
+
+const DECLDIR char *nvmlErrorString(nvmlReturn_t result) {
+    switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    default: return "Unknown Error";
+    }
+}
+
+nvmlReturn_t DECLDIR nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    if (!initialised)
+        return NVML_ERROR_UNINITIALIZED;
+    return copy_string(version, length, fl_str("550.90.07", "driver"));
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetCount_v2(unsigned int *count) {
+    int present[FL_MAX_DEVICES];
+    fl_hang("nvmlDeviceGetCount_v2");
+    if (!initialised)
+        return NVML_ERROR_UNINITIALIZED;
+    fl_enumerate();
+    *count = (unsigned int)fl_present_devices(present, FL_MAX_DEVICES);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    int present[FL_MAX_DEVICES], n;
+    if (!initialised)
+        return NVML_ERROR_UNINITIALIZED;
+    n = fl_present_devices(present, FL_MAX_DEVICES);
+    if (index >= (unsigned int)n)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &handles[present[index]];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    if (initialised && device && device->mig < 0)
+        fl_identity_read(device->dev); /* a card that falls off after `lost_after` of these */
+    CARD("nvmlDeviceGetUUID");
+    if (device->mig >= 0)
+        return copy_string(uuid, length, fl_str("", D "migs.%d.uuid", d, device->mig));
+    return copy_string(uuid, length, fl_str("", D "uuid", d));
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
+    CARD("nvmlDeviceGetName");
+    return copy_string(name, length, fl_str("", D "name", d));
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
+    CARD("nvmlDeviceGetIndex");
+    *index = (unsigned int)fl_int(d, D "index", d);
+    return NVML_SUCCESS;
+}
+
+static void mig_memory(int d, int m, unsigned long long *total, unsigned long long *used) {
+    *total = fl_u64(0, D "migs.%d.memory.total", d, m);
+    *used = fl_u64(0, D "migs.%d.memory.used", d, m);
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
+    CARD("nvmlDeviceGetMemoryInfo");
+    if (device->mig >= 0) {
+        mig_memory(d, device->mig, &memory->total, &memory->used);
+    } else {
+        /* v1 counts the driver's reservation as used. */
+        memory->total = fl_u64(0, D "memory.total", d);
+        memory->used = fl_u64(0, D "memory.used", d) + fl_u64(0, D "memory.reserved", d);
+    }
+    memory->free = memory->total - memory->used;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
+    CARD("nvmlDeviceGetMemoryInfo_v2");
+    if (memory->version != nvmlMemory_v2)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (device->mig >= 0) {
+        mig_memory(d, device->mig, &memory->total, &memory->used);
+        memory->reserved = 0;
+    } else {
+        memory->total = fl_u64(0, D "memory.total", d);
+        memory->used = fl_u64(0, D "memory.used", d);
+        memory->reserved = fl_u64(0, D "memory.reserved", d);
+    }
+    memory->free = memory->total - memory->used - memory->reserved;
+    return NVML_SUCCESS;
+}
+
+static int mig_enabled(int d) { return (int)fl_int(0, D "mig_mode.current", d); }
+
+nvmlReturn_t DECLDIR nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *u) {
+    CARD("nvmlDeviceGetUtilizationRates");
+    if (mig_enabled(d))
+        return NVML_ERROR_NOT_SUPPORTED; /* no utilization on a MIG-enabled card */
+    u->gpu = (unsigned int)fl_int(0, D "util.gpu", d);
+    u->memory = (unsigned int)fl_int(0, D "util.memory", d);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetTemperature(nvmlDevice_t device,
+                                              nvmlTemperatureSensors_t sensorType,
+                                              unsigned int *temp) {
+    CARD("nvmlDeviceGetTemperature");
+    if (sensorType != NVML_TEMPERATURE_GPU)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *temp = (unsigned int)fl_int(40, D "temp", d);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) {
+    CARD("nvmlDeviceGetPowerUsage");
+    *power = (unsigned int)fl_int(100000, D "power", d);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows,
+                                               unsigned int *uncRows, unsigned int *isPending,
+                                               unsigned int *failureOccurred) {
+    CARD("nvmlDeviceGetRemappedRows");
+    *corrRows = (unsigned int)fl_int(0, D "remapped.corr", d);
+    *uncRows = (unsigned int)fl_int(0, D "remapped.unc", d);
+    *isPending = (unsigned int)fl_int(0, D "remapped.pending", d);
+    *failureOccurred = (unsigned int)fl_int(0, D "remapped.failure", d);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device,
+                                                            nvmlEnableState_t *isPending) {
+    CARD("nvmlDeviceGetRetiredPagesPendingStatus");
+    *isPending = fl_int(0, D "retired_pending", d) ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode,
+                                          unsigned int *pendingMode) {
+    CARD("nvmlDeviceGetMigMode");
+    *currentMode = (unsigned int)mig_enabled(d);
+    *pendingMode = (unsigned int)fl_int(0, D "mig_mode.pending", d);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
+    CARD("nvmlDeviceGetMaxMigDeviceCount");
+    *count = mig_enabled(d) ? 7 : 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
+                                                         nvmlDevice_t *migDevice) {
+    CARD("nvmlDeviceGetMigDeviceHandleByIndex");
+    if (!mig_enabled(d))
+        return NVML_ERROR_NOT_SUPPORTED;
+    for (int m = 0; m < fl_count(D "migs", d) && m < MAX_MIG; m++) {
+        if (fl_int(-1, D "migs.%d.slot", d, m) == (long long)index) {
+            *migDevice = &mig_handles[d][m];
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND; /* an empty slot */
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id) {
+    CARD("nvmlDeviceGetGpuInstanceId");
+    if (device->mig < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *id = (unsigned int)fl_int(0, D "migs.%d.gi", d, device->mig);
+    return NVML_SUCCESS;
+}
+
+static void process_row(int d, int i, nvmlProcessInfo_t *p) {
+    const char *memory = fl_str("0", D "processes.%d.memory", d, i);
+    p->pid = (unsigned int)fl_int(0, D "processes.%d.pid", d, i);
+    p->usedGpuMemory = strcmp(memory, "na") ? strtoull(memory, NULL, 10)
+                                            : (unsigned long long)NVML_VALUE_NOT_AVAILABLE;
+    p->gpuInstanceId = (unsigned int)fl_u64(0xFFFFFFFFu, D "processes.%d.gi", d, i);
+    p->computeInstanceId = (unsigned int)fl_u64(0xFFFFFFFFu, D "processes.%d.ci", d, i);
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                             unsigned int *infoCount,
+                                                             nvmlProcessInfo_t *infos) {
+    unsigned int listed, count;
+    CARD("nvmlDeviceGetComputeRunningProcesses_v3");
+    listed = (unsigned int)fl_count(D "processes", d);
+    count = listed + (unsigned int)fl_extra_rows(d, infos != NULL, (int)listed,
+                                                 infos ? (int)*infoCount : 0);
+    if (!infos || *infoCount < count) {
+        *infoCount = count;
+        return count == 0 ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (unsigned int i = 0; i < count; i++) {
+        if (i < listed) {
+            process_row(d, (int)i, &infos[i]);
+        } else { /* a process that started after the probe */
+            infos[i].pid = 900000 + i;
+            infos[i].usedGpuMemory = 1048576ULL;
+            infos[i].gpuInstanceId = 0xFFFFFFFFu;
+            infos[i].computeInstanceId = 0xFFFFFFFFu;
+        }
+    }
+    *infoCount = count;
+    return NVML_SUCCESS;
+}
+
+static void sample(int d, int i, nvmlProcessUtilizationSample_t *s) {
+    memset(s, 0, sizeof *s);
+    s->pid = (unsigned int)fl_int(0, D "samples.%d.pid", d, i);
+    s->timeStamp = fl_u64(0, D "samples.%d.ts", d, i);
+    s->smUtil = (unsigned int)fl_int(0, D "samples.%d.sm", d, i);
+    s->memUtil = (unsigned int)fl_int(0, D "samples.%d.mem", d, i);
+}
+
+static unsigned int newer_samples(int d, unsigned long long since) {
+    unsigned int n = 0;
+    for (int i = 0; i < fl_count(D "samples", d); i++)
+        if (fl_u64(0, D "samples.%d.ts", d, i) > since)
+            n++;
+    return n;
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                                     nvmlProcessUtilizationSample_t *utilization,
+                                                     unsigned int *processSamplesCount,
+                                                     unsigned long long lastSeenTimeStamp) {
+    unsigned int n, j = 0;
+    CARD("nvmlDeviceGetProcessUtilization");
+    if (mig_enabled(d))
+        return NVML_ERROR_NOT_SUPPORTED;
+    n = newer_samples(d, lastSeenTimeStamp);
+    if (n == 0)
+        return NVML_ERROR_NOT_FOUND; /* nothing ran in the window: idle, not a failure */
+    if (!utilization || *processSamplesCount < n) {
+        *processSamplesCount = n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (int i = 0; i < fl_count(D "samples", d); i++)
+        if (fl_u64(0, D "samples.%d.ts", d, i) > lastSeenTimeStamp)
+            sample(d, i, &utilization[j++]);
+    *processSamplesCount = n;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device,
+                                                           nvmlProcessesUtilizationInfo_t *info) {
+    unsigned int n, j = 0;
+    CARD("nvmlDeviceGetProcessesUtilizationInfo");
+    if (info->version != nvmlProcessesUtilizationInfo_v1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (mig_enabled(d))
+        return NVML_ERROR_NOT_SUPPORTED;
+    n = newer_samples(d, info->lastSeenTimeStamp);
+    if (n == 0)
+        return NVML_ERROR_NOT_FOUND;
+    if (!info->procUtilArray || info->processSamplesCount < n) {
+        info->processSamplesCount = n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (int i = 0; i < fl_count(D "samples", d); i++) {
+        nvmlProcessUtilizationSample_t s;
+        sample(d, i, &s);
+        if (s.timeStamp <= info->lastSeenTimeStamp)
+            continue;
+        memset(&info->procUtilArray[j], 0, sizeof info->procUtilArray[j]);
+        info->procUtilArray[j].pid = s.pid;
+        info->procUtilArray[j].timeStamp = s.timeStamp;
+        info->procUtilArray[j].smUtil = s.smUtil;
+        info->procUtilArray[j].memUtil = s.memUtil;
+        j++;
+    }
+    info->processSamplesCount = n;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlEventSetCreate(nvmlEventSet_t *set) {
+    if (!initialised)
+        return NVML_ERROR_UNINITIALIZED;
+    *set = &the_event_set;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes,
+                                              nvmlEventSet_t set) {
+    CARD("nvmlDeviceRegisterEvents");
+    (void)d;
+    (void)eventTypes;
+    (void)set;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
+                                         unsigned int timeoutms) {
+    (void)set;
+    (void)timeoutms;
+    if (!initialised)
+        return NVML_ERROR_UNINITIALIZED;
+    for (int i = 0; i < fl_count("devices") && i < FL_MAX_DEVICES; i++) {
+        long long xid = fl_int(0, D "xid", i);
+        if (xid && !xid_delivered[i]) {
+            xid_delivered[i] = 1;
+            memset(data, 0, sizeof *data);
+            data->device = &handles[i];
+            data->eventType = nvmlEventTypeXidCriticalError;
+            data->eventData = (unsigned long long)xid;
+            data->gpuInstanceId = 0xFFFFFFFFu;
+            data->computeInstanceId = 0xFFFFFFFFu;
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_TIMEOUT;
+}
+
+nvmlReturn_t DECLDIR nvmlEventSetFree(nvmlEventSet_t set) {
+    (void)set;
+    return NVML_SUCCESS;
+}
