@@ -189,6 +189,13 @@ def parse_processes(device: Mapping[str, Any]) -> DeviceProcesses | None:
     samples, cores_reason = _cores_answer(device)
     memory_reason = None if code is None else reason_for(code)
     truncated = int(memory_reason is Reason.TRUNCATED) + int(cores_reason is Reason.TRUNCATED)
+    # A row of a MIG-enabled card names its GPU instance; the MIG handles read this round say
+    # which partition that is (0xFFFFFFFF, MIG off, matches none).
+    partitions = {
+        as_int(m.get("nvmlDeviceGetGpuInstanceId")): m.get("nvmlDeviceGetUUID")
+        for m in _entries(device.get("migDevices"))
+        if isinstance(m.get("nvmlDeviceGetUUID"), str)
+    }
     rows: list[ProcessRow] = []
     if code is None and isinstance(listed, list):
         for proc in listed:
@@ -199,7 +206,15 @@ def parse_processes(device: Mapping[str, Any]) -> DeviceProcesses | None:
             used = as_int(proc.get("usedGpuMemory"))
             # A listed PID with no sample ran nothing in the window: idle, measured.
             cores = None if samples is None else samples.get(pid, 0.0)
-            rows.append(ProcessRow(pid=pid, memory_bytes=used, cores_percent=cores))
+            partition = partitions.get(as_int(proc.get("gpuInstanceId")))
+            rows.append(
+                ProcessRow(
+                    pid=pid,
+                    memory_bytes=used,
+                    cores_percent=cores,
+                    partition_id=partition if isinstance(partition, str) else None,
+                )
+            )
     elif samples is not None:
         # No process list: the sampled PIDs are the rows we have, their memory unknown.
         rows = [ProcessRow(pid=pid, cores_percent=util) for pid, util in sorted(samples.items())]

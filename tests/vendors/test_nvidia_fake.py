@@ -301,6 +301,18 @@ def test_mig_partitions_by_recorded_id(libnvml: Path, scenario) -> None:  # type
     assert "migDevices" not in payload["devices"][0]
 
 
+def test_process_rows_of_a_mig_card_name_their_partition(libnvml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    scenario(scenarios.h100_mig())
+    request = ReadRequest(
+        carved_device_ids=frozenset({gpu(1)}),
+        partition_ids=frozenset({(gpu(1), scenarios.mig_uuid(0))}),
+    )
+    (payload,) = read_payload(libnvml, request)
+    (answer,) = NvidiaBackend().parse(payload).processes
+    # PID 7001 runs in GPU instance 1, the 3g.40gb in slot 0.
+    assert [(r.pid, r.partition_id) for r in answer.rows] == [(7001, scenarios.mig_uuid(0))]
+
+
 # -- the library missing ----------------------------------------------------------------------
 
 
