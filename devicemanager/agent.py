@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import logging
+import platform
 import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from devicemanager import logs
+from devicemanager import __version__, logs
 from devicemanager.attribution import Attributor
-from devicemanager.backend import Backend, create_backend
+from devicemanager.backend import Backend, create_backend, sdk_versions
 from devicemanager.config import Settings, default_node_name
 from devicemanager.kube.client import KubeClient, config_from
 from devicemanager.kube.cluster import ClusterRound
@@ -93,6 +94,7 @@ def build_monitor(
     wall: Callable[[], float] = time.time,
     mono: Callable[[], float] = time.monotonic,
     cluster: Cluster | None = None,
+    build: tuple[tuple[str, str], ...] = (),
 ) -> Monitor:
     """The monitor `serve` runs; tests pass frozen clocks."""
     pods: Callable[[], PodIndex | None] | None = None
@@ -109,8 +111,19 @@ def build_monitor(
         pods=pods,
         attributor=Attributor(node.proc_root),
         cluster=cluster.round if cluster is not None else None,
+        build=build,
         wall=wall,
         mono=mono,
+    )
+
+
+def build_labels(node: Node) -> tuple[tuple[str, str], ...]:
+    """gpustack_device_manager_build_info's labels for this agent."""
+    manufacturers = [b.manufacturer for b in node.backends]
+    return (
+        ("version", __version__),
+        ("python", platform.python_version()),
+        ("sdk", ", ".join(sdk_versions(manufacturers))),
     )
 
 
@@ -119,8 +132,21 @@ def serve(settings: Settings) -> int:
 
     logs.configure(settings.log_level, settings.log_format)
     node = resolve_node(settings)
+    build = build_labels(node)
+    # The first line says what runs: the version, and over what.
+    log.info(
+        "devicemanager %s starting",
+        __version__,
+        extra={
+            **dict(build),
+            "node": node.name,
+            "backends": [b.manufacturer for b in node.backends],
+            "replay": str(node.scenario.root) if node.scenario else None,
+            "provenance": node.scenario.provenance if node.scenario else None,
+        },
+    )
     cluster = connect(settings, node)
-    monitor = build_monitor(settings, node, cluster=cluster)
+    monitor = build_monitor(settings, node, cluster=cluster, build=build)
     hosts = ["localhost", "127.0.0.1", "::1", node.name, default_node_name()]
     certs = Certificates(settings.cert_dir, hosts=hosts)
 
@@ -140,12 +166,8 @@ def serve(settings: Settings) -> int:
         timeout_keep_alive=75,  # longer than a 60 s scrape interval: one connection per scraper
     )
     log.info(
-        "starting",
+        "serving",
         extra={
-            "node": node.name,
-            "backends": [b.manufacturer for b in node.backends],
-            "replay": str(node.scenario.root) if node.scenario else None,
-            "provenance": node.scenario.provenance if node.scenario else None,
             "period_seconds": settings.monitor_period,
             "address": f"https://{settings.bind_address}:{settings.secure_port}",
             "self_signed": certs.self_signed,

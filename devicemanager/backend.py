@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Protocol, runtime_checkable
 
 from devicemanager.model import Payload, ReadRequest, VendorReading
@@ -105,7 +106,10 @@ def import_from_string(spec: str) -> object:
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
         raise ValueError(f"backend {spec!r} is not of the form 'module:attribute'")
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"backend {spec!r} cannot be imported: {exc}") from None
     try:
         return getattr(module, attribute)
     except AttributeError:
@@ -144,3 +148,22 @@ def create_backend(name: str, libraries: Mapping[str, str] | None = None) -> Bac
         configured[key] = path
     factory: Callable[..., Backend] = cls
     return factory(libraries=configured) if configured else factory()
+
+
+def sdk_versions(manufacturers: Sequence[str]) -> list[str]:
+    """'<distribution> <version>' of each Python vendor binding these backends use (a class
+    attribute `sdk`), where it is installed; ctypes backends have none, their library's
+    version being the driver's."""
+    out = set()
+    for name in manufacturers:
+        try:
+            dist: str | None = getattr(backend_class(name), "sdk", None)
+        except ValueError:
+            continue
+        if dist is None:
+            continue
+        try:
+            out.add(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            continue
+    return sorted(out)

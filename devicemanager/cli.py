@@ -1,4 +1,14 @@
-"""The `devicemanager` command: serve, snapshot, record."""
+"""The `devicemanager` command: serve, snapshot, metrics, whois, record, instance-metrics.
+
+One error style for every command: a one-line message that names what to fix, no traceback
+unless `--debug`, and one set of exit codes:
+
+    0  ok
+    1  the thing asked about is absent or unhealthy (a PID in no pod, an Instance with no pod,
+       a vendor library not on this node)
+    2  usage: a flag, argument or file given is wrong
+    3  cannot reach or read: the agent, the cluster or a source did not answer as it should
+"""
 
 from __future__ import annotations
 
@@ -7,86 +17,97 @@ import json
 import os
 import platform
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from devicemanager.backend import BackendUnavailable, create_backend
-from devicemanager.config import DEFAULT_PORT, add_serve_flags, settings_from
+from devicemanager import __version__
+from devicemanager.backend import BACKENDS, BackendUnavailable, create_backend, sdk_versions
+from devicemanager.config import add_serve_flags, settings_from
 from devicemanager.model import ReadRequest
 
-SNAPSHOT_URL = f"https://127.0.0.1:{DEFAULT_PORT}/monitor/snapshot"
+OK, ABSENT, USAGE, UNREACHABLE = 0, 1, 2, 3
+
+
+class CliError(Exception):
+    """A failure the command reports in one line, with its exit code."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def version() -> str:
+    """`devicemanager --version`: ours, the interpreter's and each vendor SDK that is installed."""
+    parts = [f"Python {platform.python_version()}"]
+    parts += sdk_versions(sorted(BACKENDS))
+    return f"devicemanager {__version__} ({'; '.join(parts)})"
+
+
+# -- serve ------------------------------------------------------------------------------------
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from devicemanager.agent import serve
 
-    settings = settings_from(args)
+    try:
+        settings = settings_from(args)
+    except SystemExit as exc:  # the settings parser names the flag and what is wrong with it
+        raise CliError(str(exc.code), USAGE) from None
     try:
         return serve(settings)
-    except (ValueError, OSError, ImportError) as exc:
-        # A wrong flag, scenario, manufacturer or --cert-dir: say which, without a traceback.
-        print(f"devicemanager serve: {exc}", file=sys.stderr)
-        return 2
+    except (ValueError, ImportError) as exc:
+        # A wrong scenario, manufacturer, library name or --cert-dir: say which.
+        raise CliError(str(exc), USAGE) from None
+    except OSError as exc:
+        raise CliError(f"{type(exc).__name__}: {exc}", UNREACHABLE) from None
 
 
-def _fmt(value: Any, unit: str = "") -> str:
-    return "-" if value is None else f"{value}{unit}"
+# -- snapshot and metrics: a running agent -------------------------------------------------------
 
 
-def render_snapshot(doc: dict[str, Any]) -> str:
-    """A snapshot as an operator reads it over `kubectl exec`: one line per card."""
-    lines = [
-        f"node {doc.get('node') or '?'}  taken {doc.get('timestamp')}  "
-        f"period {doc.get('periodSeconds')}s"
-    ]
-    for backend in doc.get("backends") or []:
-        error = f"  ({backend['error']})" if backend.get("error") else ""
-        lines.append(f"backend {backend['manufacturer']}: {backend['state']}{error}")
-    header = (
-        f"{'IDX':>3}  {'ID':<40} {'MEM USED/TOTAL MiB':>20} {'MEM%':>6} {'CORE%':>6} "
-        f"{'TEMP':>5} {'POWER W':>8}  HEALTH"
-    )
-    for group in doc.get("groups") or []:
-        lines.append("")
-        lines.append(
-            f"{group['manufacturer']} (driver {_fmt(group.get('driverVersion'))}, "
-            f"read {group.get('timestamp')})"
-        )
-        lines.append(header)
-        for a in group.get("accelerators") or []:
-            memory = f"{_fmt(a.get('memoryUsage'))}/{_fmt(a.get('memory'))}"
-            health = (
-                f"UNHEALTHY {a.get('unhealthyReason') or ''}".strip()
-                if a.get("unhealthy")
-                else "ok"
-            )
-            lines.append(
-                f"{a.get('index', '?'):>3}  {a.get('id', '?'):<40} {memory:>20} "
-                f"{_fmt(a.get('memoryUtilization')):>6} {_fmt(a.get('coresUtilization')):>6} "
-                f"{_fmt(a.get('temperature')):>5} {_fmt(a.get('powerUsage')):>8}  {health}"
-            )
-    if not doc.get("groups"):
-        lines.append("no accelerator figures in this snapshot")
-    return "\n".join(lines)
+def _client_call(fn: Callable[[], Any]) -> Any:
+    from devicemanager.serve.client import FetchError
+
+    try:
+        return fn()
+    except FetchError as exc:
+        raise CliError(str(exc), USAGE if exc.usage else UNREACHABLE) from None
 
 
 def _cmd_snapshot(args: argparse.Namespace) -> int:
-    import httpx
+    from devicemanager.serve import client
 
-    # The agent's certificate is self-signed unless it was given --cert-dir.
-    verify: str | bool = args.cacert if args.cacert else False
-    try:
-        response = httpx.get(args.url, verify=verify, timeout=args.timeout)
-        response.raise_for_status()
-        doc = response.json()
-    except (httpx.HTTPError, ValueError) as exc:
-        print(f"devicemanager snapshot: {args.url}: {exc}", file=sys.stderr)
-        return 1
-    print(json.dumps(doc, indent=2) if args.json else render_snapshot(doc))
-    return 0
+    doc = _client_call(lambda: client.fetch_snapshot(args.url, args.cacert, args.timeout))
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return OK
+    held = None
+    metrics_url = (
+        client.metrics_url_beside(args.url) if args.metrics_url is None else args.metrics_url
+    )
+    if metrics_url:
+        # The grants each Instance holds are in /metrics, beside the cards' snapshot; without
+        # them the cards are still worth printing.
+        try:
+            held = client.holdings(client.fetch(metrics_url, args.cacert, args.timeout).text)
+        except client.FetchError as exc:
+            print(f"devicemanager snapshot: no grants table: {exc}", file=sys.stderr)
+    print(client.render_snapshot(doc, held))
+    return OK
+
+
+def _cmd_metrics(args: argparse.Namespace) -> int:
+    from devicemanager.serve import client
+
+    response = _client_call(lambda: client.fetch(args.url, args.cacert, args.timeout))
+    sys.stdout.write(response.text)
+    return OK
+
+
+# -- record -----------------------------------------------------------------------------------
 
 
 def _partition(value: str) -> tuple[str, str]:
@@ -108,8 +129,10 @@ def record(
     libraries: Mapping[str, str],
     processes: bool,
     partitions: Sequence[tuple[str, str]],
+    provenance: str = "recorded",
 ) -> dict[str, Any]:
-    """What a real backend's read() returns, wrapped with where and when it was recorded."""
+    """What a real backend's read() returns, wrapped with where and when it was recorded.
+    `provenance` is "synthetic" when the library read was a fake, never "recorded"."""
     backend = create_backend(manufacturer, libraries)
     backend.open()
     try:
@@ -129,7 +152,7 @@ def record(
     except metadata.PackageNotFoundError:
         sdk_version = None
     meta = {
-        "kind": "recorded",
+        "kind": provenance,
         "manufacturer": backend.manufacturer,
         "recordedAt": datetime.now(UTC).isoformat(timespec="seconds"),
         "driver": reading.driver_version,
@@ -143,48 +166,76 @@ def record(
 def _cmd_record(args: argparse.Namespace) -> int:
     try:
         doc = record(
-            args.vendor, dict(args.library or []), not args.no_processes, args.partition or []
+            args.vendor,
+            dict(args.library or []),
+            not args.no_processes,
+            args.partition or [],
+            "synthetic" if args.synthetic else "recorded",
         )
     except BackendUnavailable as exc:
-        print(f"devicemanager record: {args.vendor} is not available here: {exc}", file=sys.stderr)
-        return 2
-    except ValueError as exc:
-        print(f"devicemanager record: {exc}", file=sys.stderr)
-        return 2
+        raise CliError(f"{args.vendor} is not available here: {exc}", ABSENT) from None
+    except (ValueError, ImportError) as exc:
+        raise CliError(str(exc), USAGE) from None
     text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
     if args.output:
-        Path(args.output).write_text(text)
+        try:
+            Path(args.output).write_text(text)
+        except OSError as exc:
+            raise CliError(f"--output: {exc.strerror}: {args.output}", USAGE) from None
     else:
         sys.stdout.write(text)
-    return 0
+    return OK
+
+
+# -- whois ------------------------------------------------------------------------------------
+
+
+def _pods(path: Path | None) -> Any:
+    from devicemanager.pods import PodIndex
+
+    if path is None:
+        return None
+    try:
+        return PodIndex.from_list(json.loads(path.read_text()))
+    except OSError as exc:
+        raise CliError(f"--pods: {exc.strerror}: {path}", USAGE) from None
+    except ValueError:
+        raise CliError(f"--pods: {path} is not a JSON PodList", USAGE) from None
 
 
 def whois(
     pid: int | None, cgroup_file: Path | None, proc_root: Path, pods_file: Path | None
 ) -> dict[str, Any]:
-    """One PID (or a saved cgroup file) resolved as the agent would, as one JSON object."""
-    from devicemanager import cgroup
-    from devicemanager.attribution import Resolver, place
-    from devicemanager.pods import PodIndex
+    """One PID (or a saved cgroup file) resolved as the agent would, as one JSON object.
 
+    `reason` is null when the process was placed in a pod; `no_such_process` when /proc has no
+    such PID at all (as opposed to `exited`, a process that ended while it was being read)."""
+    from devicemanager import cgroup
+    from devicemanager.attribution import Identified, Resolver, place
+
+    index = _pods(pods_file)
     if cgroup_file is not None:
-        parsed = cgroup.parse(cgroup_file.read_text(errors="replace"))
-        return {
-            "pod_uid": parsed.pod_uid,
-            "container_id": parsed.container_id,
-            "runtime": parsed.runtime,
-            "reason": None if parsed.reason is None else parsed.reason.value,
-        }
-    assert pid is not None
-    index = PodIndex.from_list(json.loads(pods_file.read_text())) if pods_file else None
-    identified = Resolver(proc_root).identify(pid)
+        try:
+            text = cgroup_file.read_text(errors="replace")
+        except OSError as exc:
+            raise CliError(f"--cgroup-file: {exc.strerror}: {cgroup_file}", USAGE) from None
+        identified = Identified(cgroup.parse(text))
+        doc: dict[str, Any] = {}
+    else:
+        assert pid is not None
+        if not proc_root.is_dir():
+            raise CliError(f"--proc-root: {proc_root} is not a directory", USAGE)
+        if not (proc_root / str(pid)).exists():
+            return {"pid": pid, "pod_uid": None, "container_id": None, "runtime": None,
+                    "reason": "no_such_process"}  # fmt: skip
+        identified = Resolver(proc_root).identify(pid)
+        doc = {"pid": pid}
     identity = identified.identity
-    doc: dict[str, Any] = {
-        "pid": pid,
-        "pod_uid": identity.pod_uid if identity else None,
-        "container_id": identity.container_id if identity else None,
-        "runtime": identity.runtime if identity else None,
-    }
+    doc.update(
+        pod_uid=identity.pod_uid if identity else None,
+        container_id=identity.container_id if identity else None,
+        runtime=identity.runtime if identity else None,
+    )
     reason = identified.reason or (identity.reason if identity else None)
     if index is not None and reason is None:
         resolution = place(identified, index)
@@ -202,15 +253,31 @@ def whois(
 
 def _cmd_whois(args: argparse.Namespace) -> int:
     if (args.pid is None) == (args.cgroup_file is None):
-        print("devicemanager whois: give a PID or --cgroup-file, not both", file=sys.stderr)
-        return 2
-    try:
-        doc = whois(args.pid, args.cgroup_file, args.proc_root, args.pods)
-    except (OSError, ValueError) as exc:
-        print(f"devicemanager whois: {exc}", file=sys.stderr)
-        return 2
+        raise CliError("give a PID or --cgroup-file, not both", USAGE)
+    doc = whois(args.pid, args.cgroup_file, args.proc_root, args.pods)
     print(json.dumps(doc, indent=2))
-    return 0
+    return OK if doc["reason"] is None else ABSENT
+
+
+def _pid(value: str) -> int:
+    try:
+        pid = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a PID") from None
+    if pid <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a PID (PIDs are positive)")
+    return pid
+
+
+# -- instance-metrics -----------------------------------------------------------------------------
+
+
+def default_kubeconfig(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """As kubectl: $KUBECONFIG (its first file), else ~/.kube/config where it exists."""
+    if environ.get("KUBECONFIG"):
+        return Path(environ["KUBECONFIG"].split(os.pathsep)[0])
+    home = Path(environ.get("HOME", "~")).expanduser() / ".kube" / "config"
+    return home if home.is_file() else None
 
 
 def _cmd_instance_metrics(args: argparse.Namespace) -> int:
@@ -218,55 +285,132 @@ def _cmd_instance_metrics(args: argparse.Namespace) -> int:
     from devicemanager.kube.client import KubeClient, KubeError, config_from
     from devicemanager.kube.sampler import InstanceSampler
 
-    config = config_from(args.kubeconfig, args.service_account_dir)
-    if config is None:
-        print(
-            "devicemanager instance-metrics: no cluster: not in a pod and no --kubeconfig",
-            file=sys.stderr,
-        )
-        return 2
-    client = KubeClient(config)
+    if args.kubeconfig is not None and not args.kubeconfig.is_file():
+        raise CliError(f"--kubeconfig: {args.kubeconfig} is not a file", USAGE)
+    try:
+        config = config_from(args.kubeconfig, args.service_account_dir)
+        client = KubeClient(config) if config is not None else None
+    except KubeError as exc:
+        raise CliError(f"--kubeconfig: {exc}", USAGE) from None
+    except Exception as exc:  # lightkube raises its own errors, and YAML's, on a bad file
+        raise CliError(f"--kubeconfig: {args.kubeconfig} cannot be used: {exc}", USAGE) from None
+    if client is None:
+        raise CliError("no cluster: not in a pod, no --kubeconfig and no ~/.kube/config", USAGE)
     sampler = InstanceSampler(
         client, agent_namespace=args.agent_namespace, snapshot_url=args.snapshot_url
     )
     try:
         sample = sampler.sample(args.namespace, args.name)
     except LookupError as exc:
-        print(f"devicemanager instance-metrics: {exc}", file=sys.stderr)
-        return 4
+        raise CliError(str(exc), ABSENT) from None
     except InstanceMetricsUnavailable as exc:
-        print(f"devicemanager instance-metrics: unavailable: {exc}", file=sys.stderr)
-        return 3
+        raise CliError(f"unavailable: {exc}", UNREACHABLE) from None
     except KubeError as exc:
-        print(f"devicemanager instance-metrics: {exc}", file=sys.stderr)
-        return 2
+        raise CliError(str(exc), UNREACHABLE) from None
     finally:
         client.close()
     print(json.dumps(metrics_json(sample), indent=2))
-    return 0
+    return OK
+
+
+# -- the parser -------------------------------------------------------------------------------
+
+
+class _Version(argparse.Action):
+    """--version, worked out only when asked (it looks up the installed vendor SDKs)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> NoReturn:
+        print(version())
+        parser.exit()
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--version", action=_Version)
+    common.add_argument(
+        "--debug", action="store_true", help="show the traceback of an unexpected failure"
+    )
+    return common
+
+
+def _agent_flags(parser: argparse.ArgumentParser, default_url: str, env: str) -> None:
+    parser.add_argument(
+        "--url", default=os.environ.get(env, default_url), help=f"(default: {default_url}) [${env}]"
+    )
+    parser.add_argument(
+        "--cacert", help="verify the agent against this CA (default: no verification)"
+    )
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds (default: 10)")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from devicemanager.serve.client import METRICS_URL, SNAPSHOT_URL
+
+    common = _common()
     parser = argparse.ArgumentParser(
         prog="devicemanager",
         description="Measure what every pod uses of the accelerators it was granted.",
+        parents=[common],
+        epilog="exit codes: 0 ok; 1 absent or unhealthy; 2 usage; 3 cannot reach or read",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="run the agent: monitor loop and HTTPS server")
+    serve = sub.add_parser(
+        "serve", parents=[common], help="run the agent: monitor loop and HTTPS server"
+    )
     add_serve_flags(serve, os.environ)
     serve.set_defaults(func=_cmd_serve)
 
-    snap = sub.add_parser("snapshot", help="fetch and print a running agent's snapshot")
-    snap.add_argument("--url", default=os.environ.get("DEVICEMANAGER_SNAPSHOT_URL", SNAPSHOT_URL))
-    snap.add_argument(
-        "--cacert", help="verify the agent against this CA (default: no verification)"
+    snap = sub.add_parser(
+        "snapshot",
+        parents=[common],
+        help="print a running agent's snapshot: cards, and the grants each Instance holds",
     )
-    snap.add_argument("--json", action="store_true", help="print the JSON document, indented")
-    snap.add_argument("--timeout", type=float, default=10.0)
+    _agent_flags(snap, SNAPSHOT_URL, "DEVICEMANAGER_SNAPSHOT_URL")
+    snap.add_argument(
+        "--metrics-url",
+        default=None,
+        help="where the per-Instance series are read for the grants table ('' to skip) "
+        "(default: /metrics beside --url)",
+    )
+    snap.add_argument(
+        "--json", action="store_true", help="print the snapshot document, indented, for scripts"
+    )
     snap.set_defaults(func=_cmd_snapshot)
 
-    rec = sub.add_parser("record", help="write what a real backend reads, as a replay fixture")
+    metrics = sub.add_parser(
+        "metrics", parents=[common], help="print a running agent's /metrics (no curl needed)"
+    )
+    _agent_flags(metrics, METRICS_URL, "DEVICEMANAGER_METRICS_URL")
+    metrics.set_defaults(func=_cmd_metrics)
+
+    who = sub.add_parser(
+        "whois", parents=[common], help="which pod and container a host PID belongs to"
+    )
+    who.add_argument(
+        "pid", nargs="?", type=_pid, help="a host PID, as the vendor library reports it"
+    )
+    who.add_argument("--cgroup-file", type=Path, help="parse a saved /proc/<pid>/cgroup instead")
+    who.add_argument(
+        "--proc-root",
+        type=Path,
+        default=Path(os.environ.get("DEVICEMANAGER_PROC_ROOT", "/proc")),
+        help="the /proc to read (default: /proc) [$DEVICEMANAGER_PROC_ROOT]",
+    )
+    who.add_argument(
+        "--pods",
+        type=Path,
+        help="the node's pods as a PodList (kubectl get pods -o json), to name "
+        "the pod and container and tell unknown pods and containers",
+    )
+    who.set_defaults(func=_cmd_whois)
+
+    rec = sub.add_parser(
+        "record", parents=[common], help="write what a real backend reads, as a replay fixture"
+    )
     rec.add_argument("vendor", help="manufacturer (nvidia, amd, …) or module:Class")
     rec.add_argument("--output", "-o", help="file to write (default: standard output)")
     rec.add_argument(
@@ -289,28 +433,24 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PARENT:ID",
         help="also read this partition (e.g. GPU-…:MIG-…); repeatable",
     )
+    rec.add_argument(
+        "--synthetic",
+        action="store_true",
+        help="the library read is a fake: the recording says synthetic, not recorded",
+    )
     rec.set_defaults(func=_cmd_record)
 
-    who = sub.add_parser("whois", help="which pod and container a host PID belongs to")
-    who.add_argument(
-        "pid", nargs="?", type=int, help="a host PID, as the vendor library reports it"
+    im = sub.add_parser(
+        "instance-metrics", parents=[common], help="one Instance's sample, as the worker serves it"
     )
-    who.add_argument("--cgroup-file", type=Path, help="parse a saved /proc/<pid>/cgroup instead")
-    who.add_argument(
-        "--proc-root", type=Path, default=Path(os.environ.get("DEVICEMANAGER_PROC_ROOT", "/proc"))
-    )
-    who.add_argument(
-        "--pods",
-        type=Path,
-        help="the node's pods as a PodList (kubectl get pods -o json), to name "
-        "the pod and container and tell unknown pods and containers",
-    )
-    who.set_defaults(func=_cmd_whois)
-
-    im = sub.add_parser("instance-metrics", help="one Instance's sample, as the worker serves it")
     im.add_argument("namespace")
     im.add_argument("name", help="the GPUStack Instance's name, or a plain pod's")
-    im.add_argument("--kubeconfig", type=Path, default=os.environ.get("KUBECONFIG") or None)
+    im.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=default_kubeconfig(),
+        help="(default: $KUBECONFIG, else ~/.kube/config; in a pod the service account)",
+    )
     im.add_argument(
         "--service-account-dir",
         type=Path,
@@ -326,9 +466,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _fail(command: str, message: str, code: int) -> NoReturn:
+    one_line = " ".join(message.split())  # a library's multi-line message (YAML's) folded
+    print(f"devicemanager {command}: {one_line}", file=sys.stderr)
+    raise SystemExit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    result: int = args.func(args)
+    args = build_parser().parse_args(argv)  # usage errors: argparse's message, exit 2
+    command = args.command
+    try:
+        result: int = args.func(args)
+    except CliError as exc:
+        _fail(command, str(exc), exc.code)
+    except KeyboardInterrupt:
+        _fail(command, "interrupted", 130)
+    except Exception as exc:
+        if args.debug:
+            raise
+        _fail(
+            command,
+            f"{type(exc).__name__}: {exc} (run with --debug for the traceback)",
+            UNREACHABLE,
+        )
     return result
 
 

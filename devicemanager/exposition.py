@@ -88,6 +88,8 @@ class Extras:
     exporting: bool | None = None  # None: no cluster, so no exporter role to hold
     kubelet_success: bool = False
     kubelet_duration: float | None = None
+    # The agent's build: (label, value) pairs of gpustack_device_manager_build_info.
+    build: tuple[tuple[str, str], ...] = ()
 
 
 NO_EXTRAS = Extras()
@@ -98,6 +100,15 @@ def collector_families(
 ) -> Iterator[Metric]:
     """The collector's report on itself (R-E4), and each backend's verdict."""
     node = snapshot.node or ""
+    if extras.build:
+        # As node_exporter's build_info: value 1, the version in labels, whatever the round.
+        build = GaugeMetricFamily(
+            "gpustack_device_manager_build_info",
+            "The agent's version, the Python it runs on, and the vendor SDKs it loads; value 1.",
+            labels=[k for k, _ in extras.build],
+        )
+        build.add_metric([v for _, v in extras.build], 1.0)
+        yield build
     success = GaugeMetricFamily(
         "gpustack_instance_metrics_collector_success",
         "1 when the source's last round succeeded: snapshot = the monitor snapshot is fresh; "

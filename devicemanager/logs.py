@@ -28,8 +28,20 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, default=str)
 
 
+class OwnNames(logging.Filter):
+    """uvicorn's records under our logger name, without the ANSI-coloured copy of the message
+    (`color_message`) that uvicorn adds for its own terminal formatter."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "uvicorn" or record.name.startswith("uvicorn."):
+            record.name = "devicemanager.serve.http"
+        record.__dict__.pop("color_message", None)
+        return True
+
+
 def configure(level: str = "info", fmt: str = "json") -> None:
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(OwnNames())
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:

@@ -153,10 +153,12 @@ class Monitor:
         pods: Callable[[], PodIndex | None] | None = None,
         attributor: Attributor | None = None,
         cluster: ClusterRound | None = None,
+        build: tuple[tuple[str, str], ...] = (),
         wall: Callable[[], float] = time.time,
         mono: Callable[[], float] = time.monotonic,
     ) -> None:
         self.workers = list(workers)
+        self.build = build
         self.period = period
         self.deadline = deadline
         self.liveness_timeout = liveness_timeout
@@ -171,7 +173,7 @@ class Monitor:
         # for cards by the library's own ids even when an allocator recorded another form.
         self._identities = Identities()
         self._wall, self._mono = wall, mono
-        self.current = publish(snapshot.empty(period, node), mono())
+        self.current = publish(snapshot.empty(period, node), mono(), exposition.Extras(build=build))
         self.rounds = 0
         self._last_state: dict[str, BackendState] = {}
         self._heartbeat = mono()
@@ -341,6 +343,7 @@ class Monitor:
                 index, grants, View.of(snap), [w.manufacturer for w in self.workers]
             ),
             allocation_errors=len(grants.errors) if grants is not None else 0,
+            build=self.build,
         )
         if self.cluster is not None:
             extras = self.cluster.round(index, grants, extras)

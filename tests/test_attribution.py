@@ -307,8 +307,9 @@ def test_whois_a_pid_through_proc_and_the_pod_index(tmp_path: Path) -> None:
         "container": "main",
         "reason": None,
     }
-    missing = json.loads(whois("11", "--proc-root", str(tmp_path / "proc")).stdout)
-    assert missing["reason"] == "exited" and missing["pod_uid"] is None
+    missing = whois("11", "--proc-root", str(tmp_path / "proc"))
+    assert missing.returncode == 1  # not placed in a pod
+    assert json.loads(missing.stdout)["reason"] == "no_such_process"
 
 
 def test_whois_a_saved_cgroup_file(tmp_path: Path) -> None:

@@ -274,7 +274,8 @@ def test_snapshot_command_prints_a_running_agent(launch) -> None:  # type: ignor
     )
     assert "node gpu-h100-07" in out.stdout
     assert "backend nvidia: ok" in out.stdout
-    lines = [line for line in out.stdout.splitlines() if "GPU-" in line]
+    cards = out.stdout.split("\ngrants (")[0]
+    lines = [line for line in cards.splitlines() if "GPU-" in line]
     assert len(lines) == 8
     assert "28701/81559" in lines[4] and lines[4].split()[4] == "-"  # MIG card: no CORE%
     raw = subprocess.run(
@@ -298,7 +299,7 @@ def test_snapshot_command_prints_a_running_agent(launch) -> None:  # type: ignor
         text=True,
         check=False,
     )
-    assert failed.returncode == 1 and "127.0.0.1:1" in failed.stderr
+    assert failed.returncode == 3 and "127.0.0.1:1" in failed.stderr  # cannot reach
 
 
 def test_bad_replay_directory_is_a_clear_error(tmp_path: Path) -> None:

@@ -1,0 +1,214 @@
+"""A client of a running agent's HTTPS surface, for operators: `devicemanager snapshot` and
+`devicemanager metrics`, typed in a `kubectl exec` shell where there is no curl.
+
+Fetching says plainly what went wrong (unreachable, not a snapshot); rendering turns the
+snapshot, and the per-Instance series of /metrics, into tables a person reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from devicemanager.config import DEFAULT_PORT
+
+AGENT = f"https://127.0.0.1:{DEFAULT_PORT}"
+SNAPSHOT_URL = f"{AGENT}/monitor/snapshot"
+METRICS_URL = f"{AGENT}/metrics"
+MAX_BYTES = 16 << 20  # far above a full snapshot (4 MiB) or exposition; a bound, not a goal
+
+
+class FetchError(Exception):
+    """What went wrong reaching or reading the agent; `usage` when the caller's input is wrong."""
+
+    def __init__(self, message: str, usage: bool = False) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
+def verify_of(cacert: str | None) -> str | bool:
+    """The agent's certificate is self-signed unless it was given --cert-dir: verified only
+    against a CA the operator names."""
+    if cacert is None:
+        return False
+    if not Path(cacert).is_file():
+        raise FetchError(f"--cacert: {cacert} is not a file", usage=True)
+    return cacert
+
+
+def fetch(url: str, cacert: str | None, timeout: float) -> httpx.Response:
+    verify = verify_of(cacert)
+    try:
+        with (
+            httpx.Client(verify=verify, timeout=timeout) as client,
+            client.stream("GET", url) as response,
+        ):
+            body = b""
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > MAX_BYTES:
+                    raise FetchError(f"{url}: the answer is larger than {MAX_BYTES >> 20} MiB")
+            response._content = body
+    except httpx.InvalidURL as exc:
+        raise FetchError(f"--url: {exc}", usage=True) from None
+    except httpx.HTTPError as exc:
+        raise FetchError(f"{url}: {type(exc).__name__}: {exc}") from None
+    if response.status_code != 200:
+        raise FetchError(f"{url}: answered {response.status_code} {response.text.strip()[:200]}")
+    return response
+
+
+def metrics_url_beside(snapshot_url: str) -> str:
+    """/metrics of the agent that serves `snapshot_url`."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(snapshot_url)
+    return urlunsplit((parts.scheme, parts.netloc, "/metrics", "", ""))
+
+
+def fetch_snapshot(url: str, cacert: str | None, timeout: float) -> dict[str, Any]:
+    response = fetch(url, cacert, timeout)
+    kind = response.headers.get("content-type", "?")
+    try:
+        doc = response.json()
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict) or "groups" not in doc or "timestamp" not in doc:
+        raise FetchError(
+            f"{url} does not serve a snapshot (it answered {kind}); "
+            f"the agent serves it at {SNAPSHOT_URL.removeprefix(AGENT)}"
+        )
+    return doc
+
+
+# -- rendering ------------------------------------------------------------------------------------
+
+
+def _fmt(value: Any, unit: str = "") -> str:
+    return "-" if value is None else f"{value}{unit}"
+
+
+def _table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> list[str]:
+    cells = [list(header), *([_fmt(c) for c in row] for row in rows)]
+    widths = [max(len(str(r[i])) for r in cells) for i in range(len(cells[0]))]
+    return [
+        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """One grant's series in /metrics: who holds which card in which mode, and its figures."""
+
+    namespace: str
+    instance: str
+    manufacturer: str
+    id: str
+    index: str
+    mode: str
+    figures: Mapping[str, float]
+
+
+def holdings(metrics_text: str) -> list[Holding]:
+    """The per-Instance accelerator series of an exposition, one Holding per grant."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    prefix = "gpustack_instance_accelerator_"
+    found: dict[tuple[str, ...], dict[str, float]] = {}
+    for family in text_string_to_metric_families(metrics_text):
+        if not family.name.startswith(prefix):
+            continue
+        for sample in family.samples:
+            labels = sample.labels
+            key = tuple(
+                labels.get(k, "")
+                for k in ("namespace", "instance_name", "manufacturer", "id", "index", "mode")
+            )
+            found.setdefault(key, {})[family.name.removeprefix(prefix)] = sample.value
+    return [
+        Holding(namespace, instance, manufacturer, id_, index, mode, figures)
+        for (namespace, instance, manufacturer, id_, index, mode), figures in sorted(found.items())
+    ]
+
+
+def render_snapshot(doc: Mapping[str, Any], held: Iterable[Holding] | None = None) -> str:
+    """A snapshot as an operator reads it over `kubectl exec`: the backends, one line per card,
+    the grants each Instance holds with its own figures, and why per-process figures are
+    absent where they are."""
+    lines = [
+        f"node {doc.get('node') or '?'}  taken {doc.get('timestamp')}  "
+        f"period {doc.get('periodSeconds')}s"
+    ]
+    for backend in doc.get("backends") or []:
+        error = f"  ({backend['error']})" if backend.get("error") else ""
+        via = f" via {backend['via']}" if backend.get("via") else ""
+        lines.append(f"backend {backend['manufacturer']}: {backend['state']}{via}{error}")
+    for group in doc.get("groups") or []:
+        lines += [
+            "",
+            f"{group['manufacturer']} (driver {_fmt(group.get('driverVersion'))}, "
+            f"read {group.get('timestamp')})",
+        ]
+        rows = []
+        for a in group.get("accelerators") or []:
+            health = (
+                f"UNHEALTHY {a.get('unhealthyReason') or ''}".strip()
+                if a.get("unhealthy")
+                else "ok"
+            )
+            rows.append(
+                (
+                    a.get("index", "?"),
+                    a.get("id", "?"),
+                    f"{_fmt(a.get('memoryUsage'))}/{_fmt(a.get('memory'))}",
+                    a.get("memoryUtilization"),
+                    a.get("coresUtilization"),
+                    a.get("temperature"),
+                    a.get("powerUsage"),
+                    health,
+                )
+            )
+        lines += _table(
+            ("IDX", "ID", "MEM USED/TOTAL MiB", "MEM%", "CORE%", "TEMP C", "POWER W", "HEALTH"),
+            rows,
+        )
+    if not doc.get("groups"):
+        lines.append("no accelerator figures in this snapshot")
+    held = list(held or ())
+    if held:
+        lines += ["", "grants (each Instance's own figures; - = not measured)"]
+        lines += _table(
+            ("NAMESPACE", "INSTANCE", "MODE", "IDX", "ID", "MEM USED/TOTAL MiB", "CORE%"),
+            (
+                (
+                    h.namespace,
+                    h.instance,
+                    h.mode,
+                    h.index,
+                    h.id,
+                    f"{_int(h.figures.get('memory_used_mib'))}/"
+                    f"{_int(h.figures.get('memory_total_mib'))}",
+                    h.figures.get("cores_utilization_percent"),
+                )
+                for h in held
+            ),
+        )
+    slices = doc.get("slices")
+    if isinstance(slices, Mapping):
+        absent = [
+            (d.get("manufacturer"), d.get("deviceID"), d.get("memoryReason"), d.get("coresReason"))
+            for d in slices.get("devices") or []
+            if isinstance(d, Mapping) and (d.get("memoryReason") or d.get("coresReason"))
+        ]
+        if absent:
+            lines += ["", "per-process figures absent"]
+            lines += _table(("MANUFACTURER", "ID", "MEMORY", "CORES"), absent)
+    return "\n".join(lines)
+
+
+def _int(value: float | None) -> str:
+    return "-" if value is None else str(int(value))
