@@ -402,3 +402,65 @@ def test_every_dashboard_query_runs_against_prometheus(prometheus: tuple[str, Ag
             or "gpustack_instance_cpu" in expr
             or ("memory_used_mib{" in expr and "/" in expr)
         ), expr
+
+
+@pytest.mark.timeout(180)
+def test_the_memory_by_mode_panel_counts_a_shared_card_once(
+    prometheus: tuple[str, Agent],
+) -> None:
+    url, _ = prometheus
+    wait_for(url, "gpustack_instance_accelerator_memory_used_mib")
+    dashboard = json.loads((DEPLOY / "grafana-dashboard.json").read_text())
+    (panel,) = (
+        p for p in dashboard["panels"] if p["title"].startswith("Accelerator memory used by")
+    )
+    expr = panel["targets"][0]["expr"].replace("$node", ".*").replace("$namespace", ".*")
+    by_mode = {
+        r["metric"]["mode"]: float(r["value"][1]) for r in query(url, expr.replace("$mode", ".*"))
+    }
+    # Two notebooks share card 5, which has 11,338 MiB in use: the card's figure once, not
+    # 22,676. Slices of one card are different tenants' own memory, and are summed.
+    assert by_mode["Shared"] == 11338.0
+    sliced = query(url, 'sum(gpustack_instance_accelerator_memory_used_mib{mode="Sliced"})')
+    assert by_mode["Sliced"] == float(sliced[0]["value"][1])
+    health = next(p for p in dashboard["panels"] if p["title"] == "Cards: health")
+    assert query(url, health["targets"][0]["expr"].replace("$node", ".*"))  # eight cards
+
+
+PROMETHEUS_RULE_HEAD = """\
+# The alerts of deploy/prometheus-rules.yaml as a prometheus-operator PrometheusRule, generated
+# from that file (a test checks they are equal; UPDATE_GOLDEN=1 rewrites this one). The
+# `release` label is what kube-prometheus-stack's default ruleSelector matches: set it to your
+# Helm release's name.
+"""
+
+
+def test_the_prometheusrule_object_carries_exactly_the_rules_file() -> None:
+    rules = yaml.safe_load((DEPLOY / "prometheus-rules.yaml").read_text())
+    path = DEPLOY / "prometheusrule.yaml"
+    wanted = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {
+            "name": "gpustack-device-manager",
+            "namespace": "gpustack-system",
+            "labels": {
+                "app.kubernetes.io/name": "gpustack-device-manager",
+                "release": "kube-prometheus-stack",
+            },
+        },
+        "spec": {"groups": rules["groups"]},
+    }
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+
+        class Dumper(yaml.SafeDumper):
+            pass
+
+        def text(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+            style = "|" if "\n" in value else None  # multi-line PromQL stays readable
+            return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+        Dumper.add_representer(str, text)
+        body = yaml.dump(wanted, Dumper=Dumper, sort_keys=False, width=1000, allow_unicode=True)
+        path.write_text(PROMETHEUS_RULE_HEAD + body)
+    assert yaml.safe_load(path.read_text()) == wanted, f"{path} is stale: UPDATE_GOLDEN=1"
