@@ -2,23 +2,59 @@
 
 A scrape only hands out bytes made here. An absent figure yields no sample (R-E2): a gauge
 cannot say "unknown", and a zero would read as idle.
+
+The text is Prometheus's format 0.0.4 exactly as prometheus_client writes it (labels sorted by
+name, values through its float formatter), by a renderer made for these families: a label set
+is escaped and joined once and shared by every family that carries it (one grant has seven),
+and the verdict families, the only part that differs when a round turns stale, are rendered
+apart from the figures, so the stale variant is not a second full render.
 """
 
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from devicemanager.figures import AcceleratorEntry, InstanceEntries, PodLevel
 from devicemanager.model import BackendState, Card, Snapshot
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+# prometheus_client's own float formatting (1.0, 36.0, +Inf…), so the bytes are its bytes.
+_float: Callable[[float], str] = floatToGoString
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def labelset(names: Sequence[str], values: Sequence[str]) -> str:
+    """`{name="value",…}` sorted by name, values escaped: one series' labels, rendered once."""
+    if not names:
+        return ""
+    pairs = sorted(zip(names, values, strict=True))
+    return "{" + ",".join(f'{n}="{_escape(v)}"' for n, v in pairs) + "}"
+
+
+@dataclass(slots=True)
+class GaugeFamily:
+    """One gauge family and its samples, label sets already rendered."""
+
+    name: str
+    documentation: str
+    labels: Sequence[str] = ()
+    samples: list[tuple[str, float]] = field(default_factory=list)
+
+    def add_metric(self, values: Sequence[str], value: float) -> None:
+        self.samples.append((labelset(self.labels, values), value))
+
+    def add_rendered(self, labels: str, value: float) -> None:
+        """A sample whose label set was rendered by `labelset` for these label names."""
+        self.samples.append((labels, value))
+
 
 CARD_LABELS = ["node", "manufacturer", "id", "index"]
 
@@ -49,9 +85,9 @@ def _sampled(help_text: str, period: int) -> str:
     return f"{help_text} Sampled every {period}s by the monitor loop."
 
 
-def card_families(snapshot: Snapshot) -> Iterator[Metric]:
+def card_families(snapshot: Snapshot) -> Iterator[GaugeFamily]:
     node = snapshot.node or ""
-    info = GaugeMetricFamily(
+    info = GaugeFamily(
         "gpustack_accelerator_info",
         _sampled(
             "Accelerators this agent reads; value 1, identity in labels.", snapshot.period_seconds
@@ -59,7 +95,7 @@ def card_families(snapshot: Snapshot) -> Iterator[Metric]:
         labels=[*CARD_LABELS, "name", "driver_version"],
     )
     families = {
-        suffix: GaugeMetricFamily(
+        suffix: GaugeFamily(
             f"gpustack_accelerator_{suffix}",
             _sampled(help_text, snapshot.period_seconds),
             labels=CARD_LABELS,
@@ -70,10 +106,11 @@ def card_families(snapshot: Snapshot) -> Iterator[Metric]:
         for card in group.cards:
             labels = [node, group.manufacturer, card.id, str(card.index)]
             info.add_metric([*labels, card.name or "", group.driver_version or ""], 1.0)
+            rendered = labelset(CARD_LABELS, labels)
             for suffix, family in families.items():
                 value = _figure(card, suffix)
                 if value is not None:
-                    family.add_metric(labels, value)
+                    family.add_rendered(rendered, value)
     yield info
     yield from families.values()
 
@@ -97,25 +134,25 @@ NO_EXTRAS = Extras()
 
 def collector_families(
     snapshot: Snapshot, fresh: bool, extras: Extras = NO_EXTRAS
-) -> Iterator[Metric]:
+) -> Iterator[GaugeFamily]:
     """The collector's report on itself (R-E4), and each backend's verdict."""
     node = snapshot.node or ""
     if extras.build:
         # As node_exporter's build_info: value 1, the version in labels, whatever the round.
-        build = GaugeMetricFamily(
+        build = GaugeFamily(
             "gpustack_device_manager_build_info",
             "The agent's version, the Python it runs on, and the vendor SDKs it loads; value 1.",
             labels=[k for k, _ in extras.build],
         )
         build.add_metric([v for _, v in extras.build], 1.0)
         yield build
-    success = GaugeMetricFamily(
+    success = GaugeFamily(
         "gpustack_instance_metrics_collector_success",
         "1 when the source's last round succeeded: snapshot = the monitor snapshot is fresh; "
         "kubelet = the round read the kubelet's summary (exporting agent only).",
         labels=["source"],
     )
-    duration = GaugeMetricFamily(
+    duration = GaugeFamily(
         "gpustack_instance_metrics_collector_duration_seconds",
         "Duration of the source's last round, seconds.",
         labels=["source"],
@@ -130,20 +167,20 @@ def collector_families(
     yield success
     yield duration
     if extras.exporting is not None:
-        role = GaugeMetricFamily(
+        role = GaugeFamily(
             "gpustack_instance_metrics_exporter",
             "1 on the one agent of a node that publishes the pod-level families.",
             labels=["node"],
         )
         role.add_metric([node], 1.0 if extras.exporting else 0.0)
         yield role
-    up = GaugeMetricFamily(
+    up = GaugeFamily(
         "gpustack_accelerator_backend_up",
         "1 when the manufacturer's library answered in the last round; 0 when it is missing, "
         "failed, timed out or is stuck (the snapshot's backends[] says which).",
         labels=["node", "manufacturer"],
     )
-    read = GaugeMetricFamily(
+    read = GaugeFamily(
         "gpustack_accelerator_backend_read_duration_seconds",
         "How long the manufacturer's library took to answer in the last round, seconds.",
         labels=["node", "manufacturer"],
@@ -183,12 +220,14 @@ _ENTRY_FAMILIES: tuple[tuple[str, str], ...] = (
 )
 
 
-def instance_families(snapshot: Snapshot, instances: Iterable[InstanceEntries]) -> Iterator[Metric]:
+def instance_families(
+    snapshot: Snapshot, instances: Iterable[InstanceEntries]
+) -> Iterator[GaugeFamily]:
     """`gpustack_instance_accelerator_*`: every Instance's own figures, one series per grant.
     An unmeasured figure has no sample (R-E2); the Instance label is `instance_name` (R-E6)."""
     node = snapshot.node or ""
     out = {
-        suffix: GaugeMetricFamily(
+        suffix: GaugeFamily(
             f"gpustack_instance_accelerator_{suffix}",
             _sampled(help_text, snapshot.period_seconds),
             labels=ACCELERATOR_LABELS,
@@ -198,27 +237,30 @@ def instance_families(snapshot: Snapshot, instances: Iterable[InstanceEntries]) 
     for item in instances:
         ref = item.instance
         for e in item.entries:
-            labels = [
-                ref.namespace,
-                ref.name,
-                ref.uid,
-                node,
-                e.id,
-                "" if e.index is None else str(e.index),
-                e.manufacturer,
-                e.mode.value,
-            ]
+            labels = labelset(
+                ACCELERATOR_LABELS,
+                [
+                    ref.namespace,
+                    ref.name,
+                    ref.uid,
+                    node,
+                    e.id,
+                    "" if e.index is None else str(e.index),
+                    e.manufacturer,
+                    e.mode.value,
+                ],
+            )
             for suffix, family in out.items():
                 value = _figure(e, suffix)
                 if value is not None:
-                    family.add_metric(labels, value)
+                    family.add_rendered(labels, value)
     yield from out.values()
 
 
-def capability_family(snapshot: Snapshot) -> Iterator[Metric]:
+def capability_family(snapshot: Snapshot) -> Iterator[GaugeFamily]:
     """Per device and entry point, whether the per-process query answered, and if not, why
     (R-E5). No Instance labels: it is a property of the node's driver and one card."""
-    family = GaugeMetricFamily(
+    family = GaugeFamily(
         "gpustack_accelerator_process_capability",
         "1 when the per-process query answered for this card and entry point (memory or cores) "
         "this round; 0 with the reason why the figures are absent.",
@@ -250,19 +292,19 @@ _POD_FAMILIES: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def pod_families(snapshot: Snapshot, pods: Iterable[PodLevel]) -> Iterator[Metric]:
+def pod_families(snapshot: Snapshot, pods: Iterable[PodLevel]) -> Iterator[GaugeFamily]:
     """`gpustack_instance_{cpu,memory,storage}_{total,used}_*`: published by the exporting agent
     only. A total is the sum of the regular containers' limits; used is absent when unmeasured."""
     node = snapshot.node or ""
-    out: dict[str, GaugeMetricFamily] = {}
+    out: dict[str, GaugeFamily] = {}
     for resource, unit, what in _POD_FAMILIES:
         unit_text = "millicores" if unit == "millicores" else "MiB"
-        out[f"{resource}_total"] = GaugeMetricFamily(
+        out[f"{resource}_total"] = GaugeFamily(
             f"gpustack_instance_{resource}_total_{unit}",
             f"{what} the Instance declared: the sum of its containers' limits, {unit_text}.",
             labels=INSTANCE_LABELS,
         )
-        out[f"{resource}_used"] = GaugeMetricFamily(
+        out[f"{resource}_used"] = GaugeFamily(
             f"gpustack_instance_{resource}_used_{unit}",
             _sampled(
                 f"{what} the Instance uses, as the kubelet measures it, {unit_text}.",
@@ -283,41 +325,67 @@ def pod_families(snapshot: Snapshot, pods: Iterable[PodLevel]) -> Iterator[Metri
     yield from out.values()
 
 
-def families(
-    snapshot: Snapshot, fresh: bool = True, extras: Extras = NO_EXTRAS
-) -> Iterator[Metric]:
-    """Every family for a round. A stale one publishes its verdict and no figures (R-E4)."""
+def verdict_families(
+    snapshot: Snapshot, fresh: bool, extras: Extras = NO_EXTRAS
+) -> Iterator[GaugeFamily]:
+    """The collector's verdict on the round: the only families a stale round still publishes."""
     yield from collector_families(snapshot, fresh, extras)
-    allocation_errors = extras.allocation_errors
-    instances = extras.instances
-    errors = GaugeMetricFamily(
+    errors = GaugeFamily(
         "gpustack_accelerator_allocation_errors",
         "Pods of this node whose allocation annotation could not be read this round; they hold "
         "no grants until it is fixed (the log names them).",
     )
     if snapshot.timestamp > 0:
-        errors.add_metric([], float(allocation_errors))
+        errors.add_metric([], float(extras.allocation_errors))
     yield errors
-    if fresh and snapshot.timestamp > 0:
-        yield from card_families(snapshot)
-        yield from instance_families(snapshot, instances)
-        yield from capability_family(snapshot)
-        if extras.exporting:
-            yield from pod_families(snapshot, extras.pod_level)
 
 
-class _Fixed(Collector):
-    def __init__(self, metrics: Iterable[Metric]) -> None:
-        self._metrics = list(metrics)
+def figure_families(snapshot: Snapshot, extras: Extras = NO_EXTRAS) -> Iterator[GaugeFamily]:
+    """The round's figures; none before the first round."""
+    if snapshot.timestamp <= 0:
+        return
+    yield from card_families(snapshot)
+    yield from instance_families(snapshot, extras.instances)
+    yield from capability_family(snapshot)
+    if extras.exporting:
+        yield from pod_families(snapshot, extras.pod_level)
 
-    def collect(self) -> Iterable[Metric]:
-        return self._metrics
+
+def families(
+    snapshot: Snapshot, fresh: bool = True, extras: Extras = NO_EXTRAS
+) -> Iterator[GaugeFamily]:
+    """Every family for a round. A stale one publishes its verdict and no figures (R-E4)."""
+    yield from verdict_families(snapshot, fresh, extras)
+    if fresh:
+        yield from figure_families(snapshot, extras)
 
 
-def render(metrics: Iterable[Metric]) -> bytes:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Fixed(metrics))
-    return generate_latest(registry)
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """One round's /metrics, fresh and stale: the figures are rendered once; only the small
+    verdict differs between the two."""
+
+    fresh: Exposition
+    stale: Exposition
+
+    @classmethod
+    def of(cls, snapshot: Snapshot, extras: Extras = NO_EXTRAS) -> Rendered:
+        figures = render(figure_families(snapshot, extras))
+        return cls(
+            fresh=Exposition.of(render(verdict_families(snapshot, True, extras)) + figures),
+            stale=Exposition.of(render(verdict_families(snapshot, False, extras))),
+        )
+
+
+def render(families: Iterable[GaugeFamily]) -> bytes:
+    """The exposition text of `families`, in order."""
+    out: list[str] = []
+    for f in families:
+        doc = f.documentation.replace("\\", "\\\\").replace("\n", "\\n")
+        out.append(f"# HELP {f.name} {doc}\n# TYPE {f.name} gauge\n")
+        name = f.name
+        out.extend(f"{name}{labels} {_float(value)}\n" for labels, value in f.samples)
+    return "".join(out).encode()
 
 
 @dataclass(frozen=True, slots=True)

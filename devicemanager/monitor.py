@@ -58,15 +58,12 @@ class Published:
 def publish(
     snap: Snapshot, now_mono: float, extras: exposition.Extras = exposition.NO_EXTRAS
 ) -> Published:
-    def render(fresh: bool) -> exposition.Exposition:
-        metrics = exposition.families(snap, fresh, extras)
-        return exposition.Exposition.of(exposition.render(metrics))
-
+    rendered = exposition.Rendered.of(snap, extras)
     return Published(
         snapshot=snap,
         snapshot_json=snapshot.encode(snap),
-        metrics=render(fresh=True),
-        stale_metrics=render(fresh=False),
+        metrics=rendered.fresh,
+        stale_metrics=rendered.stale,
         published_at=now_mono,
     )
 
