@@ -10,10 +10,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from devicemanager.allocations import (
+    GPUSTACK_KEY,
+    HAMI_KEY,
+    HAMI_MIG_KEY,
     UNITS_PER_CARD,
     Allocation,
     AllocationError,
@@ -29,6 +32,7 @@ INSTANCE_GROUP = "worker.gpustack.ai"
 PART_OF = "app.kubernetes.io/part-of"
 CORES_LIMIT_SUFFIX = ".sliced.cores-percentage"
 CARVED = (Mode.SLICED, Mode.PARTITIONED)
+ANNOTATION_KEYS = (GPUSTACK_KEY, HAMI_KEY, HAMI_MIG_KEY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +114,13 @@ def cores_cap(pod: PodInfo, container: str) -> float:
 
 def grants_of(pod: PodInfo) -> tuple[Grant, ...]:
     """A pod's grants; raises AllocationError when an annotation is malformed."""
+    return grants_from(pod, allocations_of(pod.annotations, pod.slots))
+
+
+def grants_from(pod: PodInfo, allocations: Iterable[Allocation]) -> tuple[Grant, ...]:
+    """One entry per card or partition the pod's containers hold, whatever stated them."""
     merged: dict[tuple[str, str, str | None, str | None], list[Allocation]] = {}
-    for a in allocations_of(pod.annotations, pod.slots):
+    for a in allocations:
         if a.mode is Mode.VISIBILITY:
             continue  # a sidecar that sees its sibling's card holds nothing
         partition = (a.partition_id, a.profile) if a.mode is Mode.PARTITIONED else (None, None)
@@ -150,6 +159,8 @@ class NodeGrants:
 
     by_pod: Mapping[str, tuple[Grant, ...]]
     errors: Mapping[str, str]  # pod UID -> what was wrong
+    # pod UID -> how the kubelet's device-plugin view differs from the pod's annotation
+    disagreements: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def all(self) -> Iterable[Grant]:
         for grants in self.by_pod.values():
@@ -167,27 +178,58 @@ class NodeGrants:
         """Per-process queries only for carved cards (R-V3); partitions by recorded id (R-V4)."""
         mine = [g for g in self.all() if g.manufacturer == manufacturer and g.mode in CARVED]
         return ReadRequest(
-            carved_device_ids=frozenset(g.device_id for g in mine),
+            # "": a partition whose card is not known yet (a kubelet MIG id): none to query.
+            carved_device_ids=frozenset(g.device_id for g in mine if g.device_id),
             partition_ids=frozenset(
                 (g.device_id, g.partition_id) for g in mine if g.partition_id is not None
             ),
         )
 
 
-def node_grants(index: PodIndex) -> NodeGrants:
+def annotated(pod: PodInfo) -> bool:
+    """Whether an allocation annotation describes the pod (then it is the pod's grant source)."""
+    return any(key in pod.annotations for key in ANNOTATION_KEYS)
+
+
+def disagreement(annotation: Iterable[Grant], kubelet: Iterable[Grant]) -> str | None:
+    """How the kubelet's cards differ from the annotation's, or None. A kubelet partition whose
+    card is not known yet says nothing either way."""
+    said = {g.device_id for g in annotation}
+    seen = {g.device_id for g in kubelet if g.device_id}
+    if said == seen or not seen:
+        return None
+    return f"annotation: {sorted(said)}; kubelet: {sorted(seen)}"
+
+
+def node_grants(
+    index: PodIndex, kubelet: Mapping[str, tuple[Grant, ...]] | None = None
+) -> NodeGrants:
+    """Every pod's grants. A pod's allocation annotation is its grant source; a pod without one
+    holds what the kubelet's device plugins allocated it (`kubelet`, by pod UID; R-X2)."""
     by_pod: dict[str, tuple[Grant, ...]] = {}
     errors: dict[str, str] = {}
+    disagreements: dict[str, str] = {}
     for pod in index.pods.values():
+        from_kubelet = kubelet.get(pod.uid, ()) if kubelet else ()
+        if not annotated(pod):
+            if from_kubelet:
+                by_pod[pod.uid] = from_kubelet
+            continue
         try:
             grants = grants_of(pod)
         except AllocationError as exc:
             # No grants for this pod, a line in the log, a count in /metrics; no other pod is
-            # touched (R-G1).
+            # touched (R-G1). The kubelet's view does not stand in: it cannot tell a HAMi
+            # slice from a whole card.
             errors[pod.uid] = str(exc)
             continue
+        if from_kubelet and (differs := disagreement(grants, from_kubelet)):
+            disagreements[pod.uid] = differs
         if grants:
             by_pod[pod.uid] = grants
-    return NodeGrants(MappingProxyType(by_pod), MappingProxyType(errors))
+    return NodeGrants(
+        MappingProxyType(by_pod), MappingProxyType(errors), MappingProxyType(disagreements)
+    )
 
 
 def live(pod: PodInfo) -> bool:
