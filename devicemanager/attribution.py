@@ -14,7 +14,7 @@ scope) has new cgroup text, and neither is served from the cache.
 
 A PID is also checked against the vendor's read: a process that started after the vendor's
 answer was taken cannot be the process the vendor reported, whatever cgroup it is in, so it is
-`exited` (the reported process is gone and its PID reused) rather than charged to the new
+`unstable` (a recycled PID: the reported process is gone) rather than charged to the new
 process's pod. The comparison is in CLOCK_BOOTTIME seconds, the clock `stat`'s start time
 counts in. The residual window (a PID recycled within one clock tick) is not closed, only made
 negligible.
@@ -215,7 +215,8 @@ class Resolver:
             if stat.state in ("Z", "X"):
                 return Identified(reason=Reason.ZOMBIE if stat.state == "Z" else Reason.EXITED)
             if started_after(stat.start_ticks, read_at, self.ticks_per_second):
-                return Identified(reason=Reason.EXITED)
+                # The reported process is gone and its PID recycled: seen, but not that one.
+                return Identified(reason=Reason.UNSTABLE)
             text = self._read(pid, "cgroup")
             cached = self._cache.get(pid)
             if cached is not None and cached[:2] == (stat.start_ticks, text):

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from devicemanager.attribution import Attributor, Placement, Resolver, boot_seconds
-from devicemanager.model import DeviceProcesses, ProcessRow, Reason
+from devicemanager.model import DeviceProcesses, Payload, ProcessRow, Reason, VendorReading
+from devicemanager.monitor import BackendWorker, Monitor
 from devicemanager.pods import PodIndex
 
 # cpuset needs cpus and mems set before a task may join; memory here may hold the sandbox's
@@ -230,11 +231,54 @@ def test_a_process_started_after_the_vendor_read_is_not_charged(cgroups: Cgroups
     resolver = Resolver(Path("/proc"))
     found = resolver.resolve([before.pid, after.pid], index(uid, cid), read_at=read_at)
     assert found[before.pid].placement == Placement(uid, "main")
-    assert found[after.pid].placement is None and found[after.pid].reason is Reason.EXITED
+    assert found[after.pid].placement is None and found[after.pid].reason is Reason.UNSTABLE
     # Through the Attributor the refusal poisons the device's per-process figures for the round.
     attributor = Attributor(Path("/proc"), recycled_check=True)
     device = DeviceProcesses("GPU-x", (ProcessRow(before.pid, 1), ProcessRow(after.pid, 1)))
     (verdict,) = attributor.attribute(
         [device], index(uid, cid), {"GPU-x": frozenset({uid})}, "nvidia", read_at=read_at
     )
-    assert verdict.reason is Reason.EXITED and verdict.counts.unreadable == 1
+    assert verdict.reason is Reason.UNSTABLE and verdict.counts.unreadable == 1
+
+
+def test_the_monitor_charges_no_process_that_started_after_its_vendor_read(
+    cgroups: Cgroups,
+) -> None:
+    """The whole round: the worker notes when read() returned, the attributor compares. The
+    backend's parse runs after read() and starts the process it then reports, as if the PID
+    the library named had been reused by a process of the slice holder's pod."""
+    from tests import world
+
+    mounts = [m for _, m in hierarchies()]
+    holder = world.pod("llama", {"main": [world.accel(0, 3, 800_000)]})
+    uid = holder["metadata"]["uid"]
+    cid = world.cid("llama", "main")
+    path = f"kubepods/burstable/pod{uid}/{cid}"
+
+    class ReportsANewProcess(world.ReadingBackend):
+        def parse(self, payload: Payload) -> VendorReading:
+            time.sleep(0.05)  # past a clock tick after read() returned
+            child = cgroups.spawn()
+            for mount in mounts:
+                join(cgroups.make(mount, path), child.pid)
+            return VendorReading(
+                "nvidia", (world.card(0),), (world.rows(0, (child.pid, 1 << 30, 10.0)),)
+            )
+
+    backend = ReportsANewProcess(VendorReading("nvidia"))
+    index = PodIndex.of([holder])
+    monitor = Monitor(
+        [BackendWorker(backend)],
+        period=15,
+        deadline=5,
+        liveness_timeout=60,
+        node="n",
+        pods=lambda: index,
+        attributor=Attributor(Path("/proc"), recycled_check=True),
+    )
+    published = monitor.run_round()
+    monitor.stop()
+    section = published.snapshot.slices
+    assert section is not None and section.usages == ()
+    (device,) = section.devices
+    assert device.memory_reason is Reason.UNSTABLE and device.rows_unreadable == 1
