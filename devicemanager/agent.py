@@ -18,6 +18,11 @@ from devicemanager.kube.client import KubeClient, config_from
 from devicemanager.kube.cluster import ClusterRound
 from devicemanager.kube.informer import PodInformer
 from devicemanager.kube.kubelet import SummaryCache
+from devicemanager.kube.podresources import (
+    DEFAULT_SOCKET,
+    PodResourcesClient,
+    RecordedPodResources,
+)
 from devicemanager.monitor import BackendWorker, Monitor
 from devicemanager.pods import PodIndex, PodsFile
 from devicemanager.replay import ReplayBackend, Scenario, load_scenario
@@ -88,12 +93,31 @@ def connect(settings: Settings, node: Node) -> Cluster | None:
     )
 
 
+def pod_resources(
+    settings: Settings, node: Node, cluster: Cluster | None
+) -> PodResourcesClient | RecordedPodResources | None:
+    """Where the kubelet's device-plugin allocations come from (R-X2): the socket named, the
+    scenario's recording in replay, the kubelet's own socket in a cluster; else nowhere."""
+    choice = settings.pod_resources_socket
+    if choice == "none":
+        return None
+    if choice:
+        return PodResourcesClient(Path(choice), settings.pod_resources_timeout)
+    if node.scenario is not None:
+        recording = node.scenario.podresources_file
+        return RecordedPodResources(recording) if recording is not None else None
+    if cluster is not None:
+        return PodResourcesClient(DEFAULT_SOCKET, settings.pod_resources_timeout)
+    return None
+
+
 def build_monitor(
     settings: Settings,
     node: Node,
     wall: Callable[[], float] = time.time,
     mono: Callable[[], float] = time.monotonic,
     cluster: Cluster | None = None,
+    kubelet: PodResourcesClient | RecordedPodResources | None = None,
     build: tuple[tuple[str, str], ...] = (),
 ) -> Monitor:
     """The monitor `serve` runs; tests pass frozen clocks."""
@@ -102,6 +126,8 @@ def build_monitor(
         pods = cluster.informer
     elif node.pods_file is not None:
         pods = PodsFile(node.pods_file)
+    if kubelet is None:
+        kubelet = pod_resources(settings, node, cluster)
     return Monitor(
         [BackendWorker(b) for b in node.backends],
         period=settings.monitor_period,
@@ -109,8 +135,10 @@ def build_monitor(
         liveness_timeout=settings.liveness_timeout,
         node=node.name,
         pods=pods,
-        attributor=Attributor(node.proc_root),
+        # A recorded /proc tree's start times are not this machine's: no recycled-PID check.
+        attributor=Attributor(node.proc_root, recycled_check=node.scenario is None),
         cluster=cluster.round if cluster is not None else None,
+        podresources=kubelet,
         build=build,
         wall=wall,
         mono=mono,
@@ -146,7 +174,8 @@ def serve(settings: Settings) -> int:
         },
     )
     cluster = connect(settings, node)
-    monitor = build_monitor(settings, node, cluster=cluster, build=build)
+    kubelet = pod_resources(settings, node, cluster)
+    monitor = build_monitor(settings, node, cluster=cluster, kubelet=kubelet, build=build)
     hosts = ["localhost", "127.0.0.1", "::1", node.name, default_node_name()]
     certs = Certificates(settings.cert_dir, hosts=hosts)
 
@@ -182,6 +211,8 @@ def serve(settings: Settings) -> int:
         uvicorn.Server(config).run()
     finally:
         monitor.stop()
+        if kubelet is not None:
+            kubelet.close()
         certs.close()
         if cluster is not None:
             cluster.informer.stop()

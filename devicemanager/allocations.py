@@ -261,6 +261,14 @@ def parse_hami_mig(text: str, slots: Sequence[str]) -> tuple[Allocation, ...]:
     return tuple(out)
 
 
+def has_allocation_annotation(annotations: Mapping[str, str]) -> bool:
+    """Whether an allocator's annotation describes the pod (GPUStack's, or any of HAMi's)."""
+    return any(
+        key in (GPUSTACK_KEY, HAMI_KEY, HAMI_MIG_KEY) or _HAMI_VENDOR_KEY.fullmatch(key)
+        for key in annotations
+    )
+
+
 def allocations_of(annotations: Mapping[str, str], slots: Sequence[str]) -> tuple[Allocation, ...]:
     """Every allocation a pod's annotations state; raises AllocationError if one is malformed."""
     out: list[Allocation] = []

@@ -5,17 +5,25 @@ row that cannot be placed makes every per-process figure of that device absent f
 a partial sum is never published as a complete one, and a lost row never becomes a plausible
 measured zero.
 
-Reads per PID: `stat` (state, start time) and, the first time that (PID, start time) pair is
-seen, `cgroup`, `comm`, `cgroup` again and `stat` again. A PID recycled between those reads
-shows a different identity or start time and is `unstable`. The (PID, start time) pair keys a
-cache, so a steady-state round reads one `stat` per PID; a reused PID has a new start time and
-is never served from the cache. The residual window (a PID recycled within one clock tick of
-its predecessor's start) is not closed, only made negligible.
+Reads per PID: `stat` (state, start time) and `cgroup`; the first time that (PID, start time,
+cgroup text) is seen, also `comm`, `cgroup` again and `stat` again. A PID recycled between those
+reads shows a different identity or start time and is `unstable`. The triple keys a cache, so a
+steady-state round reads two small files per PID: a reused PID has a new start time and a
+process moved to another cgroup (`cgroup.procs` written, a container restarted into a new
+scope) has new cgroup text, and neither is served from the cache.
+
+A PID is also checked against the vendor's read: a process that started after the vendor's
+answer was taken cannot be the process the vendor reported, whatever cgroup it is in, so it is
+`unstable` (a recycled PID: the reported process is gone) rather than charged to the new
+process's pod. The comparison is in CLOCK_BOOTTIME seconds, the clock `stat`'s start time
+counts in. The residual window (a PID recycled within one clock tick) is not closed, only made
+negligible.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -170,12 +178,25 @@ class LogLimiter:
         return True, self._suppressed.pop(key, 0)
 
 
-class Resolver:
-    """Reads /proc under `proc_root`; caches identities by (PID, start time)."""
+def boot_seconds() -> float:
+    """Seconds since boot on the clock /proc/<pid>/stat's start time is counted in."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
 
-    def __init__(self, proc_root: Path | str) -> None:
+
+def started_after(start_ticks: int, read_at: float | None, ticks_per_second: int) -> bool:
+    """Whether a process with this start time began after a vendor read that returned at
+    `read_at` (boot seconds). Start times are truncated to a tick, so a process that started
+    before the read is never judged to have started after it. Pure."""
+    return read_at is not None and start_ticks / ticks_per_second > read_at
+
+
+class Resolver:
+    """Reads /proc under `proc_root`; caches identities by (PID, start time, cgroup text)."""
+
+    def __init__(self, proc_root: Path | str, ticks_per_second: int | None = None) -> None:
         self.proc_root = Path(proc_root)
-        self._cache: dict[int, tuple[int, Identified]] = {}
+        self.ticks_per_second = ticks_per_second or os.sysconf("SC_CLK_TCK")
+        self._cache: dict[int, tuple[int, str, Identified]] = {}
         self.reads = 0  # files read, for tests and the benchmark
 
     def _read(self, pid: int, name: str) -> str:
@@ -186,15 +207,21 @@ class Resolver:
         self.reads += 1
         return procfs.read_stat(self.proc_root, pid)
 
-    def identify(self, pid: int) -> Identified:
+    def identify(self, pid: int, read_at: float | None = None) -> Identified:
+        """What /proc says of `pid`. `read_at`: when the vendor's answer naming it was taken
+        (boot seconds); a process started later is not the one it reported."""
         try:
             stat = self._stat(pid)
             if stat.state in ("Z", "X"):
                 return Identified(reason=Reason.ZOMBIE if stat.state == "Z" else Reason.EXITED)
+            if started_after(stat.start_ticks, read_at, self.ticks_per_second):
+                # The reported process is gone and its PID recycled: seen, but not that one.
+                return Identified(reason=Reason.UNSTABLE)
+            text = self._read(pid, "cgroup")
             cached = self._cache.get(pid)
-            if cached is not None and cached[0] == stat.start_ticks:
-                return cached[1]
-            first = cgroup.parse(self._read(pid, "cgroup"))
+            if cached is not None and cached[:2] == (stat.start_ticks, text):
+                return cached[2]
+            first = cgroup.parse(text)
             comm = self._read(pid, "comm").strip()
             second = cgroup.parse(self._read(pid, "cgroup"))
             again = self._stat(pid)
@@ -208,24 +235,33 @@ class Resolver:
         result = (
             Identified(reason=Reason.MEDIATED) if comm.startswith(MPS_COMM) else Identified(first)
         )
-        self._cache[pid] = (stat.start_ticks, result)
+        self._cache[pid] = (stat.start_ticks, text, result)
         return result
 
-    def resolve(self, pids: Iterable[int], index: PodIndex) -> dict[int, Resolution]:
+    def resolve(
+        self, pids: Iterable[int], index: PodIndex, read_at: float | None = None
+    ) -> dict[int, Resolution]:
         """Each distinct PID once; the cache keeps only PIDs of this round."""
         wanted = set(pids)
-        out = {pid: place(self.identify(pid), index) for pid in wanted}
+        out = {pid: place(self.identify(pid, read_at), index) for pid in wanted}
         for stale in self._cache.keys() - wanted:
             del self._cache[stale]
         return out
 
 
 class Attributor:
-    """One round's attribution over every device the vendor answered per process for."""
+    """One round's attribution over every device the vendor answered per process for.
 
-    def __init__(self, proc_root: Path, limiter: LogLimiter | None = None) -> None:
+    `recycled_check`: compare each process's start time with the vendor's read. On for the live
+    /proc; off where the /proc tree is a recording whose start times are not this machine's.
+    """
+
+    def __init__(
+        self, proc_root: Path, limiter: LogLimiter | None = None, recycled_check: bool = False
+    ) -> None:
         self.resolver = Resolver(proc_root)
         self.limiter = limiter or LogLimiter()
+        self.recycled_check = recycled_check
         self._seen: set[str] = set()  # devices some PID of which was ever found in /proc
 
     def attribute(
@@ -234,8 +270,14 @@ class Attributor:
         index: PodIndex,
         holders: Mapping[str, frozenset[str]],
         manufacturer: str = "",
+        read_at: float | None = None,
     ) -> tuple[DeviceAttribution, ...]:
-        resolutions = self.resolver.resolve((r.pid for d in devices for r in d.rows), index)
+        """`read_at`: when the vendor's read returned, in boot seconds (see boot_seconds)."""
+        resolutions = self.resolver.resolve(
+            (r.pid for d in devices for r in d.rows),
+            index,
+            read_at if self.recycled_check else None,
+        )
         out = []
         for device in devices:
             outcomes = [resolutions[r.pid] for r in device.rows]

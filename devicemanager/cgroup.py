@@ -2,15 +2,20 @@
 
 Every line is `hierarchy-id:controllers:path` (cgroup(7)); v2 is the single `0::<path>`, v1 one
 line per controller, and lines that name a pod must agree. Paths come from both kubelet cgroup
-drivers:
+drivers and every runtime in use (fixtures/proc/ holds each form with where it was seen):
 
-    cgroupfs  /kubepods/burstable/pod<uid>/<64-hex>
+    cgroupfs  /kubepods/burstable/pod<uid>/<id>                 (containerd, cri-dockerd, k3s)
+              /kubepods/burstable/pod<uid>/crio-<id>            (CRI-O, and docker-<id>)
     systemd   /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_>.slice/
-              cri-containerd-<64-hex>.scope
+              cri-containerd-<id>.scope                         (also crio-, docker-, containerd-)
+    runc      …/containerd.service/kubepods-burstable-pod<uid_>.slice:cri-containerd:<id>
+              (the systemd driver's `slice:prefix:id` cgroupsPath, seen as a path on v1)
 
 possibly under another prefix (kubelet in docker, kind, k3s) and, from a private cgroup
-namespace, relative with `..` segments (cgroup_namespaces(7)). Matching is anchored on whole
-path segments, never on a substring, and the container is looked for only below the pod.
+namespace, relative: with `..` segments, or without the leading `/` (cgroup_namespaces(7)).
+A container id is 8-64 hex digits or a UUID. Matching is anchored on whole path segments,
+never on a substring: a systemd pod slice must be the kubelet's `…kubepods[-<qos>]-pod<uid>.slice`
+and a cgroupfs one exactly `pod<uid>`. The container is looked for only below the pod.
 """
 
 from __future__ import annotations
@@ -25,12 +30,22 @@ from devicemanager.model import Reason
 _H = "[0-9a-fA-F]"
 _UID = rf"{_H}{{8}}[-_]{_H}{{4}}[-_]{_H}{{4}}[-_]{_H}{{4}}[-_]{_H}{{12}}|{_H}{{32}}"
 _CGROUPFS_POD = re.compile(rf"pod({_UID})")
-# Only the last '-' component of a systemd slice name is examined: kubepods-<qos>-pod<uid>.slice,
-# kubelet-kubepods-…-pod<uid>.slice under kind's "kubelet" cgroup root.
-_SYSTEMD_POD = re.compile(rf"(?:.*-)?pod({_UID})\.slice")
-_HEX_ID = r"[0-9a-fA-F]{8,64}"
-_BARE_CONTAINER = re.compile(_HEX_ID)
-_SCOPED_CONTAINER = re.compile(rf"(cri-containerd|containerd|crio|docker)-({_HEX_ID})\.scope")
+# The kubelet's systemd driver names a pod's slice after every cgroup above it, joined by '-':
+# kubepods-<qos>-pod<uid>.slice, kubelet-kubepods-…-pod<uid>.slice under kind's "kubelet" cgroup
+# root, <root>-kubepods-… under any other. "kubepods" is always in it, so a unit of someone
+# else's that merely ends in pod<uid>.slice is not taken for a pod.
+_SYSTEMD_POD = re.compile(rf"(?:[^/]*-)?kubepods(?:-besteffort|-burstable)?-pod({_UID})\.slice")
+# 64 hex digits from containerd, CRI-O and Docker; shorter hex and UUIDs from other runtimes.
+_CONTAINER_ID = rf"{_H}{{8,64}}|{_H}{{8}}-{_H}{{4}}-{_H}{{4}}-{_H}{{4}}-{_H}{{12}}"
+_BARE_CONTAINER = re.compile(_CONTAINER_ID)
+# With the systemd driver a scope (`.scope`); with cgroupfs CRI-O and Docker name the directory
+# the same way without the suffix. `crio-conmon-<id>` is the monitor, not the container.
+_SCOPED_CONTAINER = re.compile(
+    rf"(cri-containerd|containerd|crio|docker)-({_CONTAINER_ID})(?:\.scope)?"
+)
+# runc's systemd cgroupsPath, `<slice>:<prefix>:<id>`, shows up verbatim as one path segment
+# when the runtime's cgroup driver is not the kubelet's (containerd with SystemdCgroup on v1).
+_RUNC_SYSTEMD = re.compile(r"([^:/]+\.slice):([A-Za-z][A-Za-z0-9_-]*):([^:/]+)")
 _RUNTIMES = {
     "cri-containerd": "containerd",
     "containerd": "containerd",
@@ -69,9 +84,22 @@ def container_segment(segment: str) -> tuple[str, str | None] | None:
     return None
 
 
-def parse_path(path: str) -> CgroupIdentity:
+def _segments(path: str) -> list[str]:
+    """Whole segments; a runc `slice:prefix:id` segment becomes its slice and its scope."""
+    out: list[str] = []
     # '..' and '.' are how a private cgroup namespace shows other cgroups: not names.
-    segments = [s for s in path.split("/") if s not in ("", ".", "..")]
+    for segment in path.split("/"):
+        if segment in ("", ".", ".."):
+            continue
+        if ":" in segment and (runc := _RUNC_SYSTEMD.fullmatch(segment)):
+            out.extend((runc.group(1), f"{runc.group(2)}-{runc.group(3)}.scope"))
+        else:
+            out.append(segment)
+    return out
+
+
+def parse_path(path: str) -> CgroupIdentity:
+    segments = _segments(path)
     pods = [(i, uid) for i, s in enumerate(segments) if (uid := pod_segment(s)) is not None]
     if not pods:
         return CgroupIdentity(reason=Reason.NO_POD_COMPONENT)
@@ -95,8 +123,10 @@ def parse(text: str) -> CgroupIdentity:
     named: list[CgroupIdentity] = []
     for line in text.splitlines():
         parts = line.split(":", 2)  # the path itself may hold ':'
-        if len(parts) != 3 or not parts[2].startswith("/"):
+        if len(parts) != 3 or not parts[0].isdigit():
             continue
+        # A path without its leading '/' is relative to the reader's cgroup namespace root,
+        # like one that starts with '/..': read the same way.
         identity = parse_path(parts[2])
         if identity.pod_uid is not None or identity.reason is Reason.AMBIGUOUS_POD:
             named.append(identity)

@@ -16,6 +16,7 @@ from pathlib import Path
 DEFAULT_PORT = 32443
 DEFAULT_PERIOD = 15.0
 MIN_PERIOD = 0.05
+DEFAULT_POD_RESOURCES_TIMEOUT = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +99,20 @@ SERVE_FLAGS: tuple[Flag, ...] = (
         "API server (default: the scenario's pods.json in replay)",
     ),
     Flag(
+        "--pod-resources-socket",
+        ("DEVICEMANAGER_POD_RESOURCES_SOCKET",),
+        "the kubelet's pod-resources socket, read each round for the device-plugin grants of "
+        "pods without an allocation annotation; 'none' turns it off (default: "
+        "/var/lib/kubelet/pod-resources/kubelet.sock with a cluster, the scenario's "
+        "podresources.json in replay)",
+    ),
+    Flag(
+        "--pod-resources-timeout",
+        ("DEVICEMANAGER_POD_RESOURCES_TIMEOUT",),
+        "seconds a round waits for the kubelet's pod-resources answer",
+        str(DEFAULT_POD_RESOURCES_TIMEOUT),
+    ),
+    Flag(
         "--vendor-library",
         ("DEVICEMANAGER_VENDOR_LIBRARY",),
         "MANUFACTURER[.LIBRARY]=PATH of a vendor library (or a directory holding it) to load "
@@ -124,6 +139,8 @@ class Settings:
     pod_namespace: str | None
     proc_root: Path | None
     pods_file: Path | None
+    pod_resources_socket: str | None  # a path, "none", or None for the default
+    pod_resources_timeout: float
     kubeconfig: Path | None
     service_account_dir: Path
     # manufacturer -> library name ('' = the backend's main library) -> path
@@ -202,6 +219,10 @@ def settings_from(args: argparse.Namespace) -> Settings:
         pod_namespace=args.pod_namespace or None,
         proc_root=Path(args.proc_root) if args.proc_root else None,
         pods_file=Path(args.pods_file) if args.pods_file else None,
+        pod_resources_socket=args.pod_resources_socket or None,
+        pod_resources_timeout=_seconds(
+            "--pod-resources-timeout", args.pod_resources_timeout, DEFAULT_POD_RESOURCES_TIMEOUT
+        ),
         kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
         service_account_dir=Path(args.service_account_dir),
         vendor_libraries=_libraries(args.vendor_library),

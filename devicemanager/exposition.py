@@ -125,6 +125,9 @@ class Extras:
     exporting: bool | None = None  # None: no cluster, so no exporter role to hold
     kubelet_success: bool = False
     kubelet_duration: float | None = None
+    # The kubelet's pod-resources socket (device-plugin grants); None: not read on this node.
+    podresources_success: bool | None = None
+    podresources_duration: float | None = None
     # The agent's build: (label, value) pairs of gpustack_device_manager_build_info.
     build: tuple[tuple[str, str], ...] = ()
 
@@ -149,7 +152,8 @@ def collector_families(
     success = GaugeFamily(
         "gpustack_instance_metrics_collector_success",
         "1 when the source's last round succeeded: snapshot = the monitor snapshot is fresh; "
-        "kubelet = the round read the kubelet's summary (exporting agent only).",
+        "kubelet = the round read the kubelet's summary (exporting agent only); podresources = "
+        "the round read the kubelet's device-plugin allocations.",
         labels=["source"],
     )
     duration = GaugeFamily(
@@ -161,6 +165,11 @@ def collector_families(
         success.add_metric(["kubelet"], 1.0 if fresh and extras.kubelet_success else 0.0)
         if extras.kubelet_duration is not None:
             duration.add_metric(["kubelet"], extras.kubelet_duration)
+    if extras.podresources_success is not None:
+        ok = fresh and extras.podresources_success
+        success.add_metric(["podresources"], 1.0 if ok else 0.0)
+        if extras.podresources_duration is not None:
+            duration.add_metric(["podresources"], extras.podresources_duration)
     success.add_metric(["snapshot"], 1.0 if fresh and snapshot.timestamp > 0 else 0.0)
     if snapshot.round_duration_seconds is not None:
         duration.add_metric(["snapshot"], snapshot.round_duration_seconds)

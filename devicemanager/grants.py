@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from devicemanager.allocations import (
@@ -19,6 +19,7 @@ from devicemanager.allocations import (
     AllocationError,
     Mode,
     allocations_of,
+    has_allocation_annotation,
 )
 from devicemanager.model import Identities, ReadRequest
 from devicemanager.pods import PodIndex, PodInfo
@@ -155,9 +156,14 @@ def _merged(grants: Iterable[Grant]) -> tuple[Grant, ...]:
 
 def grants_of(pod: PodInfo) -> tuple[Grant, ...]:
     """A pod's grants; raises AllocationError when an annotation is malformed."""
+    return grants_from(pod, allocations_of(pod.annotations, pod.slots))
+
+
+def grants_from(pod: PodInfo, allocations: Iterable[Allocation]) -> tuple[Grant, ...]:
+    """One entry per card or partition the pod's containers hold, whatever stated them."""
     return _merged(
         _grant(pod, a)
-        for a in allocations_of(pod.annotations, pod.slots)
+        for a in allocations
         if a.mode is not Mode.VISIBILITY  # a sidecar that sees its sibling's card holds nothing
     )
 
@@ -184,6 +190,8 @@ class NodeGrants:
 
     by_pod: Mapping[str, tuple[Grant, ...]]
     errors: Mapping[str, str]  # pod UID -> what was wrong
+    # pod UID -> how the kubelet's device-plugin view differs from the pod's annotation
+    disagreements: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def all(self) -> Iterable[Grant]:
         for grants in self.by_pod.values():
@@ -202,33 +210,64 @@ class NodeGrants:
         if not identities.by_manufacturer:
             return self
         by_pod = {uid: resolved(grants, identities) for uid, grants in self.by_pod.items()}
-        return NodeGrants(MappingProxyType(by_pod), self.errors)
+        return NodeGrants(MappingProxyType(by_pod), self.errors, self.disagreements)
 
     def request(self, manufacturer: str) -> ReadRequest:
         """Per-process queries only for carved cards (R-V3); partitions by recorded id (R-V4)."""
         mine = [g for g in self.all() if g.manufacturer == manufacturer and g.mode in CARVED]
         return ReadRequest(
-            carved_device_ids=frozenset(g.device_id for g in mine),
+            # "": a partition whose card is not known yet (a kubelet MIG id): none to query.
+            carved_device_ids=frozenset(g.device_id for g in mine if g.device_id),
             partition_ids=frozenset(
                 (g.device_id, g.partition_id) for g in mine if g.partition_id is not None
             ),
         )
 
 
-def node_grants(index: PodIndex) -> NodeGrants:
+def annotated(pod: PodInfo) -> bool:
+    """Whether an allocation annotation describes the pod (then it is the pod's grant source)."""
+    return has_allocation_annotation(pod.annotations)
+
+
+def disagreement(annotation: Iterable[Grant], kubelet: Iterable[Grant]) -> str | None:
+    """How the kubelet's cards differ from the annotation's, or None. A kubelet partition whose
+    card is not known yet says nothing either way."""
+    said = {g.device_id for g in annotation}
+    seen = {g.device_id for g in kubelet if g.device_id}
+    if said == seen or not seen:
+        return None
+    return f"annotation: {sorted(said)}; kubelet: {sorted(seen)}"
+
+
+def node_grants(
+    index: PodIndex, kubelet: Mapping[str, tuple[Grant, ...]] | None = None
+) -> NodeGrants:
+    """Every pod's grants. A pod's allocation annotation is its grant source; a pod without one
+    holds what the kubelet's device plugins allocated it (`kubelet`, by pod UID; R-X2)."""
     by_pod: dict[str, tuple[Grant, ...]] = {}
     errors: dict[str, str] = {}
+    disagreements: dict[str, str] = {}
     for pod in index.pods.values():
+        from_kubelet = kubelet.get(pod.uid, ()) if kubelet else ()
+        if not annotated(pod):
+            if from_kubelet:
+                by_pod[pod.uid] = from_kubelet
+            continue
         try:
             grants = grants_of(pod)
         except AllocationError as exc:
             # No grants for this pod, a line in the log, a count in /metrics; no other pod is
-            # touched (R-G1).
+            # touched (R-G1). The kubelet's view does not stand in: it cannot tell a HAMi
+            # slice from a whole card.
             errors[pod.uid] = str(exc)
             continue
+        if from_kubelet and (differs := disagreement(grants, from_kubelet)):
+            disagreements[pod.uid] = differs
         if grants:
             by_pod[pod.uid] = grants
-    return NodeGrants(MappingProxyType(by_pod), MappingProxyType(errors))
+    return NodeGrants(
+        MappingProxyType(by_pod), MappingProxyType(errors), MappingProxyType(disagreements)
+    )
 
 
 def live(pod: PodInfo) -> bool:

@@ -17,18 +17,20 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Protocol
 
-from devicemanager import exposition, slices, snapshot
-from devicemanager.attribution import Attributor
+from devicemanager import deviceplugins, exposition, slices, snapshot
+from devicemanager.attribution import Attributor, boot_seconds
 from devicemanager.backend import Backend, BackendUnavailable
+from devicemanager.deviceplugins import KubeletAnswer
 from devicemanager.figures import View, exported
 from devicemanager.grants import NodeGrants, node_grants
 from devicemanager.model import (
     BackendState,
     BackendStatus,
+    Card,
     Identities,
     Payload,
     ReadRequest,
@@ -81,6 +83,9 @@ class BackendWorker:
         self._opened = False
         self.busy_since: float | None = None
         self.last_success: float | None = None
+        # When the last read() returned, on the clock /proc's start times count in: a process
+        # that started later is not one the vendor reported (attribution).
+        self.read_returned_boot: float | None = None
         self._thread = threading.Thread(
             target=self._run, name=f"backend-{self.manufacturer}", daemon=True
         )
@@ -110,7 +115,9 @@ class BackendWorker:
             self.backend.open()
             self._opened = True
         try:
-            return self.backend.read(request)
+            payload = self.backend.read(request)
+            self.read_returned_boot = boot_seconds()
+            return payload
         except BaseException:
             # Start over next round: a driver reload or a lost card may need a fresh init.
             self._opened = False
@@ -150,6 +157,7 @@ class Monitor:
         pods: Callable[[], PodIndex | None] | None = None,
         attributor: Attributor | None = None,
         cluster: ClusterRound | None = None,
+        podresources: Callable[[], KubeletAnswer] | None = None,
         build: tuple[tuple[str, str], ...] = (),
         wall: Callable[[], float] = time.time,
         mono: Callable[[], float] = time.monotonic,
@@ -165,10 +173,18 @@ class Monitor:
         self.pods = pods
         self.attributor = attributor
         self.cluster = cluster
+        # The kubelet's device-plugin allocations (R-X2); None where there is no kubelet.
+        self.podresources = podresources
         self._allocation_errors: dict[str, str] = {}
         # Each manufacturer's aliases as its last reading named them: the round's requests ask
         # for cards by the library's own ids even when an allocator recorded another form.
         self._identities = Identities()
+        self._disagreements: dict[str, str] = {}
+        self._kubelet_state: tuple[str | None, str | None] | None = None
+        # (manufacturer, a device plugin's id) -> card id: indexes, partitions' parents, aliases.
+        self._aliases: dict[tuple[str, str], str] = {}
+        self._cards_seen: dict[str, dict[str, Card]] = {}
+        self._read_at: dict[str, float | None] = {}
         self._wall, self._mono = wall, mono
         self.current = publish(snapshot.empty(period, node), mono(), exposition.Extras(build=build))
         self.rounds = 0
@@ -212,6 +228,7 @@ class Monitor:
                 results.append(self._result(worker, BackendState.ERROR, None, _describe(exc)))
                 continue
             took = round(self._mono() - submitted, 6)
+            self._read_at[worker.manufacturer] = worker.read_returned_boot
             read_at = self._wall()
             try:
                 reading = worker.backend.parse(payload)
@@ -300,15 +317,93 @@ class Monitor:
                 continue
             carved = [p for p in reading.processes if p.device_id in request.carved_device_ids]
             verdicts = self.attributor.attribute(
-                carved, index, grants.holders(reading.manufacturer), reading.manufacturer
+                carved,
+                index,
+                grants.holders(reading.manufacturer),
+                reading.manufacturer,
+                read_at=self._read_at.get(reading.manufacturer),
             )
             sections.append(slices.build(reading, verdicts, grants.all()))
         return slices.merge(sections) if sections else None
 
+    # -- the kubelet's device-plugin grants (R-X2) -----------------------------------------------
+
+    def _kubelet(self) -> KubeletAnswer | None:
+        if self.podresources is None:
+            return None
+        try:
+            answer = self.podresources()
+        except Exception as exc:  # the reader never raises; a bug here must not end the round
+            answer = KubeletAnswer(error=_describe(exc))
+        state = (answer.error, answer.allocatable_error)
+        if state != self._kubelet_state:
+            ok = answer.ok and answer.allocatable_error is None
+            log.log(
+                logging.INFO if ok else logging.WARNING,
+                "kubelet pod-resources %s",
+                "read" if ok else "answered in part" if answer.pods is not None else "not read",
+                extra={"error": answer.error, "allocatable_error": answer.allocatable_error},
+            )
+            self._kubelet_state = state
+        return answer
+
+    def _grants(self, index: PodIndex | None, kubelet: KubeletAnswer | None) -> NodeGrants | None:
+        if index is None:
+            return None
+        plugin = deviceplugins.node_kubelet_grants(kubelet, index, self._aliases)
+        return node_grants(index, plugin)
+
+    def _log_disagreements(self, grants: NodeGrants, index: PodIndex) -> None:
+        for uid, differs in grants.disagreements.items():
+            if self._disagreements.get(uid) != differs:
+                pod = index.get(uid)
+                log.warning(
+                    "%s/%s: its allocation annotation and the kubelet name different cards; "
+                    "the annotation is used",
+                    pod.namespace if pod else "?",
+                    pod.name if pod else uid,
+                    extra={"pod_uid": uid, "disagreement": differs},
+                )
+        self._disagreements = dict(grants.disagreements)
+
+    def _learn(self, results: Sequence[BackendResult]) -> bool:
+        """Aliases and cards from what the libraries enumerated; whether an alias is new."""
+        readings = [r.reading for r in results if r.reading is not None]
+        learned = deviceplugins.aliases_of(readings)
+        for reading in readings:
+            seen = self._cards_seen.setdefault(reading.manufacturer, {})
+            seen.update((c.id, c) for c in reading.cards)
+        if learned.items() <= self._aliases.items():
+            return False
+        # Kept across rounds (a lost card is still named by its index); bounded all the same.
+        self._aliases = learned if len(self._aliases) > 4096 else {**self._aliases, **learned}
+        return True
+
+    def _with_missing_cards(
+        self, results: list[BackendResult], kubelet: KubeletAnswer | None
+    ) -> list[BackendResult]:
+        """A card the kubelet allocates and the library does not list is unhealthy."""
+        out = []
+        for result in results:
+            reading = result.reading
+            if reading is not None:
+                allocatable = deviceplugins.allocatable_cards(
+                    kubelet, reading.manufacturer, self._aliases
+                )
+                missing = deviceplugins.missing_cards(
+                    reading, allocatable, self._cards_seen.get(reading.manufacturer, {})
+                )
+                if missing:
+                    reading = replace(reading, cards=reading.cards + missing)
+                    result = replace(result, reading=reading)
+            out.append(result)
+        return out
+
     def run_round(self) -> Published:
         started = self._mono()
         index = self._pod_index()
-        recorded = node_grants(index) if index is not None else None
+        kubelet = self._kubelet()
+        recorded = self._grants(index, kubelet)
         if recorded is not None and index is not None:
             self._log_allocation_errors(recorded, index)
         grants = recorded.resolve(self._identities) if recorded is not None else None
@@ -324,8 +419,15 @@ class Monitor:
                 self._identities = self._identities.updated(
                     reading.manufacturer, [*reading.cards, *reading.partitions]
                 )
+        if self._learn(results) and kubelet is not None:
+            # A partition's card or an index became known this round: this round's grants
+            # name it already.
+            recorded = self._grants(index, kubelet)
         if recorded is not None:
             grants = recorded.resolve(self._identities)
+        if grants is not None and index is not None:
+            self._log_disagreements(grants, index)
+        results = self._with_missing_cards(results, kubelet)
         section = self._slices(results, index, grants)
         snap = snapshot.assemble(
             now=self._wall(),
@@ -340,6 +442,8 @@ class Monitor:
                 index, grants, View.of(snap), [w.manufacturer for w in self.workers]
             ),
             allocation_errors=len(grants.errors) if grants is not None else 0,
+            podresources_success=kubelet.ok if kubelet is not None else None,
+            podresources_duration=kubelet.duration_seconds if kubelet is not None else None,
             build=self.build,
         )
         if self.cluster is not None:

@@ -5,6 +5,8 @@ A scenario is a directory, `fixtures/nodes/<scenario>/`:
     scenario.json        provenance ("recorded" or "synthetic"), description, node name
     vendors/<m>.json     {"meta": {...}, "payload": {...}}: what `devicemanager record <m>` wrote
     pods.json            the node's pods, a PodList as the API server returns it
+    podresources.json    optional: the kubelet's pod-resources answer, {"list": ...,
+                         "allocatable": ...} in protobuf's JSON mapping (R-X2)
     proc/<pid>/...       a /proc tree for the processes the payloads name
 
 Each payload goes through its own vendor's pure `parse`, the very code the live agent runs.
@@ -37,6 +39,7 @@ class Scenario:
     vendor_files: dict[str, Path]
     pods_file: Path | None
     proc_root: Path
+    podresources_file: Path | None = None
 
 
 def _json(path: Path) -> Any:
@@ -57,6 +60,7 @@ def load_scenario(root: Path) -> Scenario:
     if not vendor_files:
         raise ScenarioError(f"{root}: no vendors/<manufacturer>.json payload")
     pods = root / "pods.json"
+    podresources = root / "podresources.json"
     return Scenario(
         root=root,
         provenance=provenance,
@@ -65,6 +69,7 @@ def load_scenario(root: Path) -> Scenario:
         vendor_files=vendor_files,
         pods_file=pods if pods.exists() else None,
         proc_root=root / "proc",
+        podresources_file=podresources if podresources.exists() else None,
     )
 
 

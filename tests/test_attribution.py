@@ -21,6 +21,7 @@ from devicemanager.attribution import (
     Resolution,
     Resolver,
     attribute_device,
+    started_after,
 )
 from devicemanager.model import DeviceProcesses, ProcessRow, Reason
 from devicemanager.pods import PodIndex
@@ -72,7 +73,7 @@ INDEX = PodIndex.of(
 )
 
 
-def test_cache_keeps_steady_state_to_one_stat_per_pid(tmp_path: Path) -> None:
+def test_cache_keeps_steady_state_to_stat_and_cgroup_per_pid(tmp_path: Path) -> None:
     put(tmp_path, 10, UID_A, CID_A)
     put(tmp_path, 11, UID_B, CID_B)
     resolver = Resolver(tmp_path)
@@ -82,7 +83,42 @@ def test_cache_keeps_steady_state_to_one_stat_per_pid(tmp_path: Path) -> None:
     assert resolver.reads == 2 * 5  # stat, cgroup, comm, cgroup, stat
     resolver.reads = 0
     again = resolver.resolve([10, 11], INDEX)
-    assert again == first and resolver.reads == 2
+    assert again == first and resolver.reads == 2 * 2  # stat, cgroup
+
+
+def test_a_process_moved_to_another_cgroup_is_resolved_again(tmp_path: Path) -> None:
+    put(tmp_path, 10, UID_A, CID_A, start=100)
+    resolver = Resolver(tmp_path)
+    assert resolver.resolve([10], INDEX)[10].placement == Placement(UID_A, "main")
+    # Same PID, same start time, written into another container's cgroup.procs.
+    put(tmp_path, 10, UID_A, CID_SIDE, start=100)
+    assert resolver.resolve([10], INDEX)[10].placement == Placement(UID_A, "sidecar")
+
+
+@pytest.mark.parametrize(
+    ("start_ticks", "read_at", "after"),
+    [
+        (100, None, False),  # no read time: nothing to compare
+        (100, 1.0, False),  # started exactly at the read: not after it
+        (99, 1.0, False),
+        (101, 1.0, True),
+        (0, 0.0, False),
+    ],
+)
+def test_started_after_compares_ticks_with_the_read(
+    start_ticks: int, read_at: float | None, after: bool
+) -> None:
+    assert started_after(start_ticks, read_at, 100) is after
+
+
+def test_a_pid_that_started_after_the_vendor_read_is_not_charged(tmp_path: Path) -> None:
+    # The vendor read returned 5.00 s after boot; PID 10 now belongs to a process of pod B that
+    # started at 5.01 s: the process the vendor reported has exited and its PID was reused.
+    put(tmp_path, 10, UID_B, CID_B, start=501)
+    resolver = Resolver(tmp_path, ticks_per_second=100)
+    assert resolver.resolve([10], INDEX, read_at=5.0)[10].reason is Reason.UNSTABLE
+    # The same process read against a later vendor answer is what that answer reported.
+    assert resolver.resolve([10], INDEX, read_at=5.02)[10].placement == Placement(UID_B, "main")
 
 
 def test_a_reused_pid_is_never_served_from_the_cache(tmp_path: Path) -> None:

@@ -47,7 +47,7 @@ def test_resolver_over_the_fixture_tree(case: tuple[str, str, dict[str, object]]
             "runtime": i.runtime,
             "reason": i.reason.value if i.reason else None,
         }
-    want = {k: v for k, v in expected.items() if k != "case"}
+    want = {k: v for k, v in expected.items() if k not in ("case", "source")}
     if want["reason"] in PROCESS_LEVEL:
         assert got["reason"] == want["reason"]
     else:
@@ -127,7 +127,7 @@ def test_the_parser_never_raises_and_only_names_uids_it_was_given(text: str) -> 
     if identity.pod_uid is not None:
         raw = identity.pod_uid.replace("-", "[-_]")
         # The UID occurs anchored: as a whole `pod<uid>` segment or a slice's last component.
-        pattern = rf"(^|/)(pod|[^/]*-pod)({raw})(\.slice)?(/|$)"
+        pattern = rf"(^|/)(pod|[^/]*-pod)({raw})(\.slice)?(/|:|$)"
         assert any(
             re.search(pattern, line.split(":", 2)[2], re.IGNORECASE)
             for line in text.splitlines()
@@ -171,3 +171,111 @@ def test_a_uid_inside_a_longer_segment_is_never_taken(uid: str, junk: str) -> No
     assume(not junk.endswith("-"))
     text = f"0::/kubepods/{junk}pod{uid}/{'a' * 64}\n"
     assert cgroup.parse(text).pod_uid is None
+
+
+def test_the_public_cases_say_where_they_were_seen() -> None:
+    public = [c for c in CASES if "source" in c[2]]
+    assert len(public) >= 20
+    assert all(len(str(c[2]["source"])) > 10 for c in public)
+    # Both halves of the bar are covered: processes in pods, and processes outside any.
+    assert any(c[2]["pod_uid"] for c in public)
+    assert sum(c[2]["reason"] == "no_pod_component" for c in public) >= 8
+
+
+# -- nothing outside a pod is ever called a pod ------------------------------------------------
+
+# What the kubelet never writes as a whole segment: system units, other container managers,
+# sessions, QoS levels, names that merely contain "pod" or a UID.
+NON_POD_SEGMENTS = st.one_of(
+    st.sampled_from(
+        [
+            "system.slice",
+            "user.slice",
+            "init.scope",
+            "containerd.service",
+            "docker",
+            "ecs",
+            "garden",
+            "kubepods",
+            "kubepods.slice",
+            "kubepods-burstable.slice",
+            "kubepods-besteffort.slice",
+            "burstable",
+            "besteffort",
+            "..",
+            ".",
+            "",
+            "podruntime.slice",
+            "pods",
+        ]
+    ),
+    cids,
+    uids,
+    cids.map(lambda c: f"docker-{c}.scope"),
+    cids.map(lambda c: f"crio-{c}"),
+    cids.map(lambda c: f"podman-{c}.scope"),
+    cids.map(lambda c: f"libpod-{c}.scope"),
+    uids.map(lambda u: f"xpod{u}"),
+    uids.map(lambda u: f"pod{u}x"),
+    uids.map(lambda u: f"pod-{u}"),
+    uids.map(lambda u: f"backup-pod{u.replace('-', '_')}.slice"),
+    uids.map(lambda u: f"pod{u.replace('-', '_')}.slice"),
+    uids.map(lambda u: f"kubepods-pod{u}.scope"),
+    uids.map(lambda u: f"pod{u[:-1]}"),
+    st.builds(
+        lambda u, c: f"kubepods-pod{u}:cri-containerd:{c}",  # no '.slice': not runc's form
+        uids,
+        cids,
+    ),
+)
+
+
+@st.composite
+def non_pod_files(draw: st.DrawFn) -> str:
+    lines = []
+    for hierarchy in range(draw(st.integers(1, 4))):
+        segments = draw(st.lists(NON_POD_SEGMENTS, max_size=6))
+        lead = draw(st.sampled_from(["/", "", "/../"]))
+        controllers = draw(st.sampled_from(["", "memory", "name=systemd", "cpu,cpuacct"]))
+        lines.append(f"{hierarchy}:{controllers}:{lead}{'/'.join(segments)}")
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=500)
+@given(non_pod_files())
+def test_no_generated_non_pod_path_is_ever_called_a_pod(text: str) -> None:
+    identity = cgroup.parse(text)
+    assert identity.pod_uid is None, text
+    assert identity.reason in (Reason.NO_POD_COMPONENT, Reason.AMBIGUOUS_POD)
+
+
+@st.composite
+def public_pod_forms(draw: st.DrawFn) -> tuple[str, str, str]:
+    """Every form a pod's process takes in fixtures/proc, with a generated pod and container."""
+    uid, cid = draw(uids), draw(cids)
+    u_ = uid.replace("-", "_")
+    prefix = "/".join(draw(st.lists(st.sampled_from(["..", "system.slice", "docker"]), max_size=3)))
+    form = draw(
+        st.sampled_from(
+            [
+                f"kubepods-burstable-pod{u_}.slice:cri-containerd:{cid}",
+                f"system.slice/containerd.service/kubepods-pod{u_}.slice:crio:{cid}",
+                f"kubepods/burstable/pod{uid}/crio-{cid}",
+                f"kubepods/pod{uid}/docker-{cid}",
+                f"kubepods/besteffort/pod{uid}/{cid}",
+                f"kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{u_}.slice/"
+                f"docker-{cid}.scope",
+            ]
+        )
+    )
+    lead = draw(st.sampled_from(["/", "", "/../../"]))
+    path = f"{lead}{prefix}/{form}" if prefix else f"{lead}{form}"
+    return f"0::{path}\n", uid, cid
+
+
+@settings(max_examples=300)
+@given(public_pod_forms())
+def test_every_public_form_keeps_its_pod(generated: tuple[str, str, str]) -> None:
+    text, uid, cid = generated
+    identity = cgroup.parse(text)
+    assert (identity.pod_uid, identity.container_id, identity.reason) == (uid, cid, None), text

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from devicemanager.attribution import Placement, Resolver
-from devicemanager.model import Reason
+from devicemanager.attribution import Attributor, Placement, Resolver, boot_seconds
+from devicemanager.model import DeviceProcesses, Payload, ProcessRow, Reason, VendorReading
+from devicemanager.monitor import BackendWorker, Monitor
 from devicemanager.pods import PodIndex
 
 # cpuset needs cpus and mems set before a task may join; memory here may hold the sandbox's
@@ -193,3 +194,91 @@ def test_a_process_that_exits_between_two_reads(cgroups: Cgroups) -> None:
     resolver = ExitsAfterFirstCgroupRead(child)
     assert resolver.identify(child.pid).reason is Reason.EXITED
     assert resolver.identify(child.pid).reason is Reason.EXITED  # and stays so, uncached
+
+
+def test_a_process_moved_to_another_pods_cgroup_is_resolved_again(cgroups: Cgroups) -> None:
+    mounts = [m for _, m in hierarchies()]
+    (uid_a, cid_a), (uid_b, cid_b) = ids(), ids()
+    child = cgroups.spawn()
+    for mount in mounts:
+        join(cgroups.make(mount, f"kubepods/pod{uid_a}/{cid_a}"), child.pid)
+    both = PodIndex.of_infos(
+        [*index(uid_a, cid_a).pods.values(), *index(uid_b, cid_b).pods.values()]
+    )
+    resolver = Resolver(Path("/proc"))
+    assert resolver.resolve([child.pid], both)[child.pid].placement == Placement(uid_a, "main")
+    # The same process, same PID and start time, is moved by the kernel into another pod's
+    # cgroup: the cached answer must not be served.
+    for mount in mounts:
+        join(cgroups.make(mount, f"kubepods/pod{uid_b}/{cid_b}"), child.pid)
+    assert resolver.resolve([child.pid], both)[child.pid].placement == Placement(uid_b, "main")
+
+
+def test_a_process_started_after_the_vendor_read_is_not_charged(cgroups: Cgroups) -> None:
+    """PID reuse, made with real processes: the vendor reported a process that has since
+    exited; whatever runs under a PID now and started after the read is not that process."""
+    mounts = [m for _, m in hierarchies()]
+    uid, cid = ids()
+    before = cgroups.spawn()
+    for mount in mounts:
+        join(cgroups.make(mount, f"kubepods/pod{uid}/{cid}"), before.pid)
+    time.sleep(0.05)  # past a clock tick: start times are counted in ticks
+    read_at = boot_seconds()  # the vendor's read returns here
+    time.sleep(0.05)
+    after = cgroups.spawn()
+    for mount in mounts:
+        join(cgroups.make(mount, f"kubepods/pod{uid}/{cid}"), after.pid)
+    resolver = Resolver(Path("/proc"))
+    found = resolver.resolve([before.pid, after.pid], index(uid, cid), read_at=read_at)
+    assert found[before.pid].placement == Placement(uid, "main")
+    assert found[after.pid].placement is None and found[after.pid].reason is Reason.UNSTABLE
+    # Through the Attributor the refusal poisons the device's per-process figures for the round.
+    attributor = Attributor(Path("/proc"), recycled_check=True)
+    device = DeviceProcesses("GPU-x", (ProcessRow(before.pid, 1), ProcessRow(after.pid, 1)))
+    (verdict,) = attributor.attribute(
+        [device], index(uid, cid), {"GPU-x": frozenset({uid})}, "nvidia", read_at=read_at
+    )
+    assert verdict.reason is Reason.UNSTABLE and verdict.counts.unreadable == 1
+
+
+def test_the_monitor_charges_no_process_that_started_after_its_vendor_read(
+    cgroups: Cgroups,
+) -> None:
+    """The whole round: the worker notes when read() returned, the attributor compares. The
+    backend's parse runs after read() and starts the process it then reports, as if the PID
+    the library named had been reused by a process of the slice holder's pod."""
+    from tests import world
+
+    mounts = [m for _, m in hierarchies()]
+    holder = world.pod("llama", {"main": [world.accel(0, 3, 800_000)]})
+    uid = holder["metadata"]["uid"]
+    cid = world.cid("llama", "main")
+    path = f"kubepods/burstable/pod{uid}/{cid}"
+
+    class ReportsANewProcess(world.ReadingBackend):
+        def parse(self, payload: Payload) -> VendorReading:
+            time.sleep(0.05)  # past a clock tick after read() returned
+            child = cgroups.spawn()
+            for mount in mounts:
+                join(cgroups.make(mount, path), child.pid)
+            return VendorReading(
+                "nvidia", (world.card(0),), (world.rows(0, (child.pid, 1 << 30, 10.0)),)
+            )
+
+    backend = ReportsANewProcess(VendorReading("nvidia"))
+    index = PodIndex.of([holder])
+    monitor = Monitor(
+        [BackendWorker(backend)],
+        period=15,
+        deadline=5,
+        liveness_timeout=60,
+        node="n",
+        pods=lambda: index,
+        attributor=Attributor(Path("/proc"), recycled_check=True),
+    )
+    published = monitor.run_round()
+    monitor.stop()
+    section = published.snapshot.slices
+    assert section is not None and section.usages == ()
+    (device,) = section.devices
+    assert device.memory_reason is Reason.UNSTABLE and device.rows_unreadable == 1

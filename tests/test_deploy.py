@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from devicemanager.config import DEFAULT_PORT, SERVE_FLAGS
+from devicemanager.kube.podresources import DEFAULT_SOCKET
 from devicemanager.kube.role import COMPONENT, COMPONENT_LABEL, MANUFACTURER_LABEL
 from devicemanager.monitor import Monitor
 from devicemanager.serve.app import create_app
@@ -95,6 +96,15 @@ def test_the_daemonset_agrees_with_the_code() -> None:
         get = container[probe]["httpGet"]
         assert (get["port"], get["scheme"]) == ("https", "HTTPS") and get["path"] in routes
     assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
+    # The kubelet's pod-resources socket, for device-plugin grants (R-X2): read-only.
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "pod-resources"]
+    assert mount == {
+        "name": "pod-resources",
+        "mountPath": str(DEFAULT_SOCKET.parent),
+        "readOnly": True,
+    }
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "pod-resources"]
+    assert volume["hostPath"]["path"] == str(DEFAULT_SOCKET.parent)
     security = container["securityContext"]
     assert (
         security["capabilities"]["drop"] == ["ALL"]

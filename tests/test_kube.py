@@ -574,8 +574,11 @@ def test_the_whole_agent_in_a_cluster(api: FakeApiServer, tmp_path: Path, launch
     got = series()
     assert [s.value for s in got["gpustack_instance_metrics_exporter"]] == [1.0]
     assert {
-        s.labels["source"]: s.value for s in got["gpustack_instance_metrics_collector_success"]
-    } == {"kubelet": 1.0, "snapshot": 1.0}
+        s.labels["source"]: s.value
+        for s in got["gpustack_instance_metrics_collector_success"]
+        # No kubelet pod-resources socket on this machine: that source reports its failure, and the
+        # annotation grants go on.
+    } == {"kubelet": 1.0, "podresources": 0.0, "snapshot": 1.0}
     assert got["gpustack_instance_memory_total_mib"][0].labels["instance_name"] == "vllm"
     # The kubelet goes away: its measurements go, the totals stay, the verdict says so.
     api.summaries.clear()
@@ -584,5 +587,5 @@ def test_the_whole_agent_in_a_cluster(api: FakeApiServer, tmp_path: Path, launch
     assert [s.value for s in got["gpustack_instance_cpu_total_millicores"]] == [4000.0]
     assert {
         s.labels["source"]: s.value for s in got["gpustack_instance_metrics_collector_success"]
-    } == {"kubelet": 0.0, "snapshot": 1.0}
+    } == {"kubelet": 0.0, "podresources": 0.0, "snapshot": 1.0}
     assert agent.proc.poll() is None

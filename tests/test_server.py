@@ -91,7 +91,11 @@ def test_metrics_parse_and_publish_no_sample_for_absent_figures(launch) -> None:
     indexes = {s.labels["index"] for s in cores.samples}
     assert indexes == {"0", "1", "2", "3", "5", "6", "7"}  # card 4 (MIG) is absent, not 0
     success = families["gpustack_instance_metrics_collector_success"].samples
-    assert [(s.labels["source"], s.value) for s in success] == [("snapshot", 1.0)]
+    # The scenario's recorded kubelet answer counts as a source read.
+    assert [(s.labels["source"], s.value) for s in success] == [
+        ("podresources", 1.0),
+        ("snapshot", 1.0),
+    ]
 
 
 def test_non_get_is_405_with_allow_get(launch) -> None:  # type: ignore[no-untyped-def]

@@ -242,10 +242,15 @@ def parse_partitions(payload: Mapping[str, Any]) -> tuple[PartitionReading, ...]
         d["nvmlDeviceGetUUID"]: d for d in devices if isinstance(d.get("nvmlDeviceGetUUID"), str)
     }
     handles: dict[str, list[Mapping[str, Any]]] = {}
+    parents: dict[str, list[str]] = {}  # partition id -> the cards listing it
     for device in devices:
         for mig in _entries(device.get("migDevices")):
             if isinstance(mig.get("nvmlDeviceGetUUID"), str):
                 handles.setdefault(mig["nvmlDeviceGetUUID"], []).append(mig)
+                if isinstance(device.get("nvmlDeviceGetUUID"), str):
+                    parents.setdefault(mig["nvmlDeviceGetUUID"], []).append(
+                        device["nvmlDeviceGetUUID"]
+                    )
     out: list[PartitionReading] = []
     for item in wanted if isinstance(wanted, list) else ():
         if not (
@@ -253,6 +258,11 @@ def parse_partitions(payload: Mapping[str, Any]) -> tuple[PartitionReading, ...]
         ):
             continue
         parent_id, partition_id = item
+        if not parent_id:
+            # Asked for by its own id alone (a MIG device the kubelet allocated): its card is
+            # the one that lists it, when exactly one does.
+            listed = parents.get(partition_id, [])
+            parent_id = listed[0] if len(listed) == 1 else ""
         parent = by_uuid.get(parent_id)
         found = handles.get(partition_id, [])
         mode = parent.get("nvmlDeviceGetMigMode") if parent is not None else None
@@ -512,7 +522,9 @@ class NvidiaBackend:
             if uuid in request.carved_device_ids:
                 device["nvmlDeviceGetComputeRunningProcesses_v3"] = self._processes(handle)
                 device.update(self._samples(handle))
-            if uuid in mig_parents and isinstance(mode, dict) and mode["current"] == MIG_ENABLED:
+            # "" asks for a partition whose card is not known: every MIG card is listed.
+            wanted = uuid in mig_parents or "" in mig_parents
+            if wanted and isinstance(mode, dict) and mode["current"] == MIG_ENABLED:
                 device["migDevices"] = self._mig_devices(handle)
         return device
 

@@ -313,6 +313,19 @@ def test_process_rows_of_a_mig_card_name_their_partition(libnvml: Path, scenario
     assert [(r.pid, r.partition_id) for r in answer.rows] == [(7001, scenarios.mig_uuid(0))]
 
 
+def test_a_partition_asked_for_by_its_own_id_alone_finds_its_card(libnvml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    """A MIG device the kubelet allocated is named by its UUID only (R-X2): every MIG card is
+    walked, and the card that lists it is its parent."""
+    scenario(scenarios.h100_mig())
+    wanted = frozenset({("", scenarios.mig_uuid(1)), ("", "MIG-not-there")})
+    (payload,) = read_payload(libnvml, ReadRequest(partition_ids=wanted))
+    got = {p.id: p for p in NvidiaBackend().parse(payload).partitions}
+    found = got[scenarios.mig_uuid(1)]
+    assert (found.parent_id, found.memory_total_mib, found.memory_used_mib) == (gpu(1), 9856, 1400)
+    missing = got["MIG-not-there"]
+    assert (missing.parent_id, missing.memory_reason) == ("", Reason.TRANSIENT_DRIVER_ERROR)
+
+
 # -- the library missing ----------------------------------------------------------------------
 
 

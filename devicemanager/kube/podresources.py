@@ -1,0 +1,219 @@
+"""The kubelet's pod-resources gRPC API (v1): which device-plugin devices each pod holds (R-X2).
+
+`List` names, per pod (namespace and name) and container, the device ids of each extended
+resource; `GetAllocatableResources` every device the kubelet can allocate on the node. Both are
+read once per round over the kubelet's unix socket, under one deadline, and turned into the
+core's plain `KubeletAnswer` (devicemanager.deviceplugins), which never raises: an absent
+socket, a kubelet older than 1.20 (no v1) or 1.21 (no GetAllocatableResources), a slow or a
+malformed answer each become an error string, so only the kubelet's grants go missing and the
+annotation grants still work.
+
+Replay reads the same answer from a scenario's `podresources.json` (the protobuf JSON mapping of
+both responses) through the same messages and the same conversion.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+
+from devicemanager.deviceplugins import (
+    MAX_CONTAINERS,
+    MAX_DEVICES,
+    MAX_PODS,
+    ContainerDevices,
+    KubeletAnswer,
+    PodDevices,
+)
+from devicemanager.kube.proto import podresources_v1_pb2 as pb
+
+DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+DEFAULT_TIMEOUT = 2.0
+# The kubelet's answer grows with the node's pods; 16 MiB holds thousands of them.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+LIST = "/v1.PodResourcesLister/List"
+ALLOCATABLE = "/v1.PodResourcesLister/GetAllocatableResources"
+
+
+def _devices(container: str, entries: Iterable[pb.ContainerDevices]) -> list[ContainerDevices]:
+    return [
+        ContainerDevices(container, d.resource_name, tuple(d.device_ids[:MAX_DEVICES]))
+        for d in entries
+        if d.resource_name
+    ]
+
+
+def from_list(response: pb.ListPodResourcesResponse) -> tuple[tuple[PodDevices, ...], str | None]:
+    """The core's view of a `List` answer, and what was cut from it to stay within bounds."""
+    cut = []
+    if len(response.pod_resources) > MAX_PODS:
+        cut.append(f"{len(response.pod_resources) - MAX_PODS} pods past {MAX_PODS}")
+    pods = []
+    for pod in response.pod_resources[:MAX_PODS]:
+        devices: list[ContainerDevices] = []
+        if len(pod.containers) > MAX_CONTAINERS:
+            cut.append(f"containers of {pod.namespace}/{pod.name} past {MAX_CONTAINERS}")
+        for container in pod.containers[:MAX_CONTAINERS]:
+            if any(len(d.device_ids) > MAX_DEVICES for d in container.devices):
+                cut.append(f"devices of {pod.namespace}/{pod.name} past {MAX_DEVICES}")
+            devices.extend(_devices(container.name, container.devices))
+        pods.append(PodDevices(pod.namespace, pod.name, tuple(devices)))
+    error = f"answer cut to bounds: {'; '.join(cut[:3])}" if cut else None
+    return tuple(pods), error
+
+
+def from_allocatable(response: pb.AllocatableResourcesResponse) -> tuple[ContainerDevices, ...]:
+    return tuple(_devices("", response.devices[: MAX_DEVICES * 4]))
+
+
+def describe(exc: grpc.RpcError, method: str, timeout: float) -> str:
+    """A failed call as an operator reads it."""
+    code = exc.code() if isinstance(exc, grpc.Call) else None
+    details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+    if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+        return f"{method}: no answer in {timeout:g}s"
+    if code is grpc.StatusCode.UNIMPLEMENTED:
+        if method == "List":
+            return "List: the kubelet does not serve podresources v1 (Kubernetes before 1.20)"
+        return (
+            "GetAllocatableResources: not served (Kubernetes before 1.21, or the "
+            "KubeletPodResourcesGetAllocatable feature gate is off)"
+        )
+    name = code.name if code is not None else type(exc).__name__
+    return f"{method}: {name}: {details}"
+
+
+class PodResourcesClient:
+    """Reads the kubelet's socket; one channel for the agent's life, one deadline per round."""
+
+    def __init__(
+        self,
+        socket: Path = DEFAULT_SOCKET,
+        timeout: float = DEFAULT_TIMEOUT,
+        mono: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.socket, self.timeout, self._mono = socket, timeout, mono
+        self._channel: grpc.Channel | None = None
+
+    def _connect(self) -> grpc.Channel:
+        if self._channel is None:
+            self._channel = grpc.insecure_channel(
+                f"unix://{self.socket}",
+                options=[
+                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                    ("grpc.enable_http_proxy", 0),
+                ],
+            )
+        return self._channel
+
+    def _call(self, path: str, request: Any, response: Any, timeout: float) -> Any:
+        method = self._connect().unary_unary(
+            path,
+            request_serializer=type(request).SerializeToString,
+            response_deserializer=response.FromString,
+        )
+        return method(request, timeout=timeout, wait_for_ready=False)
+
+    def read(self) -> KubeletAnswer:
+        """Both calls under one deadline; never raises."""
+        started = self._mono()
+        if not self.socket.exists():
+            return KubeletAnswer(
+                error=f"{self.socket} does not exist (is the pod-resources directory mounted?)",
+                duration_seconds=round(self._mono() - started, 6),
+            )
+        deadline = started + self.timeout
+        try:
+            listed = self._call(
+                LIST, pb.ListPodResourcesRequest(), pb.ListPodResourcesResponse, self.timeout
+            )
+            pods, error = from_list(listed)
+        except grpc.RpcError as exc:  # an undecodable answer is one too (StatusCode.INTERNAL)
+            return KubeletAnswer(
+                error=describe(exc, "List", self.timeout),
+                duration_seconds=round(self._mono() - started, 6),
+            )
+        allocatable: tuple[ContainerDevices, ...] | None = None
+        allocatable_error = None
+        remaining = deadline - self._mono()
+        if remaining <= 0:
+            allocatable_error = f"GetAllocatableResources: no time left of {self.timeout:g}s"
+        else:
+            try:
+                answer = self._call(
+                    ALLOCATABLE,
+                    pb.AllocatableResourcesRequest(),
+                    pb.AllocatableResourcesResponse,
+                    remaining,
+                )
+                allocatable = from_allocatable(answer)
+            except grpc.RpcError as exc:
+                allocatable_error = describe(exc, "GetAllocatableResources", self.timeout)
+        return KubeletAnswer(
+            pods=pods,
+            allocatable=allocatable,
+            error=error,
+            allocatable_error=allocatable_error,
+            duration_seconds=round(self._mono() - started, 6),
+        )
+
+    __call__ = read
+
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+
+
+RECORDING_KEYS = ("list", "allocatable")
+
+
+def read_recording(path: Path) -> KubeletAnswer:
+    """A scenario's recorded answer: `{"list": <ListPodResourcesResponse>, "allocatable":
+    <AllocatableResourcesResponse>}` in protobuf's JSON mapping; a missing key is a call that
+    did not answer."""
+    try:
+        doc = json.loads(path.read_text())
+        if not isinstance(doc, dict):
+            raise ValueError("expected an object with 'list' and 'allocatable'")
+        pods: tuple[PodDevices, ...] | None = None
+        error: str | None = "List: not recorded"
+        allocatable: tuple[ContainerDevices, ...] | None = None
+        if isinstance(doc.get("list"), dict):
+            listed = json_format.ParseDict(
+                doc["list"], pb.ListPodResourcesResponse(), ignore_unknown_fields=True
+            )
+            pods, error = from_list(listed)
+        if isinstance(doc.get("allocatable"), dict):
+            answer = json_format.ParseDict(
+                doc["allocatable"], pb.AllocatableResourcesResponse(), ignore_unknown_fields=True
+            )
+            allocatable = from_allocatable(answer)
+    except (OSError, ValueError, json_format.ParseError) as exc:
+        return KubeletAnswer(error=f"{path}: {exc}")
+    return KubeletAnswer(
+        pods=pods,
+        allocatable=allocatable,
+        error=error,
+        allocatable_error=None if allocatable is not None else "not recorded",
+        duration_seconds=0.0,
+    )
+
+
+class RecordedPodResources:
+    """Replay's kubelet: the scenario's recorded answer every round."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __call__(self) -> KubeletAnswer:
+        return read_recording(self.path)
+
+    def close(self) -> None:
+        """Nothing to release."""

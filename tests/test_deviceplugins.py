@@ -1,0 +1,319 @@
+"""Device-plugin device ids as grants (R-X2): every manufacturer's resource names and id forms,
+the annotation winning over the kubelet, pods matched by name, cards the library lost."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+
+from devicemanager.allocations import GPUSTACK_KEY, Mode
+from devicemanager.deviceplugins import (
+    NOT_ENUMERATED,
+    ContainerDevices,
+    KubeletAnswer,
+    PluginDevice,
+    PodDevices,
+    aliases_of,
+    allocatable_cards,
+    device_of,
+    match_pods,
+    missing_cards,
+    node_kubelet_grants,
+)
+from devicemanager.grants import node_grants
+from devicemanager.model import Card, PartitionReading, VendorReading
+from devicemanager.pods import PodIndex
+from tests.conftest import NODES, scenario_monitor
+
+G = "GPU-8b6f0b2e-4e58-2d0b-9b1a-1f3c2a7d9e01"
+G2 = "GPU-0c1d2e3f-4a5b-6c7d-8e9f-a0b1c2d3e4f5"
+M = "MIG-5c2e1a90-7d4b-5e3f-8a21-93b0c4d5e6f7"
+ALIASES = {("nvidia", "0"): G, ("nvidia", M): G}
+
+CASES = [
+    # (resource, device id, what it is) -- NVIDIA's plugin: whole, replicas, MIG, index strategy
+    ("nvidia.com/gpu", G, PluginDevice("nvidia", G, Mode.EXCLUSIVE)),
+    ("nvidia.com/gpu", f"{G}::3", PluginDevice("nvidia", G, Mode.SHARED)),
+    ("nvidia.com/gpu.shared", f"{G}::0", PluginDevice("nvidia", G, Mode.SHARED)),
+    ("nvidia.com/gpu", f"{G}-7", PluginDevice("nvidia", G, Mode.SHARED)),  # HAMi's split
+    ("nvidia.com/gpu", M, PluginDevice("nvidia", G, Mode.PARTITIONED, M)),  # single strategy
+    ("nvidia.com/mig-1g.10gb", M, PluginDevice("nvidia", G, Mode.PARTITIONED, M, "1g.10gb")),
+    (
+        "nvidia.com/mig-1g.10gb.shared",
+        f"{M}::1",
+        PluginDevice("nvidia", G, Mode.PARTITIONED, M, "1g.10gb"),
+    ),
+    (
+        "nvidia.com/mig-3g.40gb",
+        f"MIG-{G}/2/0",  # before R470
+        PluginDevice("nvidia", G, Mode.PARTITIONED, f"MIG-{G}/2/0", "3g.40gb"),
+    ),
+    ("nvidia.com/gpu", "0", PluginDevice("nvidia", G, Mode.EXCLUSIVE)),  # index strategy
+    ("nvidia.com/gpu", "0::2", PluginDevice("nvidia", G, Mode.SHARED)),
+    ("nvidia.com/mig-2g.20gb", "0:1", PluginDevice("nvidia", G, Mode.PARTITIONED, None, "2g.20gb")),
+    # A MIG id whose card is not enumerated yet: named by the partition alone.
+    (
+        "nvidia.com/mig-1g.10gb",
+        "MIG-00000000-0000-0000-0000-000000000001",
+        PluginDevice(
+            "nvidia", "", Mode.PARTITIONED, "MIG-00000000-0000-0000-0000-000000000001", "1g.10gb"
+        ),
+    ),
+    # AMD: PCI bus ids, time-slicing replicas, compute partitions
+    ("amd.com/gpu", "0000:c1:00.0", PluginDevice("amd", "0000:c1:00.0", Mode.EXCLUSIVE)),
+    ("amd.com/gpu", "0000:c1:00.0-slice-2", PluginDevice("amd", "0000:c1:00.0", Mode.SHARED)),
+    ("amd.com/cpx_nps4", "0000:05:00.1", PluginDevice("amd", "0000:05:00.1", Mode.EXCLUSIVE)),
+    # Hygon, MetaX, T-Head
+    ("hygon.com/dcu", "0000:3a:00.0", PluginDevice("hygon", "0000:3a:00.0", Mode.EXCLUSIVE)),
+    ("metax-tech.com/gpu", "GPU-9a8b", PluginDevice("metax", "GPU-9a8b", Mode.EXCLUSIVE)),
+    ("alibabacloud.com/ppu", "PPU-0", PluginDevice("thead", "PPU-0", Mode.EXCLUSIVE)),
+    # Ascend: whole NPUs and vNPUs
+    ("huawei.com/Ascend910", "Ascend910-3", PluginDevice("ascend", "Ascend910-3", Mode.EXCLUSIVE)),
+    (
+        "huawei.com/Ascend310P",
+        "Ascend310P-1",
+        PluginDevice("ascend", "Ascend310P-1", Mode.EXCLUSIVE),
+    ),
+    (
+        "huawei.com/Ascend910-2c",
+        "Ascend910-2c-100-3",
+        PluginDevice("ascend", "Ascend910-3", Mode.PARTITIONED, "Ascend910-2c-100-3", "2c"),
+    ),
+    # Not an accelerator of ours, or not an id of the resource
+    ("nvidia.com/gpumem", "GPU-x-0", None),
+    ("nvidia.com/gpu.sliced", f"{G}::0", None),  # GPUStack's slices: its annotation says
+    ("rdma/hca_shared_devices_a", "0", None),
+    ("nvidia.com/mig-1g.10gb", G, None),
+    ("nvidia.com/gpu", "not-a-gpu", None),
+    ("huawei.com/Ascend910-2c", "Ascend910-3", None),
+    ("nvidia.com/gpu", "", None),
+]
+
+
+@pytest.mark.parametrize(("resource", "device_id", "expected"), CASES, ids=[c[1] for c in CASES])
+def test_every_plugins_ids_name_their_card(
+    resource: str, device_id: str, expected: PluginDevice | None
+) -> None:
+    assert device_of(resource, device_id, ALIASES) == expected
+
+
+@settings(max_examples=300)
+@given(st.text(max_size=80), st.text(max_size=300))
+def test_any_resource_and_id_is_an_answer_never_an_exception(resource: str, device_id: str) -> None:
+    device = device_of(resource, device_id, ALIASES)
+    assert device is None or device.manufacturer in {
+        "nvidia",
+        "amd",
+        "hygon",
+        "metax",
+        "ascend",
+        "thead",
+    }
+
+
+def pod(uid: str, name: str, *, annotations: dict[str, str] | None = None, **status: object):  # type: ignore[no-untyped-def]
+    return {
+        "metadata": {
+            "uid": uid,
+            "name": name,
+            "namespace": "ns",
+            "annotations": annotations or {},
+            **({"deletionTimestamp": "x"} if status.get("terminating") else {}),
+        },
+        "spec": {"containers": [{"name": "main"}]},
+        "status": {
+            "phase": status.get("phase", "Running"),
+            "containerStatuses": [{"name": "main", "state": {"running": {}}}],
+        },
+    }
+
+
+def devices(name: str, *ids: str, resource: str = "nvidia.com/gpu") -> PodDevices:
+    return PodDevices("ns", name, (ContainerDevices("main", resource, ids),))
+
+
+def test_pods_are_matched_by_name_and_a_recreated_one_is_not_guessed() -> None:
+    index = PodIndex.of(
+        [
+            pod("u1", "a"),
+            pod("u2", "b", phase="Succeeded"),  # the old one of a recreated pod
+            pod("u3", "b"),
+            pod("u4", "c"),
+            pod("u5", "c"),  # two live pods of one name: which is meant cannot be told
+        ]
+    )
+    matched = match_pods(
+        [devices("a", G), devices("b", G), devices("c", G), devices("z", G)], index
+    )
+    assert set(matched) == {"u1", "u3"}
+
+
+def gpustack(device: str, mode: int = 1) -> dict[str, str]:
+    doc = {
+        "main": {
+            "devices": {
+                "groups": [
+                    {"manufacturer": "nvidia", "accelerators": [{"id": device, "mode": mode}]}
+                ]
+            }
+        }
+    }
+    return {GPUSTACK_KEY: json.dumps(doc)}
+
+
+def test_the_annotation_wins_and_a_disagreement_is_noted() -> None:
+    index = PodIndex.of(
+        [
+            pod("plain", "plain"),
+            pod("agree", "agree", annotations=gpustack(G)),
+            pod("differ", "differ", annotations=gpustack(G)),
+            pod("broken", "broken", annotations={GPUSTACK_KEY: "{"}),
+        ]
+    )
+    answer = KubeletAnswer(
+        pods=(
+            devices("plain", f"{G}::1"),
+            devices("agree", f"{G}::0"),  # GPUStack's plugin: the same card
+            devices("differ", G2),
+            devices("broken", G2),
+        )
+    )
+    grants = node_grants(index, node_kubelet_grants(answer, index, {}))
+    plain = grants.by_pod["plain"]
+    assert [(g.device_id, g.mode, g.containers) for g in plain] == [(G, Mode.SHARED, ("main",))]
+    assert [(g.device_id, g.mode) for g in grants.by_pod["agree"]] == [(G, Mode.EXCLUSIVE)]
+    assert [(g.device_id, g.mode) for g in grants.by_pod["differ"]] == [(G, Mode.EXCLUSIVE)]
+    assert set(grants.disagreements) == {"differ"} and G2 in grants.disagreements["differ"]
+    # A malformed annotation still gives no grants: the kubelet cannot tell a slice from a card.
+    assert "broken" not in grants.by_pod and "broken" in grants.errors
+
+
+def test_a_pod_without_an_instance_is_its_own_instance() -> None:
+    from devicemanager.figures import View, exported
+
+    index = PodIndex.of([pod("plain", "plain")])
+    answer = KubeletAnswer(pods=(devices("plain", G),))
+    grants = node_grants(index, node_kubelet_grants(answer, index, {}))
+    (item,) = exported(index, grants, View(), ["nvidia"])
+    assert (item.instance.namespace, item.instance.name, item.instance.uid) == (
+        "ns",
+        "plain",
+        "plain",
+    )
+
+
+def test_aliases_come_from_what_the_library_enumerated() -> None:
+    reading = VendorReading(
+        "nvidia",
+        cards=(Card(G, 0, aliases=("0000:1b:00.0",)), Card(G2, 1)),
+        partitions=(PartitionReading(M, G), PartitionReading("MIG-lost", "")),
+    )
+    assert aliases_of([reading]) == {
+        ("nvidia", "0"): G,  # the index strategy's ids
+        ("nvidia", "1"): G2,
+        ("nvidia", G): G,
+        ("nvidia", G2): G2,
+        ("nvidia", "0000:1b:00.0"): G,  # an alias the backend reports (a PCI bus id)
+        ("nvidia", M): G,  # a partition names its parent
+    }
+
+
+def test_a_card_the_kubelet_allocates_and_the_library_lost_is_unhealthy() -> None:
+    answer = KubeletAnswer(
+        pods=(),
+        allocatable=(
+            ContainerDevices("", "nvidia.com/gpu", (G, f"{G2}::0", f"{G2}::1")),
+            ContainerDevices("", "nvidia.com/mig-1g.10gb", (M,)),
+            ContainerDevices("", "amd.com/gpu", ("0000:c1:00.0",)),
+        ),
+    )
+    cards = allocatable_cards(answer, "nvidia", {("nvidia", M): G})
+    assert cards == frozenset({G, G2})
+    reading = VendorReading("nvidia", cards=(Card(G, 0),))
+    known = {G2: Card(G2, 5, name="NVIDIA H100 80GB HBM3", memory_total_mib=81559)}
+    (lost,) = missing_cards(reading, cards, known)
+    assert (lost.id, lost.index, lost.name, lost.unhealthy) == (
+        G2,
+        5,
+        "NVIDIA H100 80GB HBM3",
+        True,
+    )
+    assert lost.unhealthy_reason == NOT_ENUMERATED and lost.memory_used_mib is None
+    # Never seen: named by the kubelet's id, index unknown.
+    (unknown,) = missing_cards(reading, cards, {})
+    assert (unknown.id, unknown.index) == (G2, -1)
+    # A kubelet that did not answer GetAllocatableResources says nothing is missing.
+    assert missing_cards(reading, allocatable_cards(KubeletAnswer(pods=()), "nvidia", {}), {}) == ()
+
+
+# -- the device-plugin-only scenario ----------------------------------------------------------
+
+
+def test_the_plain_device_plugin_node_shows_what_its_expected_list_says() -> None:
+    root = NODES / "a100-device-plugin-only"
+    expected = json.loads((root / "expected.json").read_text())
+    monitor = scenario_monitor("a100-device-plugin-only")
+    published = monitor.run_round()
+    monitor.stop()
+    text = published.metrics.plain.decode()
+    found: dict[tuple[str, str, str, str, str], dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name.startswith("gpustack_instance_accelerator_"):
+                key = (
+                    s.labels["namespace"],
+                    s.labels["instance_name"],
+                    s.labels["id"],
+                    s.labels["index"],
+                    s.labels["mode"],
+                )
+                found.setdefault(key, {})[s.name.removeprefix("gpustack_instance_accelerator_")] = (
+                    s.value
+                )
+    want = {}
+    for e in expected["entries"]:
+        key = (e["namespace"], e["instance"], e["id"], e["index"], e["mode"])
+        want[key] = {
+            k: v
+            for k, v in (
+                ("memory_total_mib", e["memory_total_mib"]),
+                ("memory_used_mib", e["memory_used_mib"]),
+                ("unhealthy", e["unhealthy"]),
+            )
+            if v is not None
+        }
+    assert set(found) == set(want)
+    for key, figures in want.items():
+        for name, value in figures.items():
+            assert found[key][name] == value, (key, name)
+        if "memory_used_mib" not in figures:  # the lost card: absent, never a zero
+            assert "memory_used_mib" not in found[key] and "memory_total_mib" not in found[key]
+    doc = json.loads(published.snapshot_json)
+    reasons = {
+        c["id"]: c["unhealthyReason"]
+        for g in doc["groups"]
+        for c in g["accelerators"]
+        if c["unhealthy"]
+    }
+    assert reasons == expected["cards_unhealthy"]
+
+
+def test_a_disagreement_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    from devicemanager.monitor import Monitor
+
+    index = PodIndex.of([pod("differ", "differ", annotations=gpustack(G))])
+    answer = KubeletAnswer(pods=(devices("differ", G2),))
+    monitor = Monitor(
+        [], period=15, deadline=1, liveness_timeout=60, node="n",
+        pods=lambda: index, podresources=lambda: answer,
+    )  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="devicemanager.monitor"):
+        for _ in range(3):
+            monitor.run_round()
+    lines = [r for r in caplog.records if "annotation is used" in r.getMessage()]
+    assert len(lines) == 1 and "ns/differ" in lines[0].getMessage()

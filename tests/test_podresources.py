@@ -1,0 +1,229 @@
+"""The kubelet's pod-resources API, read over real gRPC on a unix socket with the real protos
+(R-X2): recorded answers, a slow kubelet past the deadline, an absent socket, kubelets too old
+for v1 or for GetAllocatableResources, undecodable bytes; and the committed generated module
+checked against its .proto."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from devicemanager.deviceplugins import MAX_PODS
+from devicemanager.kube.podresources import (
+    PodResourcesClient,
+    from_list,
+    read_recording,
+)
+from devicemanager.kube.proto import podresources_v1_pb2 as pb
+from tests.conftest import FIXED_TIME, NODES, REPO
+from tests.podresources_server import Behaviour, load, serving
+
+RECORDED = NODES / "a100-device-plugin-only" / "podresources.json"
+
+
+@pytest.fixture
+def socket() -> Iterator[Path]:
+    # A short directory: a unix socket path is limited to 107 bytes.
+    root = Path(tempfile.mkdtemp(prefix="podres-", dir="/tmp"))
+    yield root / "kubelet.sock"
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_recorded_answer_read_over_grpc_is_what_replay_reads(socket: Path) -> None:
+    with serving(socket, Behaviour(load(RECORDED))) as kubelet:
+        answer = PodResourcesClient(socket, timeout=5).read()
+    assert kubelet.calls == ["List", "GetAllocatableResources"]
+    assert answer.ok and answer.error is None and answer.allocatable_error is None
+    replayed = read_recording(RECORDED)
+    assert (answer.pods, answer.allocatable) == (replayed.pods, replayed.allocatable)
+    by_name = {(p.namespace, p.name): p for p in answer.pods or ()}
+    (mistral,) = by_name[("serving", "vllm-mistral-0")].devices
+    assert mistral.container == "vllm" and mistral.resource == "nvidia.com/mig-3g.40gb"
+    assert mistral.device_ids[0].startswith("MIG-")
+    assert by_name[("gpu-operator", "nvidia-device-plugin-daemonset-7xk2p")].devices == ()
+    assert answer.duration_seconds is not None and answer.duration_seconds >= 0
+
+
+def test_a_kubelet_slower_than_the_deadline_gives_no_grants_and_says_why(socket: Path) -> None:
+    with serving(socket, Behaviour(load(RECORDED), delay=30)):
+        answer = PodResourcesClient(socket, timeout=0.3).read()
+    assert answer.pods is None and not answer.ok
+    assert answer.error == "List: no answer in 0.3s"
+
+
+def test_an_absent_socket_is_named(socket: Path) -> None:
+    answer = PodResourcesClient(socket, timeout=1).read()
+    assert answer.pods is None and answer.error is not None
+    assert str(socket) in answer.error and "mounted" in answer.error
+
+
+def test_a_socket_nobody_listens_on_is_unavailable(socket: Path) -> None:
+    with serving(socket, Behaviour(load(RECORDED))):
+        pass  # the server is gone; its socket file may stay behind, as a dead kubelet's does
+    socket.touch(exist_ok=True)
+    answer = PodResourcesClient(socket, timeout=1).read()
+    assert answer.pods is None and answer.error is not None
+    assert answer.error.startswith("List: UNAVAILABLE")
+
+
+def test_a_kubelet_before_v1_is_too_old(socket: Path) -> None:
+    with serving(socket, Behaviour(load(RECORDED), serve_v1=False)):
+        answer = PodResourcesClient(socket, timeout=2).read()
+    assert answer.pods is None
+    assert (
+        answer.error == "List: the kubelet does not serve podresources v1 (Kubernetes before 1.20)"
+    )
+
+
+def test_a_kubelet_without_allocatable_still_gives_its_grants(socket: Path) -> None:
+    with serving(socket, Behaviour(load(RECORDED), serve_allocatable=False)):
+        answer = PodResourcesClient(socket, timeout=2).read()
+    assert answer.ok and answer.pods and answer.allocatable is None
+    assert answer.allocatable_error is not None and "1.21" in answer.allocatable_error
+
+
+def test_bytes_that_are_no_message_are_an_error_not_a_crash(socket: Path) -> None:
+    with serving(socket, Behaviour(load(RECORDED), garbage=True)):
+        answer = PodResourcesClient(socket, timeout=2).read()
+    assert answer.pods is None and answer.error is not None
+    assert answer.error.startswith("List: INTERNAL")
+
+
+def test_an_answer_past_its_bounds_is_cut_and_says_so() -> None:
+    response = pb.ListPodResourcesResponse(
+        pod_resources=[pb.PodResources(name=f"p{i}", namespace="ns") for i in range(MAX_PODS + 5)]
+    )
+    pods, error = from_list(response)
+    assert len(pods) == MAX_PODS and error is not None and "5 pods past" in error
+
+
+def test_a_broken_recording_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "bad.json").write_text('{"list": {"podResources": 7}}')
+    answer = read_recording(tmp_path / "bad.json")
+    assert answer.pods is None and answer.error is not None
+
+
+def test_the_committed_module_matches_its_proto(tmp_path: Path) -> None:
+    """scripts/protos regenerates it; the serialised descriptor is what the code uses, and is
+    independent of the compiler's version banner."""
+    pytest.importorskip("grpc_tools")
+    proto = REPO / "devicemanager" / "kube" / "proto"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{proto}",
+            f"--python_out={tmp_path}",
+            str(proto / "podresources_v1.proto"),
+        ],
+        check=True,
+    )
+    generated = (tmp_path / "podresources_v1_pb2.py").read_text()
+    committed = (proto / "podresources_v1_pb2.py").read_text()
+
+    def descriptor(text: str) -> str:
+        (line,) = [x for x in text.splitlines() if "AddSerializedFile(" in x]
+        return line
+
+    assert descriptor(generated) == descriptor(committed), "run scripts/protos"
+
+
+# -- the agent over a live socket ---------------------------------------------------------------
+
+
+def samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name:
+                out[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+def live_monitor(scenario: str, socket: Path, timeout: float = 2.0):  # type: ignore[no-untyped-def]
+    from devicemanager.agent import build_monitor, resolve_node
+    from devicemanager.config import parse_serve
+
+    argv = [
+        "--replay",
+        str(NODES / scenario),
+        "--pod-resources-socket",
+        str(socket),
+        "--pod-resources-timeout",
+        str(timeout),
+    ]
+    settings = parse_serve(argv, env={})
+    return build_monitor(settings, resolve_node(settings), wall=lambda: FIXED_TIME)
+
+
+def test_the_agent_reads_the_socket_and_publishes_what_replay_publishes(socket: Path) -> None:
+    golden = (NODES / "a100-device-plugin-only" / "golden" / "metrics.txt").read_text()
+    with serving(socket, Behaviour(load(RECORDED))):
+        monitor = live_monitor("a100-device-plugin-only", socket)
+        published = monitor.run_round()
+        monitor.stop()
+    text = published.metrics.plain.decode()
+    name = "gpustack_instance_accelerator_memory_total_mib"
+    assert samples(text, name) == samples(golden, name) and samples(text, name)
+    assert (
+        samples(text, "gpustack_instance_metrics_collector_success")[(("source", "podresources"),)]
+        == 1.0
+    )
+
+
+def test_without_the_kubelet_annotation_grants_still_work(socket: Path) -> None:
+    """h100-8gpu-mixed's grants all come from annotations: a kubelet that never answers takes
+    none of them away, and the self-report says the source failed."""
+    golden = (NODES / "h100-8gpu-mixed" / "golden" / "metrics.txt").read_text()
+    with serving(
+        socket, Behaviour(load(NODES / "h100-8gpu-mixed" / "podresources.json"), delay=30)
+    ):
+        monitor = live_monitor("h100-8gpu-mixed", socket, timeout=0.2)
+        text = monitor.run_round().metrics.plain.decode()
+        monitor.stop()
+    for name in (
+        "gpustack_instance_accelerator_memory_total_mib",
+        "gpustack_instance_accelerator_memory_used_mib",
+        "gpustack_instance_accelerator_cores_utilization_percent",
+    ):
+        assert samples(text, name) == samples(golden, name) and samples(text, name)
+    assert (
+        samples(text, "gpustack_instance_metrics_collector_success")[(("source", "podresources"),)]
+        == 0.0
+    )
+
+
+def test_without_the_kubelet_plain_pods_have_no_grants(socket: Path) -> None:
+    monitor = live_monitor("a100-device-plugin-only", socket)  # nothing listens
+    text = monitor.run_round().metrics.plain.decode()
+    monitor.stop()
+    assert samples(text, "gpustack_instance_accelerator_memory_total_mib") == {}
+    # Without GetAllocatableResources the lost card is not known to be missing either.
+    assert len(samples(text, "gpustack_accelerator_unhealthy")) == 7
+
+
+def test_the_socket_is_read_through_a_read_only_mount(socket: Path) -> None:
+    """The DaemonSet mounts the kubelet's pod-resources directory read-only: connecting to a
+    unix socket needs no write access to the file system it sits on."""
+    mounted = socket.parent / "ro"
+    mounted.mkdir()
+    made = subprocess.run(["mount", "--bind", str(socket.parent), str(mounted)], check=False)
+    if made.returncode != 0:
+        pytest.skip("bind mounts are not permitted here (needs root and CAP_SYS_ADMIN)")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(mounted)], check=True)
+        with pytest.raises(OSError):
+            (mounted / "probe").write_text("x")  # the mount really is read-only
+        with serving(socket, Behaviour(load(RECORDED))):
+            answer = PodResourcesClient(mounted / socket.name, timeout=5).read()
+        assert answer.ok and answer.pods
+    finally:
+        subprocess.run(["umount", str(mounted)], check=False)
