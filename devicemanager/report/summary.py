@@ -150,7 +150,6 @@ class _State:
     devices: list[_Device] = field(default_factory=list)
     rows: dict[tuple[object, ...], _Row] = field(default_factory=dict)
     quota: dict[tuple[str, str], dict[Figure, list[_Value]]] = field(default_factory=dict)
-    quota_limit_unset: set[tuple[str, str]] = field(default_factory=set)
     unrecognised: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
     ignored: set[str] = field(default_factory=set)
     surfaces: set[Surface] = field(default_factory=set)
@@ -444,9 +443,9 @@ def _read_quota(state: _State, obs: _Observation) -> None:
                 limit_value = float(limit)
             except ValueError:
                 return
-            if limit_value == 0:
-                state.quota_limit_unset.add((namespace, resource))
-            elif math.isfinite(limit_value):
+            # "0" is HAMi's word for no limit set (hami_resource_quota_limit then has no
+            # series); a limit is only what a quota states.
+            if limit_value != 0 and math.isfinite(limit_value):
                 figures[F.QUOTA_LIMIT].append(
                     _Value(family.rank + 5, limit_value, family.name, obs.source)
                 )
