@@ -211,3 +211,16 @@ def test_absurd_numbers_never_make_invalid_json() -> None:
     assert d["capacity"]["cores_devices"] == 3
     assert d["capacity"]["cores_limit"] is None  # 3e308 overflows: no figure, not infinity
     assert d["devices"][0]["cores_limit"] == int(1e308)
+
+
+def test_where_prometheus_client_rejects_a_paste_every_other_line_is_kept() -> None:
+    """Why the reader is our own: one cut line and the library refuses the whole text."""
+    for name, samples in (
+        ("hami-issue-555-legacy-monitor.prom", 4),
+        ("hami-issue-1417-node-overview.prom", 5),
+    ):
+        text = (SUMMARIZE / name).read_text()
+        with pytest.raises(ValueError):
+            library_samples(text)
+        parsed = parse(name, text)
+        assert len(parsed.samples) == samples and len(parsed.unreadable) == 1
