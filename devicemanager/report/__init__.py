@@ -2,7 +2,9 @@
 cluster's accelerators, from Prometheus text of HAMi's scheduler (allocation), HAMi's vGPU
 monitor (usage) and this agent's own /metrics.
 
-A world of its own: `parse` and `summary` are pure functions over text; `sources` is the one
+A world of its own. Pure functions over text: `parse` reads lines, `families` names every
+family read, `read` turns samples into devices, containers and quotas (`state` holds what it
+gathers), `checks` finds what does not add up, `summary` builds the report. `sources` is the one
 place that reads files, standard input and URLs; `render` prints text or JSON.
 """
 
