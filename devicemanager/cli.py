@@ -1,4 +1,5 @@
-"""The `devicemanager` command: serve, snapshot, metrics, whois, record, instance-metrics.
+"""The `devicemanager` command: serve, snapshot, metrics, whois, record, instance-metrics,
+summarize.
 
 One error style for every command: a one-line message that names what to fix, no traceback
 unless `--debug`, and one set of exit codes:
@@ -346,6 +347,52 @@ def _agent_flags(parser: argparse.ArgumentParser, default_url: str, env: str) ->
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds (default: 10)")
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return value
+
+
+def _cmd_summarize(args: argparse.Namespace) -> int:
+    from devicemanager.report import summarize_texts, to_json, to_text
+    from devicemanager.report.sources import SourceError, read_source
+
+    specs = args.sources or ["-"]
+    if specs.count("-") > 1:
+        raise CliError("standard input (-) can be read once", USAGE)
+    texts: list[tuple[str, str]] = []
+    for spec in specs:
+        try:
+            texts.append(
+                read_source(
+                    spec,
+                    sys.stdin.buffer,
+                    cacert=args.cacert,
+                    timeout=args.timeout,
+                    max_bytes=args.max_bytes,
+                )
+            )
+        except SourceError as exc:
+            raise CliError(str(exc), UNREACHABLE) from None
+    report = summarize_texts(texts)
+    sys.stdout.write(to_json(report) if args.format == "json" else to_text(report))
+    return OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     from devicemanager.serve.client import METRICS_URL, SNAPSHOT_URL
 
@@ -463,6 +510,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     im.add_argument("--snapshot-url", help="read this snapshot instead of finding the agents")
     im.set_defaults(func=_cmd_instance_metrics)
+
+    summ = sub.add_parser(
+        "summarize",
+        parents=[common],
+        help="summarize HAMi's and this agent's Prometheus text: who holds and uses what",
+    )
+    summ.add_argument(
+        "sources",
+        nargs="*",
+        metavar="SOURCE",
+        help="a file, - for standard input (the default), or an http(s):// URL; several merge",
+    )
+    summ.add_argument("--format", choices=("text", "json"), default="text")
+    summ.add_argument(
+        "--cacert", help="verify https sources against this CA (default: no verification)"
+    )
+    summ.add_argument(
+        "--timeout", type=_positive_float, default=10.0, help="seconds per URL (default 10)"
+    )
+    summ.add_argument(
+        "--max-bytes",
+        type=_positive_int,
+        default=64 * 1024 * 1024,
+        help="refuse a source larger than this (default 64 MiB)",
+    )
+    summ.set_defaults(func=_cmd_summarize)
     return parser
 
 
