@@ -108,6 +108,6 @@ def test_the_agent_serves_with_every_manufacturer_and_none_of_their_libraries(
     assert set(states) == set(SIX) and doc["groups"] == []
     assert all(state == "unavailable" for state, _ in states.values())
     assert states["nvidia"][1] == "libnvidia-ml.so.1 cannot be loaded"
-    assert states["ascend"][1] == "the ascend backend is not in this release yet"
+    assert states["ascend"][1] == "libdcmi.so cannot be loaded"
     for name in SIX:
         assert f'gpustack_accelerator_backend_up{{manufacturer="{name}",node=' in metrics, name

@@ -236,8 +236,12 @@ def read_container(state: State, obs: Observation) -> None:
     uuid = label_of(sample, labels, "uuid")
     index = label_of(sample, labels, "index")  # HAMi-DRA's and this agent's name the device's
     mig_uuid = None
-    if uuid is not None and uuid.startswith("MIG-") and family.figure is not F.MIG_INSTANCE:
-        mig_uuid, uuid = uuid, None  # this agent names a partition by its own UUID
+    mode = label_of(sample, labels, "mode")
+    partition = mode == "Partitioned" or (uuid is not None and uuid.startswith("MIG-"))
+    if uuid is not None and partition and family.figure is not F.MIG_INSTANCE:
+        # This agent names a partition (a MIG instance, a vNPU, an XCP) by its own id, and
+        # its card by the index: the partition is not a device of its own.
+        mig_uuid, uuid = uuid, None
     what = f"{family.name} line {sample.line}"
     device = resolve(state, node, index, uuid, None, what, obs.source, defer=True)
     namespace = label_of(sample, labels, "namespace")
@@ -254,7 +258,6 @@ def read_container(state: State, obs: Observation) -> None:
         row.unresolved.append((obs.source, what))
     if mig_uuid is not None:
         row.mig = MigInstance(mig_uuid, None, None, None)
-    mode = label_of(sample, labels, "mode")
     row.mode = row.mode or mode
     if family.figure is F.MIG_INSTANCE:
         row.mig = mig_of(sample, labels)
