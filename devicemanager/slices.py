@@ -23,6 +23,7 @@ from devicemanager.model import (
     MIB,
     Card,
     PartitionReading,
+    ProcessRow,
     Reason,
     VendorReading,
     as_int,
@@ -97,8 +98,35 @@ class Figures:
 # -- producing ----------------------------------------------------------------------------------
 
 
+def _partition_cores(
+    rows: Sequence[ProcessRow],
+    all_rows: Sequence[ProcessRow],
+    partitions: Mapping[str, PartitionReading],
+) -> float | None:
+    """One holder's compute from the partitions its processes run in, where the library has
+    no per-process figure but measures each partition on its own (a MetaX sGPU): only when
+    every one of the holder's rows names such a partition and no other process of the card
+    runs in it. Otherwise None: a partition shared with anyone is not one tenant's figure."""
+    named = [r.partition_id for r in rows]
+    if not rows or any(p is None or p not in partitions for p in named):
+        return None
+    total = 0.0
+    for partition_id in set(named):
+        found = partitions[partition_id or ""]
+        if found.cores_reason is not None or found.cores_percent is None:
+            return None
+        if sum(r.partition_id == partition_id for r in all_rows) != named.count(partition_id):
+            return None  # someone else's process runs in it too
+        total += found.cores_percent
+    return total
+
+
 def _device_entry(
-    manufacturer: str, verdict: DeviceAttribution, vendor: Any, card: Card | None
+    manufacturer: str,
+    verdict: DeviceAttribution,
+    vendor: Any,
+    card: Card | None,
+    partitions: Mapping[str, PartitionReading] | None = None,
 ) -> tuple[SliceDevice, list[SliceUsage]]:
     memory_reason = vendor.memory_reason or verdict.reason
     cores_reason = vendor.cores_reason or verdict.reason
@@ -120,6 +148,9 @@ def _device_entry(
             cores = None
             if cores_reason is None and all(r.cores_percent is not None for r in rows):
                 cores = min(100.0, float(sum(r.cores_percent for r in rows)))
+            elif verdict.reason is None and partitions:
+                alone = _partition_cores(rows, vendor.rows, partitions)
+                cores = None if alone is None else min(100.0, alone)
             usages.append(
                 SliceUsage(manufacturer, pod_uid, container, verdict.device_id, memory, cores)
             )
@@ -179,10 +210,17 @@ def build(
     manufacturer = reading.manufacturer
     cards = {c.id: c for c in reading.cards}
     vendor = {p.device_id: p for p in reading.processes}
+    by_parent: dict[str, dict[str, PartitionReading]] = {}
+    for p in reading.partitions:
+        by_parent.setdefault(p.parent_id, {})[p.id] = p
     devices, usages = [], []
     for verdict in verdicts:
         device, records = _device_entry(
-            manufacturer, verdict, vendor[verdict.device_id], cards.get(verdict.device_id)
+            manufacturer,
+            verdict,
+            vendor[verdict.device_id],
+            cards.get(verdict.device_id),
+            by_parent.get(verdict.device_id),
         )
         devices.append(device)
         usages.extend(records)
