@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
@@ -125,6 +126,10 @@ def _library(value: str) -> tuple[str, str]:
     return (name if sep else ""), path
 
 
+# Between record's two reads when partitions are asked: longer than GPM's 100 ms minimum.
+RECORD_PARTITION_GAP = 0.25
+
+
 def record(
     manufacturer: str,
     libraries: Mapping[str, str],
@@ -138,11 +143,17 @@ def record(
     backend.open()
     try:
         payload = backend.read(ReadRequest(partition_ids=frozenset(partitions)))
-        if processes:
+        if processes or partitions:
+            if partitions:
+                # A partition's GPM compute compares this read's sample with the previous
+                # read's, at least 100 ms older (R-X5): the second read is the one kept.
+                time.sleep(RECORD_PARTITION_GAP)
             # A second read with every card carved, so the fixture holds per-process answers.
-            ids = frozenset(c.id for c in backend.parse(payload).cards)
+            ids = frozenset(c.id for c in backend.parse(payload).cards) if processes else None
             payload = backend.read(
-                ReadRequest(carved_device_ids=ids, partition_ids=frozenset(partitions))
+                ReadRequest(
+                    carved_device_ids=ids or frozenset(), partition_ids=frozenset(partitions)
+                )
             )
         reading = backend.parse(payload)
     finally:

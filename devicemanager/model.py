@@ -141,6 +141,10 @@ class PartitionReading:
     memory_reason: Reason | None = None
     cores_reason: Reason | None = None
     aliases: tuple[str, ...] = ()  # other ids allocators record for this partition
+    # Whether `cores_percent` is a share of the whole card (a MetaX sGPU's usage) rather than of
+    # the partition's own compute (a MIG instance's SM activity): only then may it stand for a
+    # slice's processes on the card.
+    cores_of_card: bool = False
 
     @property
     def ids(self) -> tuple[str, ...]:

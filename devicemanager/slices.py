@@ -115,6 +115,8 @@ def _partition_cores(
         found = partitions[partition_id or ""]
         if found.cores_reason is not None or found.cores_percent is None:
             return None
+        if not found.cores_of_card:
+            return None  # a share of the partition's own compute is not one of the card
         if sum(r.partition_id == partition_id for r in all_rows) != named.count(partition_id):
             return None  # someone else's process runs in it too
         total += found.cores_percent

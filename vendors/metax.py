@@ -290,6 +290,7 @@ def parse_sgpus(
                 memory_reason=memory_reason,
                 cores_reason=cores_reason,
                 aliases=tuple(dict.fromkeys(aliases)),
+                cores_of_card=True,  # MXSML's sGPU usage counts ten-thousandths of the card
             )
         )
     return readings, names, None

@@ -1,11 +1,66 @@
-"""The thead backend: not in this release yet (see vendors/_pending.py)."""
+"""T-Head (Alibaba) PPU through HGML (`libhgml.so`), an NVML clone with the `hgml` prefix.
+
+HGML answers NVML's entry points under its own prefix, with NVML's return codes and struct
+shapes, so this backend is NVIDIA's reader and parse (vendors/_nvml_family.py) keyed by
+`hgml`, over our own ctypes declarations (vendors/_thead_lib.py): there is no Python binding
+to use. What differs is kept here:
+
+- the library: `libhgml.so`, on the linker's path or in the PPU SDK (`/usr/local/PPU_SDK/lib`);
+- per-process compute from `hgmlDeviceGetProcessUtilization` only: the newer
+  `…ProcessesUtilizationInfo` answers NOT_SUPPORTED where it is exported at all, so it is
+  never asked (the older call returns several samples per PID; the newest counts);
+- no XID events: which XIDs are an application's fault is NVIDIA's knowledge, not published
+  for the PPU, so health comes from GPU_IS_LOST, row remapping and retired pages;
+- MIG handles answer no temperature or power, and none is asked of them.
+
+PIDs: HGML is assumed to report host PIDs, as NVML does; the agent runs with `hostPID`. One
+public hardware note saw a PID from inside a container; such a PID names no pod on the host
+(or none at all) and gets its attribution reason like any other, never a guess.
+
+Facts: ../shared/reference/vendors.md §7, §12.3; reference-implementation.md (T-Head).
+"""
 
 from __future__ import annotations
 
-from devicemanager.backend import Library
-from vendors._pending import PendingBackend
+from typing import ClassVar
+
+from devicemanager.backend import BackendUnavailable, Library
+from devicemanager.model import Payload, VendorReading
+from vendors import _nvml_family as family
+from vendors._common import load
+from vendors._nvml_family import Binding, NvmlFamilyBackend
+from vendors._thead_lib import Hgml, HGMLError, hgmlGpmMetricsGet_t
+
+MANUFACTURER = "thead"
+PREFIX = "hgml"
+
+HGML = Library(
+    "hgml",
+    ("libhgml.so",),
+    directories=("/usr/local/PPU_SDK/lib", "/usr/local/PPU_SDK/lib64"),
+)
 
 
-class TheadBackend(PendingBackend):
-    manufacturer = "thead"
-    libraries = (Library("hgml", ("libhgml.so",)),)
+def parse(payload: Payload) -> VendorReading:
+    return family.parse(payload, PREFIX, MANUFACTURER)
+
+
+class TheadBackend(NvmlFamilyBackend):
+    manufacturer = MANUFACTURER
+    prefix = PREFIX
+    libraries: ClassVar[tuple[Library, ...]] = (HGML,)
+
+    def open(self) -> None:
+        hgml = Hgml(load(HGML, self.configured))
+        try:
+            hgml.hgmlInitWithFlags(0)
+        except HGMLError as exc:  # DRIVER_NOT_LOADED on a node without the PPU driver
+            raise BackendUnavailable(f"HGML could not be initialised: {exc}") from exc
+        self._binding = Binding(PREFIX, hgml, HGMLError, hgmlGpmMetricsGet_t)
+
+    def close(self) -> None:
+        if self._binding is None:
+            return
+        self._release()
+        self._call("Shutdown")
+        self._binding = None

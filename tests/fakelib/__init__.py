@@ -90,8 +90,9 @@ class FakeLibrary:
         """Compile into `directory`/<soname>; the same source is compiled once per directory."""
         directory.mkdir(parents=True, exist_ok=True)
         out = directory / self.soname
+        headers = sorted(h for d in self.includes if d.is_dir() for h in d.glob("*.h"))
         stamp = hashlib.sha256(
-            b"".join(p.read_bytes() for p in (self.source, HEADER))
+            b"".join(p.read_bytes() for p in (self.source, HEADER, *headers))
             + "\0".join((*self.defines, *map(str, self.includes))).encode()
         ).hexdigest()
         marker = directory / f".{self.soname}.sha256"

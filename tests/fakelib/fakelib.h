@@ -20,6 +20,11 @@
  *   devices.<n>.gone_after <k>          the device leaves enumeration after k enumerations
  *   devices.<n>.grow <k>                k processes start between a size probe and the read
  *   devices.<n>.grow_always 1           … and again before every read (never fits)
+ *
+ * NVML-family GPM (NVIDIA, T-Head): `fl_gpm_*` below are the sample buffers such a fake hands
+ * out, stamped with the monotonic time they were taken, a count of those still allocated and
+ * one of those taken (exported by the fake as fake_gpm_live_samples and fake_gpm_samples_taken,
+ * so a test can see a reader free them and take one per partition per read).
  */
 #ifndef FAKELIB_H
 #define FAKELIB_H
@@ -227,6 +232,64 @@ FL_API int fl_extra_rows(int dev, int reading, int listed, int capacity) {
     if (reading)
         fl_grown[dev] = 1;
     return fl_grown[dev] ? (int)grow : 0;
+}
+
+/* Seconds on the monotonic clock, as a library stamps its samples. */
+FL_API double fl_now(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)now.tv_sec + (double)now.tv_nsec / 1e9;
+}
+
+#define FL_GPM_MAGIC 0x47504d31u
+/* The interval below which two GPM samples are not comparable (nvml.h: "greater than 100ms"). */
+#define FL_GPM_MIN_INTERVAL 0.1
+
+typedef struct {
+    unsigned magic; /* FL_GPM_MAGIC while allocated */
+    int dev;        /* the card sampled; -1 until taken */
+    long long gi;   /* the GPU instance sampled */
+    double at;      /* when, on the monotonic clock */
+} fl_gpm_sample_t;
+
+static int fl_gpm_live __attribute__((unused));  /* samples allocated and not freed */
+static int fl_gpm_taken __attribute__((unused)); /* samples taken since the library was loaded */
+
+FL_API fl_gpm_sample_t *fl_gpm_alloc(void) {
+    fl_gpm_sample_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->magic = FL_GPM_MAGIC;
+    s->dev = -1;
+    fl_gpm_live++;
+    return s;
+}
+
+FL_API int fl_gpm_valid(const fl_gpm_sample_t *s) { return s && s->magic == FL_GPM_MAGIC; }
+
+/* 0: freed; -1: not a live sample (freed twice, or never allocated here). */
+FL_API int fl_gpm_free(fl_gpm_sample_t *s) {
+    if (!fl_gpm_valid(s))
+        return -1;
+    s->magic = 0;
+    free(s);
+    fl_gpm_live--;
+    return 0;
+}
+
+FL_API void fl_gpm_take(fl_gpm_sample_t *s, int dev, long long gi) {
+    s->dev = dev;
+    s->gi = gi;
+    s->at = fl_now();
+    fl_gpm_taken++;
+}
+
+/* The MIG entry of device `dev` whose GPU instance is `gi`, or -1. */
+FL_API int fl_mig_of_instance(int dev, long long gi) {
+    for (int m = 0; m < fl_count("devices.%d.migs", dev); m++)
+        if (fl_int(-1, "devices.%d.migs.%d.gi", dev, m) == gi)
+            return m;
+    return -1;
 }
 
 #endif

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakelib import nvidia as fake_nvml
+from tests.fakelib import thead as fake_hgml
 
 
 @pytest.fixture(scope="session")
@@ -16,3 +17,26 @@ def libnvml(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if why:
         pytest.skip(f"the fake libnvidia-ml cannot be built here: {why}")
     return fake_nvml.build(tmp_path_factory.mktemp("nvml"))
+
+
+@pytest.fixture(scope="session")
+def libhgml(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fake libhgml.so, compiled once per run from our own hgml.h."""
+    why = fake_hgml.missing()
+    if why:
+        pytest.skip(f"the fake libhgml cannot be built here: {why}")
+    return fake_hgml.build(tmp_path_factory.mktemp("hgml"))
+
+
+class ManualClock:
+    """A monotonic clock the test moves, one monitor period at a time, so the times a payload
+    records are the same on every run (the fakes still see the real time between samples)."""
+
+    def __init__(self, start: float = 100.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float = 15.0) -> None:
+        self.now += seconds

@@ -366,7 +366,7 @@ def test_the_fixtures_are_there_for_the_search() -> None:
 
 
 def sgpu_reading(parent: int, sgpu: str, cores: float | None, **kw: Any) -> PartitionReading:
-    return PartitionReading(sgpu, gpu(parent), 8192, 1000, cores, **kw)
+    return PartitionReading(sgpu, gpu(parent), 8192, 1000, cores, cores_of_card=True, **kw)
 
 
 def slices_run(tmp: Path, pids: dict[int, tuple[str | None, str | None]], parts: Any) -> Any:
@@ -392,6 +392,14 @@ def test_a_holder_alone_in_its_partitions_reads_their_compute(tmp_path: Path) ->
     assert result.entry("b").cores_utilization_percent == 80.0
     (device,) = result.snapshot.slices.devices
     assert device.cores_reason is Reason.UNSUPPORTED  # still what the per-process call says
+
+
+def test_a_partitions_own_share_never_stands_for_a_slice_of_the_card(tmp_path: Path) -> None:
+    # A MIG instance's SM activity is a share of the instance, not of the card: a slice of
+    # the card whose processes run in it reads no compute from it.
+    parts = (PartitionReading("S0", gpu(3), 8192, 1000, 12.5),)
+    result = slices_run(tmp_path, {701: ("a", "S0")}, parts)
+    assert result.entry("a").cores_utilization_percent is None
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -294,7 +295,8 @@ def test_mig_partitions_by_recorded_id(libnvml: Path, scenario) -> None:  # type
     small, idle = got[scenarios.mig_uuid(1)], got[scenarios.mig_uuid(2)]
     assert (small.memory_total_mib, small.memory_used_mib) == (9856, 1400)
     assert (idle.memory_used_mib, idle.memory_reason) == (0, None)  # measured 0
-    assert small.cores_reason is Reason.UNSUPPORTED
+    # GPM has one sample of each so far (R-X5): measured from the next round, see test_gpm.py.
+    assert small.cores_reason is Reason.NO_BASELINE and small.cores_percent is None
     assert got["MIG-not-there"].memory_reason is Reason.TRANSIENT_DRIVER_ERROR
     assert got["MIG-on-a-card-without-mig"].memory_reason is Reason.UNSUPPORTED
     # MIG handles were walked only on the card a partition was asked for.
@@ -412,11 +414,18 @@ def test_the_whole_agent_on_the_fake_h100_with_mig(
     ]
     process(tmp_path / "proc", 7001, "mistral")
     agent = serve_on_fake(launch, libnvml, path, tmp_path, pods)
+    deadline = time.monotonic() + 20
     with agent.client() as client:
-        doc = client.get("/monitor/snapshot").json()
+        # GPM compares a partition's sample with the previous round's: measured from round two.
+        while True:
+            doc = client.get("/monitor/snapshot").json()
+            parts = {p["id"]: p for p in doc["slices"]["partitions"]}
+            if all(p.get("coresPercent") is not None for p in parts.values()):
+                break
+            assert time.monotonic() < deadline, parts
+            time.sleep(0.2)
         text = client.get("/metrics").content
     assert [c["id"] for c in doc["groups"][0]["accelerators"]] == [gpu(0), gpu(1)]
-    parts = {p["id"]: p for p in doc["slices"]["partitions"]}
     assert parts[scenarios.mig_uuid(1)]["memoryTotalMiB"] == 9856
     assert parts[scenarios.mig_uuid(2)]["memoryUsedMiB"] == 0
     got = series(text)
@@ -426,11 +435,13 @@ def test_the_whole_agent_on_the_fake_h100_with_mig(
         if ls["instance_name"] == "whisper"
     }
     assert whisper == {scenarios.mig_uuid(1): 9856.0}
-    assert not [
-        1
-        for ls, _ in got["gpustack_instance_accelerator_cores_utilization_percent"]
+    cores = {
+        ls["instance_name"]: v
+        for ls, v in got["gpustack_instance_accelerator_cores_utilization_percent"]
         if ls["mode"] == "Partitioned"
-    ]  # never measured for an NVIDIA partition
+    }
+    # Each partition's own SM activity from GPM, never restated against a cap (R-X5).
+    assert cores == {"mistral": 87.25, "whisper": 12.5, "idle": 0.0}
 
 
 def test_the_whole_agent_on_two_a100_slices_and_record(

@@ -1,11 +1,13 @@
 """NVIDIA payloads under fixtures/vendors/nvidia/: parse() table tests that need no compiler,
 and a check that each file is still exactly what read() records from the fake library
-(UPDATE_GOLDEN=1 re-records them)."""
+(UPDATE_GOLDEN=1 re-records them). A file recorded over two rounds (GPM needs the previous
+round's sample) is the second round's payload, with times from a fixed clock."""
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,24 +19,50 @@ from devicemanager.replay import load_recording
 from tests.conftest import FIXTURES
 from tests.fakelib import nvidia as fake_nvml
 from tests.fakelib.nvidia import scenarios
+from tests.vendors.conftest import ManualClock
 from tests.world import gpu
 from vendors import nvidia
+from vendors._nvml_family import GPM_MIN_INTERVAL
 
 DIR = FIXTURES / "vendors" / "nvidia"
 CARVED = ReadRequest(carved_device_ids=frozenset({gpu(2), gpu(3)}))
+
+MIG_SMALL = ReadRequest(
+    partition_ids=frozenset({(gpu(1), scenarios.mig_uuid(1)), (gpu(1), scenarios.mig_uuid(2))})
+)
+# Rounds read() makes before the one recorded (GPM compares with the previous round).
+ROUNDS = {"h100-mig-gpm": 2, "a100-mig-without-gpm": 2}
 
 # name -> (scenario, what read() is asked for, the facts parse() must find)
 TABLE: dict[str, tuple[Callable[[], list[dict[str, Any]]], ReadRequest, dict[str, Any]]] = {
     "h100-mig-1g10gb": (
         scenarios.h100_mig,
-        ReadRequest(
-            partition_ids=frozenset(
-                {(gpu(1), scenarios.mig_uuid(1)), (gpu(1), scenarios.mig_uuid(2))}
-            )
-        ),
+        MIG_SMALL,
         {
             "cards": 2,
-            "partitions": {scenarios.mig_uuid(1): (9856, 1400), scenarios.mig_uuid(2): (9856, 0)},
+            "partitions": {
+                scenarios.mig_uuid(1): (9856, 1400, None, Reason.NO_BASELINE),
+                scenarios.mig_uuid(2): (9856, 0, None, Reason.NO_BASELINE),
+            },
+        },
+    ),
+    "h100-mig-gpm": (
+        scenarios.h100_mig,
+        MIG_SMALL,
+        {
+            "cards": 2,
+            "partitions": {
+                scenarios.mig_uuid(1): (9856, 1400, 12.5, None),
+                scenarios.mig_uuid(2): (9856, 0, 0.0, None),
+            },
+        },
+    ),
+    "a100-mig-without-gpm": (
+        scenarios.a100_mig_without_gpm,
+        ReadRequest(partition_ids=frozenset({(gpu(5), scenarios.mig_uuid(5))})),
+        {
+            "cards": 1,
+            "partitions": {scenarios.mig_uuid(5): (9856, 3900, None, Reason.UNSUPPORTED)},
         },
     ),
     "a100-two-slices-one-busy": (
@@ -80,7 +108,10 @@ def test_parse_over_the_fixture(name: str) -> None:
         assert [(r.pid, r.memory_bytes, r.cores_percent) for r in answer.rows] == facts["rows"]
         assert (answer.memory_reason, answer.cores_reason) == facts["reasons"]
     if "partitions" in facts:
-        got = {p.id: (p.memory_total_mib, p.memory_used_mib) for p in reading.partitions}
+        got = {
+            p.id: (p.memory_total_mib, p.memory_used_mib, p.cores_percent, p.cores_reason)
+            for p in reading.partitions
+        }
         assert got == facts["partitions"]
 
 
@@ -93,9 +124,14 @@ def test_the_fixture_is_what_read_records_from_the_fake(
     monkeypatch.setenv(
         "FAKE_NVML_SCENARIO", str(fake_nvml.write(tmp_path / "s.txt", "580.95.05", build()))
     )
-    backend = nvidia.NvidiaBackend({"nvml": str(lib)})
+    clock = ManualClock()
+    backend = nvidia.NvidiaBackend({"nvml": str(lib)}, clock=clock)
     backend.open()
     try:
+        for _ in range(ROUNDS.get(name, 1) - 1):
+            backend.read(request)
+            time.sleep(GPM_MIN_INTERVAL * 1.5)  # the fake, like the driver, needs 100 ms
+            clock.advance()
         payload = backend.read(request)
     finally:
         backend.close()
@@ -107,7 +143,8 @@ def test_the_fixture_is_what_read_records_from_the_fake(
             "driver": "580.95.05",
             "sdk": "nvidia-ml-py",
             "source": f"devicemanager read() over tests/fakelib/nvidia/fake_nvml.c, "
-            f"scenario {build.__name__ if hasattr(build, '__name__') else name}",
+            f"scenario {build.__name__ if hasattr(build, '__name__') else name}, "
+            f"round {ROUNDS.get(name, 1)}",
         }
         path.write_text(
             json.dumps({"meta": meta, "payload": payload}, indent=1, sort_keys=True) + "\n"

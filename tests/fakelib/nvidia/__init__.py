@@ -9,15 +9,25 @@ skip, saying which is missing.
 from __future__ import annotations
 
 import importlib.metadata
-from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
-from tests.fakelib import FakeLibrary, write_scenario
+from tests.fakelib import FakeLibrary
+from tests.fakelib.nvml_family import MIB, device, scenario, write
+
+__all__ = [
+    "MIB",
+    "SCENARIO_ENV",
+    "build",
+    "device",
+    "header_dir",
+    "library",
+    "missing",
+    "scenario",
+    "write",
+]
 
 HERE = Path(__file__).resolve().parent
 SCENARIO_ENV = "FAKE_NVML_SCENARIO"
-MIB = 1048576
 
 
 def header_dir() -> Path | None:
@@ -51,73 +61,3 @@ def missing() -> str | None:
 def build(directory: Path) -> Path:
     """Compile the fake into `directory`/libnvidia-ml.so.1 and return its path."""
     return library().build(directory)
-
-
-def device(
-    uuid: str,
-    name: str = "NVIDIA A100-SXM4-40GB",
-    total_mib: int = 40960,
-    used_mib: int = 1024,
-    **options: Any,
-) -> dict[str, Any]:
-    """A card of a scenario. Options: util=(gpu, mem), temp, power (mW), reserved (bytes),
-    mig_mode=(cur, pend), processes=[(pid, bytes | "na"[, gi, ci])], samples=[(pid, ts, sm,
-    mem)], grow=(n, "once" | "always"), errors={entry point: code}, migs=[{slot, uuid, gi,
-    total_mib, used_mib, errors}], lost, lose_after (identity reads), gone_after
-    (enumerations), xid, remapped=(corr, unc, pending, failure), retired_pending, index."""
-    doc: dict[str, Any] = {
-        "uuid": uuid,
-        "name": name,
-        "memory": {
-            "total": total_mib * MIB,
-            "used": used_mib * MIB,
-            "reserved": options.pop("reserved", 512 * MIB),
-        },
-    }
-    if "util" in options:
-        gpu, mem = options.pop("util")
-        doc["util"] = {"gpu": gpu, "memory": mem}
-    if "mig_mode" in options:
-        current, pending = options.pop("mig_mode")
-        doc["mig_mode"] = {"current": current, "pending": pending}
-    if "remapped" in options:
-        doc["remapped"] = dict(
-            zip(("corr", "unc", "pending", "failure"), options.pop("remapped"), strict=True)
-        )
-    if "grow" in options:
-        n, mode = options.pop("grow")
-        doc["grow"] = n
-        doc["grow_always"] = mode == "always"
-    doc["processes"] = [
-        {"pid": p[0], "memory": p[1], **({"gi": p[2], "ci": p[3]} if len(p) > 2 else {})}
-        for p in options.pop("processes", ())
-    ]
-    doc["samples"] = [
-        {"pid": pid, "ts": ts, "sm": sm, "mem": mem}
-        for pid, ts, sm, mem in options.pop("samples", ())
-    ]
-    doc["faults"] = dict(options.pop("errors", {}))
-    doc["migs"] = [
-        {
-            "slot": m["slot"],
-            "uuid": m["uuid"],
-            "gi": m.get("gi", m["slot"]),
-            "memory": {"total": m["total_mib"] * MIB, "used": m.get("used_mib", 0) * MIB},
-            "faults": dict(m.get("errors", {})),
-        }
-        for m in options.pop("migs", ())
-    ]
-    if "lose_after" in options:
-        doc["lost_after"] = options.pop("lose_after")
-    doc.update(options)  # temp, power, lost, gone_after, xid, retired_pending, index
-    return doc
-
-
-def scenario(driver: str, devices: Iterable[Mapping[str, Any]], **top: Any) -> dict[str, Any]:
-    """A whole scenario: the driver version, the cards, and any of the kit's top-level keys
-    (init, faults, hang)."""
-    return {"driver": driver, "devices": list(devices), **top}
-
-
-def write(path: Path, driver: str, devices: Iterable[Mapping[str, Any]], **top: Any) -> Path:
-    return write_scenario(path, scenario(driver, devices, **top))

@@ -13,13 +13,17 @@
  *   - NOT_FOUND from the process-utilization call when no sample is newer than asked;
  *   - NOT_SUPPORTED for utilization on a MIG-enabled card; NOT_FOUND for an empty MIG slot;
  *   - version checks on versioned structs (ARGUMENT_VERSION_MISMATCH);
- *   - GPU_IS_LOST from every call on a lost card; an XID delivered once through the event set.
+ *   - GPU_IS_LOST from every call on a lost card; an XID delivered once through the event set;
+ *   - GPM (Hopper and newer): support per card, a sample per GPU instance stamped when taken,
+ *     the SM activity between two samples of one instance, a per-metric NOT_READY for samples
+ *     closer than the header's 100 ms (strictness of the fake: a reader must not ask).
  *
  * Scenario (JSON, see tests/fakelib/nvidia/__init__.py): driver, devices[] of {uuid, name,
  * index, memory{total, used, reserved} (bytes), util{gpu, memory}, temp, power (mW),
  * remapped{corr, unc, pending, failure}, retired_pending, mig_mode{current, pending}, xid,
  * processes[]{pid, memory (bytes or "na"), gi, ci}, samples[]{pid, ts, sm, mem},
- * migs[]{slot, uuid, gi, memory{total, used}, faults{}}} plus the kit's fault keys.
+ * migs[]{slot, uuid, gi, memory{total, used}, sm (GPM SM activity, %), faults{}}, gpm (1: GPM
+ * served)} plus the kit's fault keys.
  */
 #include "fakelib.h"
 #include "nvml.h"
@@ -34,6 +38,10 @@ struct nvmlDevice_st {
 
 struct nvmlEventSet_st {
     int unused;
+};
+
+struct nvmlGpmSample_st {
+    fl_gpm_sample_t s;
 };
 
 static struct nvmlDevice_st handles[FL_MAX_DEVICES];
@@ -431,5 +439,90 @@ nvmlReturn_t DECLDIR nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *da
 
 nvmlReturn_t DECLDIR nvmlEventSetFree(nvmlEventSet_t set) {
     (void)set;
+    return NVML_SUCCESS;
+}
+
+/* -- GPM ----------------------------------------------------------------------------------- */
+
+/* How many GPM samples are allocated and not yet freed: for tests, never called by NVML users. */
+int fake_gpm_live_samples(void) { return fl_gpm_live; }
+
+/* How many GPM samples were taken since the library was loaded: for tests as well. */
+int fake_gpm_samples_taken(void) { return fl_gpm_taken; }
+
+nvmlReturn_t DECLDIR nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *gpmSupport) {
+    CARD("nvmlGpmQueryDeviceSupport");
+    if (!gpmSupport)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (gpmSupport->version != NVML_GPM_SUPPORT_VERSION)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    gpmSupport->isSupportedDevice = (unsigned int)fl_int(0, D "gpm", d);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlGpmSampleAlloc(nvmlGpmSample_t *gpmSample) {
+    int code;
+    if (!initialised)
+        return NVML_ERROR_UNINITIALIZED;
+    if ((code = fl_fault("nvmlGpmSampleAlloc", -1)) != 0)
+        return (nvmlReturn_t)code;
+    if (!gpmSample)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *gpmSample = (nvmlGpmSample_t)fl_gpm_alloc();
+    return *gpmSample ? NVML_SUCCESS : NVML_ERROR_MEMORY;
+}
+
+nvmlReturn_t DECLDIR nvmlGpmSampleFree(nvmlGpmSample_t gpmSample) {
+    return fl_gpm_free(&gpmSample->s) == 0 ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
+}
+
+nvmlReturn_t DECLDIR nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuInstanceId,
+                                         nvmlGpmSample_t gpmSample) {
+    const char *fault;
+    int m;
+    CARD("nvmlGpmMigSampleGet");
+    if (device->mig >= 0 || !gpmSample || !fl_gpm_valid(&gpmSample->s))
+        return NVML_ERROR_INVALID_ARGUMENT; /* the parent card's handle and a live sample */
+    if (!fl_int(0, D "gpm", d) || !mig_enabled(d))
+        return NVML_ERROR_NOT_SUPPORTED;
+    if ((m = fl_mig_of_instance(d, gpuInstanceId)) < 0)
+        return NVML_ERROR_NOT_FOUND; /* no such GPU instance (destroyed) */
+    if ((fault = fl_get(D "migs.%d.faults.nvmlGpmMigSampleGet", d, m)) != NULL)
+        return (nvmlReturn_t)atoi(fault);
+    fl_gpm_take(&gpmSample->s, d, gpuInstanceId);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet) {
+    const fl_gpm_sample_t *a, *b;
+    int m;
+    if (!initialised)
+        return NVML_ERROR_UNINITIALIZED;
+    fl_hang("nvmlGpmMetricsGet");
+    if ((m = fl_fault("nvmlGpmMetricsGet", -1)) != 0)
+        return (nvmlReturn_t)m;
+    if (!metricsGet || metricsGet->numMetrics > NVML_GPM_METRIC_MAX)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (metricsGet->version != NVML_GPM_METRICS_GET_VERSION)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    a = metricsGet->sample1 ? &metricsGet->sample1->s : NULL;
+    b = metricsGet->sample2 ? &metricsGet->sample2->s : NULL;
+    if (!fl_gpm_valid(a) || !fl_gpm_valid(b) || a->dev < 0 || a->dev != b->dev || a->gi != b->gi ||
+        b->at <= a->at)
+        return NVML_ERROR_INVALID_ARGUMENT; /* two samples of one instance, in order */
+    m = fl_mig_of_instance(a->dev, a->gi);
+    for (unsigned int i = 0; i < metricsGet->numMetrics; i++) {
+        nvmlGpmMetric_t *metric = &metricsGet->metrics[i];
+        memset(&metric->metricInfo, 0, sizeof metric->metricInfo);
+        metric->value = 0;
+        if (metric->metricId != NVML_GPM_METRIC_SM_UTIL || m < 0)
+            metric->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        else if (b->at - a->at < FL_GPM_MIN_INTERVAL)
+            metric->nvmlReturn = NVML_ERROR_NOT_READY;
+        else {
+            metric->nvmlReturn = NVML_SUCCESS;
+            metric->value = fl_double(0, "devices.%d.migs.%d.sm", a->dev, m);
+        }
+    }
     return NVML_SUCCESS;
 }

@@ -28,10 +28,11 @@ def mig_uuid(n: int) -> str:
     return f"MIG-{gpu(100 + n)[4:]}"
 
 
-def h100_mig() -> list[dict[str, Any]]:
-    """Card 0 whole; card 1 in MIG mode: a busy 3g.40gb, a 1g.10gb of 9856 MiB, an idle one."""
+def h100_mig(gpm: bool = True) -> list[dict[str, Any]]:
+    """Card 0 whole; card 1 in MIG mode: a busy 3g.40gb, a 1g.10gb of 9856 MiB, an idle one.
+    Hopper serves GPM: each GPU instance's SM activity between two samples."""
     return [
-        device(gpu(0), **H100, used_mib=60_000, util=(80, 30), temp=55, power=500_000),
+        device(gpu(0), **H100, used_mib=60_000, util=(80, 30), temp=55, power=500_000, gpm=1),
         device(
             gpu(1),
             **H100,
@@ -40,12 +41,40 @@ def h100_mig() -> list[dict[str, Any]]:
             power=210_000,
             mig_mode=(1, 1),
             processes=[(7001, 28 * GIB, 1, 0)],
+            gpm=int(gpm),
             migs=[
-                {"slot": 0, "uuid": mig_uuid(0), "gi": 1, "total_mib": 40192, "used_mib": 28_700},
-                {"slot": 1, "uuid": mig_uuid(1), "gi": 9, "total_mib": 9856, "used_mib": 1_400},
-                {"slot": 3, "uuid": mig_uuid(2), "gi": 10, "total_mib": 9856, "used_mib": 0},
+                {
+                    "slot": 0,
+                    "uuid": mig_uuid(0),
+                    "gi": 1,
+                    "total_mib": 40192,
+                    "used_mib": 28_700,
+                    "sm": 87.25,
+                },
+                {
+                    "slot": 1,
+                    "uuid": mig_uuid(1),
+                    "gi": 9,
+                    "total_mib": 9856,
+                    "used_mib": 1_400,
+                    "sm": 12.5,
+                },
+                {"slot": 3, "uuid": mig_uuid(2), "gi": 10, "total_mib": 9856, "sm": 0},
             ],
         ),
+    ]
+
+
+def a100_mig_without_gpm() -> list[dict[str, Any]]:
+    """An A100 in MIG mode: Ampere serves no GPM (NVML says the device is not supported)."""
+    return [
+        device(
+            gpu(5),
+            **A100,
+            used_mib=4_000,
+            mig_mode=(1, 1),
+            migs=[{"slot": 0, "uuid": mig_uuid(5), "gi": 3, "total_mib": 9856, "used_mib": 3_900}],
+        )
     ]
 
 

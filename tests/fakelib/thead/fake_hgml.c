@@ -1,0 +1,435 @@
+/*
+ * A fake libhgml.so for tests: the HGML entry points the agent calls through our own ctypes
+ * declarations (vendors/_thead_lib.py), compiled against our own hgml.h beside this file.
+ * Built and driven by the fake-library kit (tests/fakelib): what it answers comes from the
+ * scenario named by $FAKE_HGML_SCENARIO, read at each hgmlInitWithFlags, with the kit's common
+ * faults (init code, faults per entry point, hangs, a card lost after k identity reads, a card
+ * leaving enumeration). It reproduces what the public notes on HGML describe (the project's
+ * reference, vendors.md §7 and §12.3):
+ *
+ *   - init answering DRIVER_NOT_LOADED (9) where the PPU driver is absent (scenario `init`);
+ *   - the NVML probe protocol of the process list (NULL buffer: INSUFFICIENT_SIZE with the
+ *     count, SUCCESS when there are none) and of process utilization;
+ *   - several samples per PID in one answer (the newest counts), NOT_FOUND when no sample is
+ *     newer than asked (idle);
+ *   - HGML_VALUE_NOT_AVAILABLE as a process's memory; GI/CI 0xFFFFFFFF with MIG off;
+ *   - MIG: up to 8 slots, NOT_FOUND for an empty one; no temperature or power on a MIG handle;
+ *     no utilization on a MIG-enabled card;
+ *   - GPM: support per card, a sample per GPU instance stamped when taken, the SM activity
+ *     between two samples of one instance; a per-metric NOT_READY for samples closer than
+ *     100 ms (strictness of the fake: a reader must not ask);
+ *   - GPU_IS_LOST from every call on a lost card.
+ *
+ * Scenario: the NVML-family document of tests/fakelib/nvml_family.py (driver, devices[] of
+ * {uuid, name, index, memory, util, temp, power, remapped, retired_pending, mig_mode, gpm,
+ * processes[], samples[], migs[]{slot, uuid, gi, memory, sm, faults}}) plus the kit's keys.
+ */
+#include "fakelib.h"
+#include "hgml.h"
+
+#define MAX_MIG 8
+#define D "devices.%d."
+
+struct hgmlDevice_st {
+    int dev;
+    int mig; /* the MIG entry's position in migs[]; -1 for the card itself */
+};
+
+struct hgmlGpmSample_st {
+    fl_gpm_sample_t s;
+};
+
+static struct hgmlDevice_st handles[FL_MAX_DEVICES];
+static struct hgmlDevice_st mig_handles[FL_MAX_DEVICES][MAX_MIG];
+static int initialised;
+
+/* The card behind a handle, or -1; sets *rc to what the call must answer first. */
+static int card(hgmlDevice_t h, const char *entry, hgmlReturn_t *rc) {
+    const char *value;
+    int code;
+    fl_hang(entry);
+    if (!initialised) {
+        *rc = HGML_ERROR_UNINITIALIZED;
+        return -1;
+    }
+    if (!h.handle || h.handle->dev < 0 || h.handle->dev >= fl_count("devices")) {
+        *rc = HGML_ERROR_INVALID_ARGUMENT;
+        return -1;
+    }
+    if (fl_lost(h.handle->dev)) {
+        *rc = HGML_ERROR_GPU_IS_LOST;
+        return -1;
+    }
+    if (h.handle->mig >= 0) {
+        value = fl_get(D "migs.%d.faults.%s", h.handle->dev, h.handle->mig, entry);
+        code = value ? atoi(value) : 0;
+    } else {
+        code = fl_fault(entry, h.handle->dev);
+    }
+    *rc = code ? (hgmlReturn_t)code : HGML_SUCCESS;
+    return code ? -1 : h.handle->dev;
+}
+
+#define CARD(entry)                                                                               \
+    hgmlReturn_t rc;                                                                              \
+    int d = card(device, entry, &rc);                                                             \
+    if (d < 0)                                                                                    \
+        return rc;
+
+static int is_mig(hgmlDevice_t device) { return device.handle->mig >= 0; }
+
+static hgmlReturn_t copy_string(char *out, unsigned int length, const char *value) {
+    if (!out)
+        return HGML_ERROR_INVALID_ARGUMENT;
+    if (strlen(value) + 1 > length)
+        return HGML_ERROR_INSUFFICIENT_SIZE;
+    strcpy(out, value);
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlInitWithFlags(unsigned int flags) {
+    int code;
+    (void)flags;
+    if (fl_load() != 0)
+        return HGML_ERROR_DRIVER_NOT_LOADED;
+    if ((code = (int)fl_int(0, "init")) != 0)
+        return (hgmlReturn_t)code;
+    for (int i = 0; i < FL_MAX_DEVICES; i++) {
+        handles[i].dev = i;
+        handles[i].mig = -1;
+        for (int m = 0; m < MAX_MIG; m++) {
+            mig_handles[i][m].dev = i;
+            mig_handles[i][m].mig = m;
+        }
+    }
+    initialised++;
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlShutdown(void) {
+    if (!initialised)
+        return HGML_ERROR_UNINITIALIZED;
+    initialised--;
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlSystemGetDriverVersion(char *version, unsigned int length) {
+    if (!initialised)
+        return HGML_ERROR_UNINITIALIZED;
+    return copy_string(version, length, fl_str("1.4.1-816bc0", "driver"));
+}
+
+hgmlReturn_t hgmlDeviceGetCount_v2(unsigned int *deviceCount) {
+    int present[FL_MAX_DEVICES];
+    fl_hang("hgmlDeviceGetCount_v2");
+    if (!initialised)
+        return HGML_ERROR_UNINITIALIZED;
+    fl_enumerate();
+    *deviceCount = (unsigned int)fl_present_devices(present, FL_MAX_DEVICES);
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlDeviceGetHandleByIndex_v2(unsigned int index, hgmlDevice_t *device) {
+    int present[FL_MAX_DEVICES], n;
+    if (!initialised)
+        return HGML_ERROR_UNINITIALIZED;
+    n = fl_present_devices(present, FL_MAX_DEVICES);
+    if (index >= (unsigned int)n)
+        return HGML_ERROR_INVALID_ARGUMENT;
+    device->handle = &handles[present[index]];
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlDeviceGetUUID(hgmlDevice_t device, char *uuid, unsigned int length) {
+    if (initialised && device.handle && device.handle->mig < 0)
+        fl_identity_read(device.handle->dev); /* a card that falls off after `lost_after` */
+    CARD("hgmlDeviceGetUUID");
+    if (is_mig(device))
+        return copy_string(uuid, length, fl_str("", D "migs.%d.uuid", d, device.handle->mig));
+    return copy_string(uuid, length, fl_str("", D "uuid", d));
+}
+
+hgmlReturn_t hgmlDeviceGetName(hgmlDevice_t device, char *name, unsigned int length) {
+    CARD("hgmlDeviceGetName");
+    return copy_string(name, length, fl_str("PPU-ZW810E", D "name", d));
+}
+
+hgmlReturn_t hgmlDeviceGetIndex(hgmlDevice_t device, unsigned int *index) {
+    CARD("hgmlDeviceGetIndex");
+    *index = (unsigned int)fl_int(d, D "index", d);
+    return HGML_SUCCESS;
+}
+
+static void mig_memory(int d, int m, unsigned long long *total, unsigned long long *used) {
+    *total = fl_u64(0, D "migs.%d.memory.total", d, m);
+    *used = fl_u64(0, D "migs.%d.memory.used", d, m);
+}
+
+hgmlReturn_t hgmlDeviceGetMemoryInfo(hgmlDevice_t device, hgmlMemory_t *memory) {
+    CARD("hgmlDeviceGetMemoryInfo");
+    if (is_mig(device)) {
+        mig_memory(d, device.handle->mig, &memory->total, &memory->used);
+    } else {
+        /* v1 counts the driver's reservation as used. */
+        memory->total = fl_u64(0, D "memory.total", d);
+        memory->used = fl_u64(0, D "memory.used", d) + fl_u64(0, D "memory.reserved", d);
+    }
+    memory->free = memory->total - memory->used;
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlDeviceGetMemoryInfo_v2(hgmlDevice_t device, hgmlMemory_v2_t *memory) {
+    CARD("hgmlDeviceGetMemoryInfo_v2");
+    if (memory->version != hgmlMemory_v2)
+        return HGML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (is_mig(device)) {
+        mig_memory(d, device.handle->mig, &memory->total, &memory->used);
+        memory->reserved = 0;
+    } else {
+        memory->total = fl_u64(0, D "memory.total", d);
+        memory->used = fl_u64(0, D "memory.used", d);
+        memory->reserved = fl_u64(0, D "memory.reserved", d);
+    }
+    memory->free = memory->total - memory->used - memory->reserved;
+    return HGML_SUCCESS;
+}
+
+static int mig_enabled(int d) { return (int)fl_int(0, D "mig_mode.current", d); }
+
+hgmlReturn_t hgmlDeviceGetUtilizationRates(hgmlDevice_t device, hgmlUtilization_t *u) {
+    CARD("hgmlDeviceGetUtilizationRates");
+    if (mig_enabled(d))
+        return HGML_ERROR_NOT_SUPPORTED;
+    u->gpu = (unsigned int)fl_int(0, D "util.gpu", d);
+    u->memory = (unsigned int)fl_int(0, D "util.memory", d);
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlDeviceGetTemperature(hgmlDevice_t device, hgmlTemperatureSensors_t sensorType,
+                                      unsigned int *temp) {
+    CARD("hgmlDeviceGetTemperature");
+    if (is_mig(device))
+        return HGML_ERROR_NOT_SUPPORTED; /* MIG devices report no temperature */
+    if (sensorType != HGML_TEMPERATURE_GPU)
+        return HGML_ERROR_INVALID_ARGUMENT;
+    *temp = (unsigned int)fl_int(35, D "temp", d);
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlDeviceGetPowerUsage(hgmlDevice_t device, unsigned int *power) {
+    CARD("hgmlDeviceGetPowerUsage");
+    if (is_mig(device))
+        return HGML_ERROR_NOT_SUPPORTED; /* nor power */
+    *power = (unsigned int)fl_int(60000, D "power", d);
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlDeviceGetRemappedRows(hgmlDevice_t device, unsigned int *corrRows,
+                                       unsigned int *uncRows, unsigned int *isPending,
+                                       unsigned int *failureOccurred) {
+    CARD("hgmlDeviceGetRemappedRows");
+    *corrRows = (unsigned int)fl_int(0, D "remapped.corr", d);
+    *uncRows = (unsigned int)fl_int(0, D "remapped.unc", d);
+    *isPending = (unsigned int)fl_int(0, D "remapped.pending", d);
+    *failureOccurred = (unsigned int)fl_int(0, D "remapped.failure", d);
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlDeviceGetRetiredPagesPendingStatus(hgmlDevice_t device,
+                                                    hgmlEnableState_t *isPending) {
+    CARD("hgmlDeviceGetRetiredPagesPendingStatus");
+    *isPending = fl_int(0, D "retired_pending", d) ? HGML_FEATURE_ENABLED : HGML_FEATURE_DISABLED;
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlDeviceGetMigMode(hgmlDevice_t device, unsigned int *currentMode,
+                                  unsigned int *pendingMode) {
+    CARD("hgmlDeviceGetMigMode");
+    *currentMode = (unsigned int)mig_enabled(d);
+    *pendingMode = (unsigned int)fl_int(0, D "mig_mode.pending", d);
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlDeviceGetMaxMigDeviceCount(hgmlDevice_t device, unsigned int *count) {
+    CARD("hgmlDeviceGetMaxMigDeviceCount");
+    *count = mig_enabled(d) ? MAX_MIG : 0;
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlDeviceGetMigDeviceHandleByIndex(hgmlDevice_t device, unsigned int index,
+                                                 hgmlDevice_t *migDevice) {
+    CARD("hgmlDeviceGetMigDeviceHandleByIndex");
+    if (!mig_enabled(d))
+        return HGML_ERROR_NOT_SUPPORTED;
+    for (int m = 0; m < fl_count(D "migs", d) && m < MAX_MIG; m++) {
+        if (fl_int(-1, D "migs.%d.slot", d, m) == (long long)index) {
+            migDevice->handle = &mig_handles[d][m];
+            return HGML_SUCCESS;
+        }
+    }
+    return HGML_ERROR_NOT_FOUND; /* an empty slot */
+}
+
+hgmlReturn_t hgmlDeviceGetGpuInstanceId(hgmlDevice_t device, unsigned int *id) {
+    CARD("hgmlDeviceGetGpuInstanceId");
+    if (!is_mig(device))
+        return HGML_ERROR_NOT_SUPPORTED;
+    *id = (unsigned int)fl_int(0, D "migs.%d.gi", d, device.handle->mig);
+    return HGML_SUCCESS;
+}
+
+static void process_row(int d, int i, hgmlProcessInfo_t *p) {
+    const char *memory = fl_str("0", D "processes.%d.memory", d, i);
+    p->pid = (unsigned int)fl_int(0, D "processes.%d.pid", d, i);
+    p->usedGpuMemory = strcmp(memory, "na") ? strtoull(memory, NULL, 10)
+                                            : (unsigned long long)HGML_VALUE_NOT_AVAILABLE;
+    p->gpuInstanceId = (unsigned int)fl_u64(0xFFFFFFFFu, D "processes.%d.gi", d, i);
+    p->computeInstanceId = (unsigned int)fl_u64(0xFFFFFFFFu, D "processes.%d.ci", d, i);
+}
+
+hgmlReturn_t hgmlDeviceGetComputeRunningProcesses_v3(hgmlDevice_t device, unsigned int *infoCount,
+                                                     hgmlProcessInfo_t *infos) {
+    unsigned int listed, count;
+    CARD("hgmlDeviceGetComputeRunningProcesses_v3");
+    listed = (unsigned int)fl_count(D "processes", d);
+    count = listed + (unsigned int)fl_extra_rows(d, infos != NULL, (int)listed,
+                                                 infos ? (int)*infoCount : 0);
+    if (!infos || *infoCount < count) {
+        *infoCount = count;
+        return count == 0 ? HGML_SUCCESS : HGML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (unsigned int i = 0; i < count; i++) {
+        if (i < listed) {
+            process_row(d, (int)i, &infos[i]);
+        } else { /* a process that started after the probe */
+            infos[i].pid = 900000 + i;
+            infos[i].usedGpuMemory = 1048576ULL;
+            infos[i].gpuInstanceId = 0xFFFFFFFFu;
+            infos[i].computeInstanceId = 0xFFFFFFFFu;
+        }
+    }
+    *infoCount = count;
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlDeviceGetProcessUtilization(hgmlDevice_t device,
+                                             hgmlProcessUtilizationSample_t *utilization,
+                                             unsigned int *processSamplesCount,
+                                             unsigned long long lastSeenTimeStamp) {
+    unsigned int n = 0, j = 0;
+    int total;
+    CARD("hgmlDeviceGetProcessUtilization");
+    if (mig_enabled(d))
+        return HGML_ERROR_NOT_SUPPORTED;
+    total = fl_count(D "samples", d);
+    for (int i = 0; i < total; i++)
+        if (fl_u64(0, D "samples.%d.ts", d, i) > lastSeenTimeStamp)
+            n++;
+    if (n == 0)
+        return HGML_ERROR_NOT_FOUND; /* nothing ran in the window: idle, not a failure */
+    if (!utilization || *processSamplesCount < n) {
+        *processSamplesCount = n;
+        return HGML_ERROR_INSUFFICIENT_SIZE;
+    }
+    /* Several rows may name one PID, with different time stamps: returned as recorded. */
+    for (int i = 0; i < total; i++) {
+        hgmlProcessUtilizationSample_t *s = &utilization[j];
+        if (fl_u64(0, D "samples.%d.ts", d, i) <= lastSeenTimeStamp)
+            continue;
+        memset(s, 0, sizeof *s);
+        s->pid = (unsigned int)fl_int(0, D "samples.%d.pid", d, i);
+        s->timeStamp = fl_u64(0, D "samples.%d.ts", d, i);
+        s->smUtil = (unsigned int)fl_int(0, D "samples.%d.sm", d, i);
+        s->memUtil = (unsigned int)fl_int(0, D "samples.%d.mem", d, i);
+        j++;
+    }
+    *processSamplesCount = n;
+    return HGML_SUCCESS;
+}
+
+/* -- GPM ----------------------------------------------------------------------------------- */
+
+/* How many GPM samples are allocated and not yet freed: for tests, never called by HGML users. */
+int fake_gpm_live_samples(void) { return fl_gpm_live; }
+
+/* How many GPM samples were taken since the library was loaded: for tests as well. */
+int fake_gpm_samples_taken(void) { return fl_gpm_taken; }
+
+hgmlReturn_t hgmlGpmQueryDeviceSupport(hgmlDevice_t device, hgmlGpmSupport_t *gpmSupport) {
+    CARD("hgmlGpmQueryDeviceSupport");
+    if (!gpmSupport)
+        return HGML_ERROR_INVALID_ARGUMENT;
+    if (gpmSupport->version != HGML_GPM_SUPPORT_VERSION)
+        return HGML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    gpmSupport->isSupportedDevice = (unsigned int)fl_int(0, D "gpm", d);
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlGpmSampleAlloc(hgmlGpmSample_t *gpmSample) {
+    int code;
+    if (!initialised)
+        return HGML_ERROR_UNINITIALIZED;
+    if ((code = fl_fault("hgmlGpmSampleAlloc", -1)) != 0)
+        return (hgmlReturn_t)code;
+    if (!gpmSample)
+        return HGML_ERROR_INVALID_ARGUMENT;
+    gpmSample->handle = (struct hgmlGpmSample_st *)fl_gpm_alloc();
+    return gpmSample->handle ? HGML_SUCCESS : HGML_ERROR_MEMORY;
+}
+
+hgmlReturn_t hgmlGpmSampleFree(hgmlGpmSample_t gpmSample) {
+    return gpmSample.handle && fl_gpm_free(&gpmSample.handle->s) == 0
+               ? HGML_SUCCESS
+               : HGML_ERROR_INVALID_ARGUMENT;
+}
+
+hgmlReturn_t hgmlGpmMigSampleGet(hgmlDevice_t device, unsigned int gpuInstanceId,
+                                 hgmlGpmSample_t gpmSample) {
+    const char *fault;
+    int m;
+    CARD("hgmlGpmMigSampleGet");
+    if (is_mig(device) || !gpmSample.handle || !fl_gpm_valid(&gpmSample.handle->s))
+        return HGML_ERROR_INVALID_ARGUMENT; /* the parent card's handle and a live sample */
+    if (!fl_int(0, D "gpm", d) || !mig_enabled(d))
+        return HGML_ERROR_NOT_SUPPORTED;
+    if ((m = fl_mig_of_instance(d, gpuInstanceId)) < 0)
+        return HGML_ERROR_NOT_FOUND; /* no such GPU instance (destroyed) */
+    if ((fault = fl_get(D "migs.%d.faults.hgmlGpmMigSampleGet", d, m)) != NULL)
+        return (hgmlReturn_t)atoi(fault);
+    fl_gpm_take(&gpmSample.handle->s, d, gpuInstanceId);
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlGpmMetricsGet(hgmlGpmMetricsGet_t *metricsGet) {
+    const fl_gpm_sample_t *a, *b;
+    int m;
+    if (!initialised)
+        return HGML_ERROR_UNINITIALIZED;
+    fl_hang("hgmlGpmMetricsGet");
+    if ((m = fl_fault("hgmlGpmMetricsGet", -1)) != 0)
+        return (hgmlReturn_t)m;
+    if (!metricsGet || metricsGet->numMetrics > HGML_GPM_METRIC_MAX)
+        return HGML_ERROR_INVALID_ARGUMENT;
+    if (metricsGet->version != HGML_GPM_METRICS_GET_VERSION)
+        return HGML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    a = metricsGet->sample1.handle ? &metricsGet->sample1.handle->s : NULL;
+    b = metricsGet->sample2.handle ? &metricsGet->sample2.handle->s : NULL;
+    if (!fl_gpm_valid(a) || !fl_gpm_valid(b) || a->dev < 0 || a->dev != b->dev || a->gi != b->gi ||
+        b->at <= a->at)
+        return HGML_ERROR_INVALID_ARGUMENT; /* two samples of one instance, in order */
+    m = fl_mig_of_instance(a->dev, a->gi);
+    for (unsigned int i = 0; i < metricsGet->numMetrics; i++) {
+        hgmlGpmMetric_t *metric = &metricsGet->metrics[i];
+        memset(&metric->metricInfo, 0, sizeof metric->metricInfo);
+        metric->value = 0;
+        if (metric->metricId != HGML_GPM_METRIC_SM_UTIL || m < 0)
+            metric->hgmlReturn = HGML_ERROR_NOT_SUPPORTED;
+        else if (b->at - a->at < FL_GPM_MIN_INTERVAL)
+            metric->hgmlReturn = HGML_ERROR_NOT_READY;
+        else {
+            metric->hgmlReturn = HGML_SUCCESS;
+            metric->value = fl_double(0, "devices.%d.migs.%d.sm", a->dev, m);
+        }
+    }
+    return HGML_SUCCESS;
+}

@@ -1,0 +1,150 @@
+/*
+ * HGML declarations for the fake libhgml.so: written by this project from the facts of the
+ * public hgml.h (HGML_API_VERSION 12; a copy is in gpustack/gpustack-operator, binding/hgml/),
+ * never copied. Only what the agent calls: the entry points of vendors/_thead_lib.py, the
+ * structs they fill and the constants they take. The ABI tests compile a probe against this
+ * file and compare every struct with our ctypes declarations.
+ */
+#ifndef FAKE_HGML_H
+#define FAKE_HGML_H
+
+typedef enum {
+    HGML_SUCCESS = 0,
+    HGML_ERROR_UNINITIALIZED = 1,
+    HGML_ERROR_INVALID_ARGUMENT = 2,
+    HGML_ERROR_NOT_SUPPORTED = 3,
+    HGML_ERROR_NO_PERMISSION = 4,
+    HGML_ERROR_NOT_FOUND = 6,
+    HGML_ERROR_INSUFFICIENT_SIZE = 7,
+    HGML_ERROR_DRIVER_NOT_LOADED = 9,
+    HGML_ERROR_TIMEOUT = 10,
+    HGML_ERROR_FUNCTION_NOT_FOUND = 13,
+    HGML_ERROR_GPU_IS_LOST = 15,
+    HGML_ERROR_MEMORY = 20,
+    HGML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
+    HGML_ERROR_NOT_READY = 27,
+    HGML_ERROR_UNKNOWN = 999
+} hgmlReturn_t;
+
+#define HGML_VALUE_NOT_AVAILABLE (-1)
+#define HGML_STRUCT_VERSION(data, ver) (unsigned int)(sizeof(hgml##data##_v##ver##_t) | ((ver) << 24U))
+
+/* Handles are one-pointer structs, passed by value. */
+typedef struct {
+    struct hgmlDevice_st *handle;
+} hgmlDevice_t;
+
+typedef struct {
+    struct hgmlGpmSample_st *handle;
+} hgmlGpmSample_t;
+
+typedef enum { HGML_TEMPERATURE_GPU = 0 } hgmlTemperatureSensors_t;
+typedef enum { HGML_FEATURE_DISABLED = 0, HGML_FEATURE_ENABLED = 1 } hgmlEnableState_t;
+
+typedef struct {
+    unsigned int gpu;
+    unsigned int memory;
+} hgmlUtilization_t;
+
+typedef struct {
+    unsigned long long total;
+    unsigned long long free;
+    unsigned long long used;
+} hgmlMemory_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned long long total;
+    unsigned long long reserved;
+    unsigned long long free;
+    unsigned long long used;
+} hgmlMemory_v2_t;
+
+#define hgmlMemory_v2 HGML_STRUCT_VERSION(Memory, 2)
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory; /* bytes */
+    unsigned int gpuInstanceId;       /* 0xFFFFFFFF with MIG off */
+    unsigned int computeInstanceId;
+} hgmlProcessInfo_v2_t, hgmlProcessInfo_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp; /* CPU time stamp, microseconds */
+    unsigned int smUtil;
+    unsigned int memUtil;
+    unsigned int encUtil;
+    unsigned int decUtil;
+} hgmlProcessUtilizationSample_t;
+
+#define HGML_GPM_METRIC_SM_UTIL 2
+#define HGML_GPM_METRIC_MAX 2052
+
+typedef struct {
+    unsigned int metricId;
+    hgmlReturn_t hgmlReturn;
+    double value;
+    struct {
+        char *shortName;
+        char *longName;
+        char *unit;
+    } metricInfo;
+} hgmlGpmMetric_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int numMetrics;
+    hgmlGpmSample_t sample1;
+    hgmlGpmSample_t sample2;
+    hgmlGpmMetric_t metrics[HGML_GPM_METRIC_MAX];
+} hgmlGpmMetricsGet_t;
+
+#define HGML_GPM_METRICS_GET_VERSION 1
+
+typedef struct {
+    unsigned int version;
+    unsigned int isSupportedDevice;
+} hgmlGpmSupport_t;
+
+#define HGML_GPM_SUPPORT_VERSION 2
+
+hgmlReturn_t hgmlInitWithFlags(unsigned int flags);
+hgmlReturn_t hgmlShutdown(void);
+hgmlReturn_t hgmlSystemGetDriverVersion(char *version, unsigned int length);
+hgmlReturn_t hgmlDeviceGetCount_v2(unsigned int *deviceCount);
+hgmlReturn_t hgmlDeviceGetHandleByIndex_v2(unsigned int index, hgmlDevice_t *device);
+hgmlReturn_t hgmlDeviceGetUUID(hgmlDevice_t device, char *uuid, unsigned int length);
+hgmlReturn_t hgmlDeviceGetName(hgmlDevice_t device, char *name, unsigned int length);
+hgmlReturn_t hgmlDeviceGetIndex(hgmlDevice_t device, unsigned int *index);
+hgmlReturn_t hgmlDeviceGetMemoryInfo(hgmlDevice_t device, hgmlMemory_t *memory);
+hgmlReturn_t hgmlDeviceGetMemoryInfo_v2(hgmlDevice_t device, hgmlMemory_v2_t *memory);
+hgmlReturn_t hgmlDeviceGetUtilizationRates(hgmlDevice_t device, hgmlUtilization_t *utilization);
+hgmlReturn_t hgmlDeviceGetTemperature(hgmlDevice_t device, hgmlTemperatureSensors_t sensorType,
+                                      unsigned int *temp);
+hgmlReturn_t hgmlDeviceGetPowerUsage(hgmlDevice_t device, unsigned int *power);
+hgmlReturn_t hgmlDeviceGetRemappedRows(hgmlDevice_t device, unsigned int *corrRows,
+                                       unsigned int *uncRows, unsigned int *isPending,
+                                       unsigned int *failureOccurred);
+hgmlReturn_t hgmlDeviceGetRetiredPagesPendingStatus(hgmlDevice_t device,
+                                                    hgmlEnableState_t *isPending);
+hgmlReturn_t hgmlDeviceGetMigMode(hgmlDevice_t device, unsigned int *currentMode,
+                                  unsigned int *pendingMode);
+hgmlReturn_t hgmlDeviceGetMaxMigDeviceCount(hgmlDevice_t device, unsigned int *count);
+hgmlReturn_t hgmlDeviceGetMigDeviceHandleByIndex(hgmlDevice_t device, unsigned int index,
+                                                 hgmlDevice_t *migDevice);
+hgmlReturn_t hgmlDeviceGetGpuInstanceId(hgmlDevice_t device, unsigned int *id);
+hgmlReturn_t hgmlDeviceGetComputeRunningProcesses_v3(hgmlDevice_t device, unsigned int *infoCount,
+                                                     hgmlProcessInfo_t *infos);
+hgmlReturn_t hgmlDeviceGetProcessUtilization(hgmlDevice_t device,
+                                             hgmlProcessUtilizationSample_t *utilization,
+                                             unsigned int *processSamplesCount,
+                                             unsigned long long lastSeenTimeStamp);
+hgmlReturn_t hgmlGpmQueryDeviceSupport(hgmlDevice_t device, hgmlGpmSupport_t *gpmSupport);
+hgmlReturn_t hgmlGpmSampleAlloc(hgmlGpmSample_t *gpmSample);
+hgmlReturn_t hgmlGpmSampleFree(hgmlGpmSample_t gpmSample);
+hgmlReturn_t hgmlGpmMigSampleGet(hgmlDevice_t device, unsigned int gpuInstanceId,
+                                 hgmlGpmSample_t gpmSample);
+hgmlReturn_t hgmlGpmMetricsGet(hgmlGpmMetricsGet_t *metricsGet);
+
+#endif

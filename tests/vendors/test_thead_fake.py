@@ -1,0 +1,380 @@
+"""The T-Head backend end to end: our ctypes declarations, the shared NVML-family read() and
+parse(), against a fake libhgml.so compiled by the test from tests/fakelib/thead/ (R-V1..R-V6,
+R-X5). Most cases run the monitor round in-process; one runs the whole agent."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from devicemanager.attribution import Attributor
+from devicemanager.model import ReadRequest, Reason
+from devicemanager.monitor import BackendWorker, Monitor
+from devicemanager.pods import PodIndex
+from tests.conftest import Agent
+from tests.fakelib import thead as fake
+from tests.fakelib.thead import scenarios
+from tests.vendors.conftest import ManualClock
+from tests.world import GIB, accel, pod, process
+from tests.world import gpu as card_id
+from vendors._nvml_family import GPM_MIN_INTERVAL
+from vendors.thead import TheadBackend
+
+pytestmark = pytest.mark.timeout(90)
+
+CAP = {"main": {"alibabacloud.com/ppu.sliced.cores-percentage": "50"}}
+
+
+@pytest.fixture
+def scenario(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    def _write(devices: list[dict[str, Any]]) -> Path:
+        path = fake.write(tmp_path / "scenario.txt", devices)
+        monkeypatch.setenv(fake.SCENARIO_ENV, str(path))
+        return path
+
+    return _write
+
+
+def thead_pod(name: str, grants: dict[str, list[dict[str, Any]]], **kw: Any) -> dict[str, Any]:
+    """tests.world.pod with its GPUStack allocation naming the thead manufacturer."""
+    doc = pod(name, grants, **kw)
+    key = "device.gpustack.ai/accelerator.allocated"
+    allocation = json.loads(doc["metadata"]["annotations"][key])
+    for container in allocation.values():
+        for group in container["devices"]["groups"]:
+            group["manufacturer"] = "thead"
+    doc["metadata"]["annotations"][key] = json.dumps(allocation)
+    return doc
+
+
+def read(lib: Path, request: ReadRequest, rounds: int = 1, gap: float = 0.0) -> list[Any]:
+    backend = TheadBackend({"hgml": str(lib)})
+    backend.open()
+    try:
+        out = []
+        for i in range(rounds):
+            if i:
+                time.sleep(gap)
+            out.append(backend.read(request))
+        return out
+    finally:
+        backend.close()
+
+
+def monitor(lib: Path, tmp: Path, pods: list[dict[str, Any]]) -> Monitor:
+    index = PodIndex.of(pods)
+    return Monitor(
+        [BackendWorker(TheadBackend({"hgml": str(lib)}))],
+        period=15,
+        deadline=10,
+        liveness_timeout=60,
+        node="n1",
+        pods=lambda: index,
+        attributor=Attributor(tmp / "proc"),
+    )
+
+
+def series(text: bytes) -> dict[str, list[tuple[dict[str, str], float]]]:
+    return {
+        f.name: [(s.labels, s.value) for s in f.samples]
+        for f in text_string_to_metric_families(text.decode())
+    }
+
+
+def entries(text: bytes) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for name, samples in series(text).items():
+        if name.startswith("gpustack_instance_accelerator_"):
+            for labels, value in samples:
+                field = name.removeprefix("gpustack_instance_accelerator_")
+                out.setdefault(labels["instance_name"], {})[field] = value
+    return out
+
+
+# -- cards ---------------------------------------------------------------------------------------
+
+
+def test_card_figures_through_our_declarations(libhgml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    scenario(scenarios.ppu_mixed())
+    (payload,) = read(libhgml, ReadRequest())
+    reading = TheadBackend().parse(payload)
+    assert reading.manufacturer == "thead" and reading.driver_version == fake.DRIVER
+    busy, _, mig, idle = reading.cards
+    assert (busy.id, busy.index, busy.name) == (card_id(40), 0, "PPU-ZW810E")
+    assert (busy.memory_total_mib, busy.memory_used_mib) == (97920, 88_100)
+    assert (busy.cores_utilization_percent, busy.temperature_celsius) == (91.0, 58.0)
+    assert busy.power_usage_watts == 372.0  # HGML answers milliwatts
+    assert (idle.cores_utilization_percent, idle.unhealthy) == (0.0, False)  # a measured idle
+    assert mig.cores_utilization_percent is None  # NOT_SUPPORTED on a MIG-enabled card
+    # Keyed by HGML's own entry points; nothing asked per process without a carved card.
+    assert payload["hgmlDeviceGetCount"] == 4
+    assert all("hgmlDeviceGetComputeRunningProcesses_v3" not in d for d in payload["devices"])
+
+
+def test_memory_v1_where_the_driver_does_not_serve_v2(libhgml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    scenario(
+        [
+            scenarios.whole(
+                40, used_mib=1000, reserved=512 << 20, errors={"hgmlDeviceGetMemoryInfo_v2": 13}
+            )
+        ]
+    )
+    (payload,) = read(libhgml, ReadRequest())
+    (card,) = TheadBackend().parse(payload).cards
+    assert card.memory_used_mib == 1512  # v1 counts the driver's reservation as used
+
+
+def test_a_lost_card_keeps_its_name_and_is_unhealthy(libhgml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    scenario(scenarios.lost_one_of_four())
+    first, second = read(libhgml, ReadRequest(), rounds=2)
+    assert [c.unhealthy for c in TheadBackend().parse(first).cards] == [False] * 4
+    cards = TheadBackend().parse(second).cards
+    lost = cards[2]
+    assert (lost.id, lost.index, lost.unhealthy_reason) == (card_id(42), 2, "gpu_is_lost")
+    assert (lost.memory_total_mib, lost.temperature_celsius, lost.power_usage_watts) == (
+        None,
+        None,
+        None,
+    )
+    assert [c.unhealthy for i, c in enumerate(cards) if i != 2] == [False] * 3
+
+
+# -- per process ---------------------------------------------------------------------------------
+
+
+def test_several_samples_per_pid_the_newest_counts_and_a_listed_pid_without_one_is_idle(
+    libhgml: Path, scenario
+) -> None:  # type: ignore[no-untyped-def]
+    scenario(scenarios.ppu_mixed())
+    request = ReadRequest(carved_device_ids=frozenset({card_id(41), card_id(43)}))
+    (payload,) = read(libhgml, request)
+    samples = payload["devices"][1]["hgmlDeviceGetProcessUtilization"]
+    assert [s["pid"] for s in samples] == [8101, 8101, 8101]  # three rows for one PID
+    slices, idle = TheadBackend().parse(payload).processes
+    assert [(r.pid, r.memory_bytes, r.cores_percent) for r in slices.rows] == [
+        (8101, 40 * GIB, 55.0),  # the newest sample, not the largest (70)
+        (8201, 6 * GIB, 0.0),
+    ]
+    # No sample newer than asked: NOT_FOUND, which is a measured idle, not an error.
+    assert idle.device_id == card_id(43)
+    assert payload["devices"][3]["hgmlDeviceGetProcessUtilization"]["code"] == 6
+    assert (idle.cores_reason, idle.rows[0].cores_percent) == (None, 0.0)
+    # The newer call is never asked of HGML (it answers NOT_SUPPORTED where it exists at all).
+    assert all("hgmlDeviceGetProcessesUtilizationInfo" not in d for d in payload["devices"])
+
+
+def test_the_memory_sentinel_is_absent_not_zero(libhgml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    scenario(scenarios.memory_sentinel())
+    (payload,) = read(libhgml, ReadRequest(carved_device_ids=frozenset({card_id(41)})))
+    (answer,) = TheadBackend().parse(payload).processes
+    assert [(r.pid, r.memory_bytes) for r in answer.rows] == [(8101, 4 * GIB), (8201, None)]
+
+
+@pytest.mark.parametrize(
+    ("mode", "rows", "reason"), [("once", 12, None), ("always", 1, "truncated")]
+)
+def test_a_process_list_that_grows_between_probe_and_read(
+    libhgml: Path, scenario, mode: str, rows: int, reason: str | None
+) -> None:  # type: ignore[no-untyped-def]
+    doc = scenarios.whole(41, processes=[(8101, GIB), (8201, GIB)], samples=[(8101, 5, 40, 5)])
+    doc.update(grow=10 if mode == "once" else 1, grow_always=mode == "always")
+    scenario([doc])
+    (payload,) = read(libhgml, ReadRequest(carved_device_ids=frozenset({card_id(41)})))
+    (answer,) = TheadBackend().parse(payload).processes
+    # Asked again when the list outgrew the buffer; never a partial list published as whole.
+    assert len(answer.rows) == rows
+    assert answer.memory_reason == (None if reason is None else Reason(reason))
+
+
+def test_slices_through_the_monitor_with_their_cap(libhgml: Path, scenario, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    scenario(scenarios.ppu_mixed())
+    pods = [
+        thead_pod(name, {"main": [accel(41, 3, 800_000)]}, instance=name, limits=CAP)
+        for name in ("busy", "idle")
+    ]
+    process(tmp_path / "proc", 8101, "busy")
+    process(tmp_path / "proc", 8201, "idle")
+    m = monitor(libhgml, tmp_path, pods)
+    m.run_round()
+    m.stop()
+    got = entries(m.current.metrics.plain)
+    assert got["busy"]["memory_used_mib"] == 40960 and got["busy"]["memory_total_mib"] == 48960
+    assert got["busy"]["cores_utilization_percent"] == 110.0  # 55% of the card, a 50% cap
+    assert (got["idle"]["memory_used_mib"], got["idle"]["cores_utilization_percent"]) == (6144, 0)
+
+
+# -- PIDs ----------------------------------------------------------------------------------------
+
+
+def init_on_the_host(proc: Path) -> None:
+    d = proc / "1"
+    d.mkdir(parents=True)
+    (d / "cgroup").write_text("0::/init.scope\n")
+    (d / "comm").write_text("systemd\n")
+    (d / "stat").write_text("1 (systemd) S 0 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 1 " + "0 " * 30)
+
+
+@pytest.mark.parametrize(
+    ("pid", "make_proc", "reason"),
+    [
+        (8101, lambda proc: None, Reason.EXITED),  # a PID that does not exist on the host
+        # PID 1, as a process sees itself inside its container: on the host it is init.
+        (1, init_on_the_host, Reason.NO_POD_COMPONENT),
+    ],
+)
+def test_a_pid_that_is_not_a_pods_on_the_host_gets_its_reason(
+    libhgml: Path, scenario, tmp_path: Path, pid: int, make_proc: Any, reason: Reason
+) -> None:  # type: ignore[no-untyped-def]
+    # HGML is assumed to report host PIDs (the agent runs with hostPID). A PID from another
+    # namespace names nothing, or another process, on the host: a reason, never a guess.
+    scenario([scenarios.whole(41, processes=[(pid, 40 * GIB), (8201, 6 * GIB)])])
+    pods = [thead_pod("busy", {"main": [accel(41, 3, 800_000)]}, instance="busy", limits=CAP)]
+    make_proc(tmp_path / "proc")
+    process(tmp_path / "proc", 8201, "busy")
+    m = monitor(libhgml, tmp_path, pods)
+    published = m.run_round()
+    m.stop()
+    assert published.snapshot.slices is not None
+    (device,) = published.snapshot.slices.devices
+    assert device.memory_reason is reason and device.cores_reason is reason
+    assert "memory_used_mib" not in entries(published.metrics.plain)["busy"]
+
+
+# -- MIG and GPM ---------------------------------------------------------------------------------
+
+WANTED = frozenset(
+    {
+        (card_id(42), scenarios.mig_uuid(0)),
+        (card_id(42), scenarios.mig_uuid(1)),
+        (card_id(42), "MIG-not-there"),
+        (card_id(40), "MIG-on-a-card-without-mig"),
+    }
+)
+
+
+def test_mig_partitions_by_recorded_id_over_an_empty_slot(libhgml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    scenario(scenarios.ppu_mixed())
+    (payload,) = read(libhgml, ReadRequest(partition_ids=WANTED))
+    migs = payload["devices"][2]["migDevices"]
+    assert [m["hgmlDeviceGetMigDeviceHandleByIndex"] for m in migs] == [0, 2]  # slot 1 empty
+    # A MIG handle is asked for its identity and memory only: no temperature, no power.
+    assert all(
+        "hgmlDeviceGetTemperature" not in m and "hgmlDeviceGetPowerUsage" not in m for m in migs
+    )
+    got = {p.id: p for p in TheadBackend().parse(payload).partitions}
+    busy, idle = got[scenarios.mig_uuid(0)], got[scenarios.mig_uuid(1)]
+    assert (busy.memory_total_mib, busy.memory_used_mib) == (24_192, 20_512)
+    assert (idle.memory_total_mib, idle.memory_used_mib, idle.memory_reason) == (12_032, 0, None)
+    assert got["MIG-not-there"].memory_reason is Reason.TRANSIENT_DRIVER_ERROR
+    assert got["MIG-on-a-card-without-mig"].memory_reason is Reason.UNSUPPORTED
+    # One GPM sample per partition so far: nothing to compare it with.
+    assert busy.cores_reason is Reason.NO_BASELINE and busy.cores_percent is None
+
+
+def test_gpm_measures_a_partitions_compute_from_the_second_round(libhgml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    scenario(scenarios.ppu_mixed())
+    request = ReadRequest(carved_device_ids=frozenset({card_id(42)}), partition_ids=WANTED)
+    first, second = read(libhgml, request, rounds=2, gap=GPM_MIN_INTERVAL * 1.5)
+    parse = TheadBackend().parse
+    assert {p.cores_reason for p in parse(first).partitions if p.memory_reason is None} == {
+        Reason.NO_BASELINE
+    }
+    got = {p.id: p for p in parse(second).partitions}
+    assert (got[scenarios.mig_uuid(0)].cores_percent, got[scenarios.mig_uuid(0)].cores_reason) == (
+        64.5,
+        None,
+    )
+    assert got[scenarios.mig_uuid(1)].cores_percent == 0.0  # idle: a measured zero
+    # The process rows of the MIG card name their partition by GPU instance.
+    (answer,) = parse(second).processes
+    assert [(r.pid, r.partition_id) for r in answer.rows] == [(8301, scenarios.mig_uuid(0))]
+
+
+def test_a_ppu_without_gpm_leaves_partition_compute_unsupported(libhgml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    scenario([scenarios.mig_card(gpm=False)])
+    request = ReadRequest(partition_ids=frozenset({(card_id(42), scenarios.mig_uuid(0))}))
+    _, second = read(libhgml, request, rounds=2, gap=GPM_MIN_INTERVAL * 1.5)
+    assert second["devices"][0]["hgmlGpmQueryDeviceSupport"] == {"isSupportedDevice": 0}
+    (p,) = TheadBackend().parse(second).partitions
+    assert (p.memory_total_mib, p.cores_percent, p.cores_reason) == (
+        24_192,
+        None,
+        Reason.UNSUPPORTED,
+    )
+
+
+def test_recorded_times_come_from_the_backends_clock(libhgml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    scenario([scenarios.mig_card()])
+    clock = ManualClock()
+    backend = TheadBackend({"hgml": str(libhgml)}, clock=clock)
+    backend.open()
+    request = ReadRequest(partition_ids=frozenset({(card_id(42), scenarios.mig_uuid(0))}))
+    try:
+        backend.read(request)
+        time.sleep(GPM_MIN_INTERVAL * 1.5)
+        clock.advance(15.0)
+        payload = backend.read(request)
+    finally:
+        backend.close()
+    (mig, _) = payload["devices"][0]["migDevices"]
+    assert mig["hgmlGpmMigSampleGet"] == {"at": 115.0, "previousAt": 100.0}
+    assert mig["hgmlGpmMetricsGet"] == {"HGML_GPM_METRIC_SM_UTIL": 64.5}
+
+
+# -- the whole agent -----------------------------------------------------------------------------
+
+
+def test_the_whole_agent_on_a_fake_ppu_node(
+    libhgml: Path, scenario, tmp_path: Path, launch
+) -> None:  # type: ignore[no-untyped-def]
+    path = scenario(scenarios.ppu_mixed())
+    mig = {"allocatedPhysicalProfile": "2g.24gb", "allocatedPhysicalID": scenarios.mig_uuid(0)}
+    pods = [
+        thead_pod("qwen", {"main": [accel(40, 1)]}, instance="qwen"),
+        thead_pod("busy", {"main": [accel(41, 3, 800_000)]}, instance="busy", limits=CAP),
+        thead_pod("idle", {"main": [accel(41, 3, 800_000)]}, instance="idle", limits=CAP),
+        thead_pod("mig", {"main": [accel(42, 4, 400_000, **mig)]}, instance="mig"),
+    ]
+    for pid, owner in ((8101, "busy"), (8201, "idle"), (8301, "mig")):
+        process(tmp_path / "proc", pid, owner)
+    (tmp_path / "pods.json").write_text(json.dumps({"kind": "PodList", "items": pods}))
+    agent: Agent = launch(
+        "--manufacturer",
+        "thead",
+        "--vendor-library",
+        f"thead={libhgml}",
+        "--pods-file",
+        str(tmp_path / "pods.json"),
+        "--proc-root",
+        str(tmp_path / "proc"),
+        "--monitor-period",
+        "0.5",
+        env={fake.SCENARIO_ENV: str(path)},
+    )
+    agent.wait_for("/readyz", 200)
+    deadline = time.monotonic() + 20
+    with agent.client() as client:
+        while True:
+            doc = client.get("/monitor/snapshot").json()
+            parts = {p["id"]: p for p in doc["slices"].get("partitions", [])}
+            if parts.get(scenarios.mig_uuid(0), {}).get("coresPercent") is not None:
+                break
+            assert time.monotonic() < deadline, doc
+            time.sleep(0.2)
+        text = client.get("/metrics").content
+    (backend,) = doc["backends"]
+    assert (backend["manufacturer"], backend["state"]) == ("thead", "ok")
+    assert [c["id"] for c in doc["groups"][0]["accelerators"]] == [
+        card_id(n) for n in range(40, 44)
+    ]
+    assert parts[scenarios.mig_uuid(0)]["memoryTotalMiB"] == 24_192
+    got = entries(text)
+    assert got["busy"]["cores_utilization_percent"] == 110.0
+    assert got["idle"]["cores_utilization_percent"] == 0.0
+    assert got["mig"]["cores_utilization_percent"] == 64.5  # measured by GPM, never restated
+    assert got["mig"]["memory_total_mib"] == 24_192

@@ -1,0 +1,266 @@
+"""T-Head's pure parse(): table tests over fixtures/vendors/thead/ (what read() records from the
+fake libhgml.so; a test re-records each and fails when one is stale, UPDATE_GOLDEN=1 rewrites
+them), HGML's quirks spelled as the library writes them, and no damaged payload making parse()
+raise."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from devicemanager.model import ReadRequest, Reason
+from devicemanager.replay import load_recording
+from tests.conftest import FIXTURES
+from tests.fakelib import thead as fake
+from tests.fakelib.thead import scenarios
+from tests.vendors.conftest import ManualClock
+from tests.world import GIB, gpu
+from vendors import thead
+from vendors._nvml_family import GPM_MIN_INTERVAL
+
+DIR = FIXTURES / "vendors" / "thead"
+MIXED = ReadRequest(
+    carved_device_ids=frozenset({gpu(41), gpu(42), gpu(43)}),
+    partition_ids=frozenset({(gpu(42), scenarios.mig_uuid(0)), (gpu(42), scenarios.mig_uuid(1))}),
+)
+MIG_ONLY = ReadRequest(partition_ids=MIXED.partition_ids)
+ONE = ReadRequest(carved_device_ids=frozenset({gpu(41)}))
+
+
+def grows_always() -> list[dict[str, Any]]:
+    doc = scenarios.whole(41, processes=[(8101, GIB), (8201, GIB)], samples=[(8101, 5, 40, 5)])
+    doc.update(grow=1, grow_always=True)
+    return [doc]
+
+
+def without_gpm() -> list[dict[str, Any]]:
+    return [scenarios.mig_card(gpm=False)]
+
+
+# name -> (scenario, request, rounds read (the last is recorded), the facts parse() must find)
+TABLE: dict[str, tuple[Callable[[], list[dict[str, Any]]], ReadRequest, int, dict[str, Any]]] = {
+    "ppu-mixed-gpm": (
+        scenarios.ppu_mixed,
+        MIXED,
+        2,
+        {
+            "cards": [
+                (97920, 88_100, 91.0),
+                (97920, 46_200, 55.0),
+                (97920, 20_600, None),  # MIG on: no utilization for the card
+                (97920, 1_030, 0.0),
+            ],
+            "rows": {
+                gpu(41): [(8101, 40 * GIB, 55.0), (8201, 6 * GIB, 0.0)],
+                gpu(42): [(8301, 20 * GIB, None)],
+                gpu(43): [(8401, GIB, 0.0)],
+            },
+            "partitions": {
+                scenarios.mig_uuid(0): (24_192, 20_512, 64.5, None),
+                scenarios.mig_uuid(1): (12_032, 0, 0.0, None),
+            },
+        },
+    ),
+    "ppu-mig-first-round": (
+        scenarios.ppu_mixed,
+        MIG_ONLY,
+        1,
+        {
+            "partitions": {
+                scenarios.mig_uuid(0): (24_192, 20_512, None, Reason.NO_BASELINE),
+                scenarios.mig_uuid(1): (12_032, 0, None, Reason.NO_BASELINE),
+            },
+        },
+    ),
+    "ppu-mig-without-gpm": (
+        without_gpm,
+        ReadRequest(partition_ids=frozenset({(gpu(42), scenarios.mig_uuid(0))})),
+        2,
+        {"partitions": {scenarios.mig_uuid(0): (24_192, 20_512, None, Reason.UNSUPPORTED)}},
+    ),
+    "ppu-lost-card": (
+        scenarios.lost_one_of_four,
+        ReadRequest(),
+        2,
+        {"unhealthy": {gpu(42): "gpu_is_lost"}},
+    ),
+    "ppu-memory-sentinel": (
+        scenarios.memory_sentinel,
+        ONE,
+        1,
+        {"rows": {gpu(41): [(8101, 4 * GIB, 10.0), (8201, None, 0.0)]}},
+    ),
+    "ppu-process-list-truncated": (
+        grows_always,
+        ONE,
+        1,
+        {"rows": {gpu(41): [(8101, None, 40.0)]}, "memory_reason": Reason.TRUNCATED},
+    ),
+}
+
+
+def recorded(name: str) -> dict[str, Any]:
+    meta, payload = load_recording(DIR / f"{name}.json")
+    assert meta["kind"] == "synthetic" and "fake_hgml" in meta["source"]
+    assert meta["manufacturer"] == "thead"
+    return payload
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_parse_over_the_fixture(name: str) -> None:
+    facts = TABLE[name][3]
+    reading = thead.parse(recorded(name))
+    assert reading.manufacturer == "thead" and reading.driver_version == fake.DRIVER
+    if "cards" in facts:
+        got = [
+            (c.memory_total_mib, c.memory_used_mib, c.cores_utilization_percent)
+            for c in reading.cards
+        ]
+        assert got == facts["cards"]
+    if "rows" in facts:
+        got_rows = {
+            p.device_id: [(r.pid, r.memory_bytes, r.cores_percent) for r in p.rows]
+            for p in reading.processes
+        }
+        assert got_rows == facts["rows"]
+    if "memory_reason" in facts:
+        assert [p.memory_reason for p in reading.processes] == [facts["memory_reason"]]
+    if "partitions" in facts:
+        got_parts = {
+            p.id: (p.memory_total_mib, p.memory_used_mib, p.cores_percent, p.cores_reason)
+            for p in reading.partitions
+        }
+        assert got_parts == facts["partitions"]
+    if "unhealthy" in facts:
+        assert {c.id: c.unhealthy_reason for c in reading.cards if c.unhealthy} == facts[
+            "unhealthy"
+        ]
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_the_fixture_is_what_read_records_from_the_fake(
+    name: str, libhgml: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    build, request, rounds, _ = TABLE[name]
+    monkeypatch.setenv(fake.SCENARIO_ENV, str(fake.write(tmp_path / "s.txt", build())))
+    clock = ManualClock()
+    backend = thead.TheadBackend({"hgml": str(libhgml)}, clock=clock)
+    backend.open()
+    try:
+        for _ in range(rounds - 1):
+            backend.read(request)
+            time.sleep(GPM_MIN_INTERVAL * 1.5)  # the fake, like the driver, needs 100 ms
+            clock.advance()
+        payload = backend.read(request)
+    finally:
+        backend.close()
+    path = DIR / f"{name}.json"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        DIR.mkdir(parents=True, exist_ok=True)
+        meta = {
+            "kind": "synthetic",
+            "manufacturer": "thead",
+            "driver": fake.DRIVER,
+            "sdk": None,
+            "source": f"devicemanager read() over tests/fakelib/thead/fake_hgml.c, "
+            f"scenario {build.__name__}, round {rounds}",
+        }
+        path.write_text(
+            json.dumps({"meta": meta, "payload": payload}, indent=1, sort_keys=True) + "\n"
+        )
+    assert payload == recorded(name), f"{path} is stale; UPDATE_GOLDEN=1 re-records it"
+
+
+# -- quirks as HGML writes them -------------------------------------------------------------
+
+
+def test_not_found_from_process_utilization_is_idle_and_unsupported_is_not() -> None:
+    base = {
+        "hgmlDeviceGetUUID": gpu(41),
+        "hgmlDeviceGetIndex": 1,
+        "hgmlDeviceGetComputeRunningProcesses_v3": [
+            {"pid": 7, "usedGpuMemory": GIB, "gpuInstanceId": 4294967295}
+        ],
+    }
+    idle = {**base, "hgmlDeviceGetProcessUtilization": {"error": "HGML_ERROR_NOT_FOUND", "code": 6}}
+    refused = {
+        **base,
+        "hgmlDeviceGetProcessUtilization": {"error": "HGML_ERROR_NOT_SUPPORTED", "code": 3},
+    }
+    (a,) = thead.parse({"devices": [idle]}).processes
+    (b,) = thead.parse({"devices": [refused]}).processes
+    assert (a.cores_reason, a.rows[0].cores_percent) == (None, 0.0)
+    assert (b.cores_reason, b.rows[0].cores_percent) == (Reason.UNSUPPORTED, None)
+
+
+def test_an_nvml_key_means_nothing_to_the_thead_parse() -> None:
+    reading = thead.parse({"devices": [{"nvmlDeviceGetUUID": gpu(1), "nvmlDeviceGetIndex": 0}]})
+    assert reading.cards == ()
+
+
+# -- damaged payloads -----------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+FIELDS = sorted(
+    {
+        key
+        for name in TABLE
+        if (DIR / f"{name}.json").exists()
+        for device in recorded(name)["devices"]
+        for key in device
+    }
+    | {"migDevices", "hgmlGpmQueryDeviceSupport"}
+)
+MIG_FIELDS = [
+    "hgmlDeviceGetUUID",
+    "hgmlDeviceGetGpuInstanceId",
+    "hgmlDeviceGetMemoryInfo_v2",
+    "hgmlGpmSampleAlloc",
+    "hgmlGpmMigSampleGet",
+    "hgmlGpmMetricsGet",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=6),
+    st.dictionaries(st.sampled_from(MIG_FIELDS), json_values, max_size=6),
+    json_values,
+)
+def test_no_damaged_payload_makes_parse_raise(
+    fields: dict[str, Any], mig: dict[str, Any], request: Any
+) -> None:
+    payload = recorded("ppu-mixed-gpm")
+    device = {**payload["devices"][2], **fields}
+    device["migDevices"] = [{**payload["devices"][2]["migDevices"][0], **mig}, mig, fields]
+    # None stands for the recorded request, so the partitions are looked up too.
+    wanted = payload["request"] if request is None else request
+    reading = thead.parse({"request": wanted, "devices": [device, fields, *payload["devices"]]})
+    for card in reading.cards:
+        assert isinstance(card.id, str) and isinstance(card.index, int)
+    for p in reading.partitions:
+        assert p.cores_percent is None or 0.0 <= p.cores_percent <= 100.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(json_values)
+def test_no_top_level_shape_makes_parse_raise(devices: Any) -> None:
+    thead.parse({"devices": devices, "hgmlSystemGetDriverVersion": devices, "request": devices})

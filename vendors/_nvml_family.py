@@ -1,0 +1,732 @@
+"""What NVML and its clones share, factored by symbol prefix: NVIDIA's NVML (`nvml…`, read
+through pynvml) and T-Head's HGML (`hgml…`, read through our own ctypes declarations) answer
+the same entry points with the same return codes and the same struct shapes, so one reader
+and one pure parse serve both, with every payload key the C entry point's name under the
+library's own prefix (`nvmlDeviceGetUUID`, `hgmlDeviceGetUUID`).
+
+What they do not share stays in each vendor's module: how the library is found and
+initialised, NVIDIA's XID events and its newer per-process utilization call.
+
+GPM (R-X5). A partition's compute is the SM activity NVML's GPM reports for its GPU instance
+between two samples taken at least 100 ms apart. The two samples are taken in consecutive
+rounds, not both inside one read: the previous round's sample is kept (`GpmBaseline`), this
+round's is taken, and the metric is computed over the whole period between them. So a read
+never sleeps (a round's deadline is never spent waiting for a counter), and the figure is
+the partition's activity over the period, like every other figure of the round, rather than
+a 100 ms glimpse. The first round after start or a re-init has no previous sample: the figure
+is absent with `no_baseline`. The sample handles are the library's own opaque buffers; the
+payload records what the entry points answered (each sample's monotonic time and the metric
+computed from the pair), so parse() stays pure and a recording replays whole.
+
+Facts: ../shared/reference/vendors.md §1 (NVML), §7 and §12.3 (HGML).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from devicemanager.backend import BackendUnavailable, Library
+from devicemanager.model import (
+    Card,
+    DeviceProcesses,
+    PartitionReading,
+    Payload,
+    ProcessRow,
+    ReadRequest,
+    Reason,
+    VendorReading,
+    as_int,
+    mib_from_bytes,
+)
+from vendors._common import error_code as _error
+from vendors._common import failed, finite, reasons
+
+# Return codes: NVML's nvmlReturn_t and HGML's hgmlReturn_t agree value for value.
+SUCCESS = 0
+ERROR_NOT_SUPPORTED = 3
+ERROR_NO_PERMISSION = 4
+ERROR_NOT_FOUND = 6
+ERROR_INSUFFICIENT_SIZE = 7
+ERROR_DRIVER_NOT_LOADED = 9
+ERROR_FUNCTION_NOT_FOUND = 13
+ERROR_GPU_IS_LOST = 15
+ERROR_ARGUMENT_VERSION_MISMATCH = 25
+ERROR_DEPRECATED = 26
+
+# "Cannot" (a property of the node) is kept apart from "could not" (the next round asks again).
+reason_for: Callable[[int], Reason] = reasons(
+    unsupported=frozenset(
+        {
+            ERROR_NOT_SUPPORTED,
+            ERROR_FUNCTION_NOT_FOUND,
+            ERROR_ARGUMENT_VERSION_MISMATCH,
+            ERROR_DEPRECATED,
+        }
+    ),
+    permission=frozenset({ERROR_NO_PERMISSION}),
+    truncated=frozenset({ERROR_INSUFFICIENT_SIZE}),
+)
+
+MIG_ENABLED = 1
+TEMPERATURE_GPU = 0  # NVML_TEMPERATURE_GPU, HGML_TEMPERATURE_GPU
+# How many times read() asks again when a process list grew between the probe and the read.
+PROCESS_LIST_ATTEMPTS = 3
+# The headers' rule: two GPM samples closer than this are not comparable.
+GPM_MIN_INTERVAL = 0.1
+GPM_SM_UTIL = "GPM_METRIC_SM_UTIL"  # under the library's upper-case prefix, e.g. NVML_…
+
+
+# -- the pure parse --------------------------------------------------------------------------
+
+
+def _entries(value: Any) -> list[Mapping[str, Any]]:
+    """The objects of a JSON list, skipping anything else a damaged payload may hold."""
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def _memory(device: Mapping[str, Any], p: str) -> tuple[int | None, int | None]:
+    """(total MiB, used MiB) from v2 where the driver served it, else v1."""
+    for key in (f"{p}DeviceGetMemoryInfo_v2", f"{p}DeviceGetMemoryInfo"):
+        info = device.get(key)
+        if isinstance(info, Mapping) and _error(info) is None:
+            total = as_int(info.get("total"))  # bytes
+            used = as_int(info.get("used"))  # bytes; v2 leaves the driver's reservation out
+            return mib_from_bytes(total), mib_from_bytes(used)
+    return None, None
+
+
+def _unhealthy(device: Mapping[str, Any], p: str, application_xids: frozenset[int]) -> str | None:
+    """Why the card is unusable, or None. First match wins; the order is most to least severe."""
+    if any(_error(v) == ERROR_GPU_IS_LOST for v in device.values()):
+        return "gpu_is_lost"
+    xids = device.get("xidCriticalErrors")
+    for xid in xids if isinstance(xids, list) else ():
+        if isinstance(xid, int) and not isinstance(xid, bool) and xid not in application_xids:
+            return f"xid_{xid}"
+    rows = device.get(f"{p}DeviceGetRemappedRows")
+    if isinstance(rows, Mapping) and _error(rows) is None:
+        if rows.get("failureOccurred"):
+            return "row_remap_failure"
+        if rows.get("isPending"):
+            return "row_remap_pending"
+    if device.get(f"{p}DeviceGetRetiredPagesPendingStatus") == 1:
+        return "retired_pages_pending"
+    return None
+
+
+def parse_card(
+    device: Mapping[str, Any], p: str, application_xids: frozenset[int] = frozenset()
+) -> Card | None:
+    # A card that stopped answering is still named by what it answered earlier (`known*`,
+    # recorded by read()), so its grant shows it unhealthy instead of silently losing it.
+    uuid = device.get(f"{p}DeviceGetUUID")
+    if not isinstance(uuid, str):
+        uuid = device.get("knownUUID")
+    index = as_int(device.get(f"{p}DeviceGetIndex"))
+    if index is None:
+        index = as_int(device.get("knownIndex"))
+    if not isinstance(uuid, str) or index is None:
+        # Without its identity a card cannot be named in any figure.
+        return None
+    total, used = _memory(device, p)
+    rates = device.get(f"{p}DeviceGetUtilizationRates")
+    gpu = finite(rates.get("gpu")) if isinstance(rates, Mapping) and not _error(rates) else None
+    power_mw = finite(device.get(f"{p}DeviceGetPowerUsage"))  # mW
+    name = device.get(f"{p}DeviceGetName")
+    if not isinstance(name, str):
+        name = device.get("knownName")
+    reason = _unhealthy(device, p, application_xids)
+    return Card(
+        id=uuid,
+        index=index,
+        name=name if isinstance(name, str) else None,
+        memory_total_mib=total,
+        memory_used_mib=used,
+        cores_utilization_percent=gpu,
+        temperature_celsius=finite(device.get(f"{p}DeviceGetTemperature")),  # °C
+        power_usage_watts=None if power_mw is None else round(power_mw / 1000.0, 3),
+        unhealthy=reason is not None,
+        unhealthy_reason=reason,
+    )
+
+
+def _newest_samples(samples: Iterable[Any]) -> dict[int, float]:
+    """Per PID, the SM share of its newest sample: older rows for one PID are history (a PID
+    can appear in several rows of one answer, with different time stamps)."""
+    newest: dict[int, tuple[int, float]] = {}
+    for sample in samples:
+        if not isinstance(sample, Mapping):
+            continue
+        pid, stamp = as_int(sample.get("pid")), as_int(sample.get("timeStamp"))
+        util = finite(sample.get("smUtil"))
+        if pid is None or stamp is None or util is None:
+            continue
+        if pid not in newest or stamp > newest[pid][0]:
+            newest[pid] = (stamp, util)
+    return {pid: util for pid, (_, util) in newest.items()}
+
+
+def _cores_answer(
+    device: Mapping[str, Any], p: str
+) -> tuple[dict[int, float] | None, Reason | None]:
+    """Per-PID SM share, or the reason there is none.
+
+    NOT_FOUND means no process had a sample in the window: every process is idle, which is an
+    answer. The newer …ProcessesUtilizationInfo is used only where read() had to fall back to
+    it because the older call is not served.
+    """
+    reason: Reason | None = Reason.UNSUPPORTED
+    for key in (f"{p}DeviceGetProcessUtilization", f"{p}DeviceGetProcessesUtilizationInfo"):
+        if key not in device:
+            continue
+        value = device[key]
+        code = _error(value)
+        if code is None:
+            return _newest_samples(_entries(value)), None
+        if code == ERROR_NOT_FOUND:
+            return {}, None
+        reason = reason_for(code)
+        if reason is not Reason.UNSUPPORTED:
+            return None, reason
+    return None, reason
+
+
+def parse_processes(device: Mapping[str, Any], p: str) -> DeviceProcesses | None:
+    """The per-process answer for a carved card; None when read() did not ask for this card."""
+    uuid = device.get(f"{p}DeviceGetUUID")
+    key = f"{p}DeviceGetComputeRunningProcesses_v3"
+    if not isinstance(uuid, str) or key not in device:
+        return None
+    listed = device[key]
+    code = _error(listed)
+    samples, cores_reason = _cores_answer(device, p)
+    memory_reason = None if code is None else reason_for(code)
+    truncated = int(memory_reason is Reason.TRUNCATED) + int(cores_reason is Reason.TRUNCATED)
+    # A row of a MIG-enabled card names its GPU instance; the MIG handles read this round say
+    # which partition that is (0xFFFFFFFF, MIG off, matches none).
+    partitions = {
+        as_int(m.get(f"{p}DeviceGetGpuInstanceId")): m.get(f"{p}DeviceGetUUID")
+        for m in _entries(device.get("migDevices"))
+        if isinstance(m.get(f"{p}DeviceGetUUID"), str)
+    }
+    rows: list[ProcessRow] = []
+    if code is None and isinstance(listed, list):
+        for proc in listed:
+            pid = as_int(proc.get("pid")) if isinstance(proc, Mapping) else None
+            if pid is None:
+                continue
+            # usedGpuMemory null is the VALUE_NOT_AVAILABLE sentinel: unknown, never 0.
+            used = as_int(proc.get("usedGpuMemory"))
+            # A listed PID with no sample ran nothing in the window: idle, measured.
+            cores = None if samples is None else samples.get(pid, 0.0)
+            partition = partitions.get(as_int(proc.get("gpuInstanceId")))
+            rows.append(
+                ProcessRow(
+                    pid=pid,
+                    memory_bytes=used,
+                    cores_percent=cores,
+                    partition_id=partition if isinstance(partition, str) else None,
+                )
+            )
+    elif samples is not None:
+        # No process list: the sampled PIDs are the rows we have, their memory unknown.
+        rows = [ProcessRow(pid=pid, cores_percent=util) for pid, util in sorted(samples.items())]
+    # A PID seen only in samples and not in a good process list has exited: dropped above.
+    return DeviceProcesses(
+        device_id=uuid,
+        rows=tuple(rows),
+        memory_reason=memory_reason,
+        cores_reason=cores_reason,
+        reads_truncated=truncated,
+    )
+
+
+def parse_gpm(
+    parent: Mapping[str, Any], mig: Mapping[str, Any], p: str
+) -> tuple[float | None, Reason | None]:
+    """A partition's SM activity from GPM, or why there is none (R-X5).
+
+    No GPM support asked or answered (an older card, a driver without GPM, a payload recorded
+    before GPM was read) is `unsupported`, as partition compute always was; no previous sample
+    yet is `no_baseline`; a value outside 0..100 is `invalid_data`, never clamped.
+    """
+    support = parent.get(f"{p}GpmQueryDeviceSupport")
+    if not isinstance(support, Mapping):
+        return None, Reason.UNSUPPORTED
+    if (code := _error(support)) is not None:
+        return None, reason_for(code)
+    if as_int(support.get("isSupportedDevice")) != 1:
+        return None, Reason.UNSUPPORTED
+    for step in (f"{p}GpmSampleAlloc", f"{p}GpmMigSampleGet"):
+        if (code := _error(mig.get(step))) is not None:
+            return None, reason_for(code)
+    if not isinstance(mig.get(f"{p}GpmMigSampleGet"), Mapping):
+        return None, Reason.TRANSIENT_DRIVER_ERROR  # supported, yet no sample was taken
+    metrics = mig.get(f"{p}GpmMetricsGet")
+    if metrics is None:
+        return None, Reason.NO_BASELINE  # the first sample, or the previous one too recent
+    if not isinstance(metrics, Mapping):
+        return None, Reason.INVALID_DATA
+    if (code := _error(metrics)) is not None:
+        return None, reason_for(code)
+    value = metrics.get(f"{p.upper()}_{GPM_SM_UTIL}")
+    if (code := _error(value)) is not None:
+        return None, reason_for(code)
+    number = finite(value)
+    if number is None or not 0.0 <= number <= 100.0:
+        return None, Reason.INVALID_DATA
+    return round(number, 2), None
+
+
+def parse_partitions(payload: Mapping[str, Any], p: str) -> tuple[PartitionReading, ...]:
+    """Answer every partition read() was asked for, found only by its recorded id (R-V4)."""
+    request = payload.get("request")
+    wanted = request.get("partitions") if isinstance(request, Mapping) else None
+    devices = _entries(payload.get("devices"))
+    uuid_key = f"{p}DeviceGetUUID"
+    by_uuid = {d[uuid_key]: d for d in devices if isinstance(d.get(uuid_key), str)}
+    handles: dict[str, list[Mapping[str, Any]]] = {}
+    parents: dict[str, list[str]] = {}  # partition id -> the cards listing it
+    for device in devices:
+        for mig in _entries(device.get("migDevices")):
+            if isinstance(mig.get(uuid_key), str):
+                handles.setdefault(mig[uuid_key], []).append(mig)
+                if isinstance(device.get(uuid_key), str):
+                    parents.setdefault(mig[uuid_key], []).append(device[uuid_key])
+    out: list[PartitionReading] = []
+    for item in wanted if isinstance(wanted, list) else ():
+        if not (
+            isinstance(item, list) and len(item) == 2 and all(isinstance(s, str) for s in item)
+        ):
+            continue
+        parent_id, partition_id = item
+        if not parent_id:
+            # Asked for by its own id alone: its card is the one that lists it, when exactly
+            # one does.
+            listed = parents.get(partition_id, [])
+            parent_id = listed[0] if len(listed) == 1 else ""
+        parent = by_uuid.get(parent_id)
+        found = handles.get(partition_id, [])
+        mode = parent.get(f"{p}DeviceGetMigMode") if parent is not None else None
+        mode_code = _error(mode)
+        if parent is None:
+            reason = Reason.TRANSIENT_DRIVER_ERROR
+        elif mode_code is not None:
+            reason = reason_for(mode_code)
+        elif not (isinstance(mode, Mapping) and mode.get("current") == MIG_ENABLED):
+            # A partition named on a card whose MIG mode is off cannot be read as one.
+            reason = Reason.UNSUPPORTED
+        elif len(found) > 1:
+            # Two handles claim one UUID: neither answer can be trusted as this partition's.
+            reason = Reason.INVALID_DATA
+        elif not found:
+            reason = Reason.TRANSIENT_DRIVER_ERROR
+        else:
+            total, used = _memory(found[0], p)
+            memory_reason = None if total is not None else Reason.TRANSIENT_DRIVER_ERROR
+            cores, cores_reason = parse_gpm(parent, found[0], p)
+            out.append(
+                PartitionReading(
+                    id=partition_id,
+                    parent_id=parent_id,
+                    memory_total_mib=total,
+                    memory_used_mib=used,
+                    memory_reason=memory_reason,
+                    cores_percent=cores,
+                    cores_reason=cores_reason,
+                )
+            )
+            continue
+        out.append(
+            PartitionReading(
+                id=partition_id, parent_id=parent_id, memory_reason=reason, cores_reason=reason
+            )
+        )
+    return tuple(out)
+
+
+def parse(
+    payload: Payload,
+    p: str,
+    manufacturer: str,
+    application_xids: frozenset[int] = frozenset(),
+) -> VendorReading:
+    devices = _entries(payload.get("devices"))
+    cards = tuple(c for c in (parse_card(d, p, application_xids) for d in devices) if c)
+    processes = tuple(x for x in (parse_processes(d, p) for d in devices) if x is not None)
+    driver = payload.get(f"{p}SystemGetDriverVersion")
+    return VendorReading(
+        manufacturer=manufacturer,
+        cards=cards,
+        processes=processes,
+        partitions=parse_partitions(payload, p),
+        driver_version=driver if isinstance(driver, str) else None,
+    )
+
+
+# -- the reader --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Binding:
+    """An NVML-shaped library as Python calls it: pynvml's module, or our HGML declarations.
+
+    Entry points are looked up as `<prefix><Name>` with pynvml's calling convention (values
+    returned, a failure raised as `error` carrying the return code in `.value`); constants as
+    `<PREFIX>_<NAME>`; `metrics_get` is the library's GPM metrics-request struct.
+    """
+
+    prefix: str
+    lib: Any
+    error: type[Exception]
+    metrics_get: Any
+
+    def fn(self, name: str) -> Callable[..., Any]:
+        function: Callable[..., Any] = getattr(self.lib, f"{self.prefix}{name}")
+        return function
+
+    def const(self, name: str) -> Any:
+        return getattr(self.lib, f"{self.prefix.upper()}_{name}")
+
+    def error_name(self, exc: BaseException) -> str:
+        """How a failure is named in the payload: pynvml's class name, or our library's."""
+        name = getattr(exc, "name", None)
+        return name if isinstance(name, str) else type(exc).__name__
+
+    def code_name(self, code: int) -> str:
+        return self.error_name(self.error(code))
+
+
+class GpmBaseline:
+    """The previous GPM sample of each partition read, kept across rounds: the library's own
+    sample buffer and the monotonic time it was taken. Freed when replaced, when its partition
+    is no longer read, and on close; forgotten with the backend on re-init, so a figure never
+    spans a driver reload."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[Any, float]] = {}
+
+    def previous(self, key: str) -> tuple[Any, float] | None:
+        return self._held.get(key)
+
+    def keep(self, key: str, sample: Any, at: float, free: Callable[[Any], None]) -> None:
+        """`sample` becomes the previous one for `key`; the one it replaces is freed."""
+        old = self._held.get(key)
+        self._held[key] = (sample, at)
+        if old is not None and old[0] is not sample:
+            free(old[0])
+
+    def keep_only(self, keys: set[str], free: Callable[[Any], None]) -> None:
+        for stale in self._held.keys() - keys:
+            free(self._held.pop(stale)[0])
+
+    def clear(self, free: Callable[[Any], None]) -> None:
+        self.keep_only(set(), free)
+
+
+class NvmlFamilyBackend:
+    """The read() and parse() NVML and HGML share. A vendor module sets the class attributes,
+    and its open() sets `self._binding` after initialising the library."""
+
+    manufacturer: ClassVar[str] = ""
+    prefix: ClassVar[str] = ""
+    libraries: ClassVar[tuple[Library, ...]] = ()
+    # XIDs that report an application fault rather than a broken card (NVIDIA only).
+    application_xids: ClassVar[frozenset[int]] = frozenset()
+    # Whether the newer …ProcessesUtilizationInfo is asked where the older call is not served.
+    newer_process_utilization: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        libraries: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.configured = dict(libraries or {})
+        self._binding: Binding | None = None
+        self._clock = clock
+        self._baseline = GpmBaseline()
+        # Identity a card gave in an earlier round, by enumeration index: a lost card stops
+        # answering even …DeviceGetUUID.
+        self._known: dict[int, dict[str, Any]] = {}
+
+    # -- hooks for a vendor ----------------------------------------------------------------
+
+    def _round_started(self) -> None:
+        """Before a round's reads (NVIDIA collects its XID events here)."""
+
+    def _device_extras(self, uuid: str) -> dict[str, Any]:
+        """Vendor-only answers recorded for a card (NVIDIA: its XIDs)."""
+        return {}
+
+    # -- calling the library -----------------------------------------------------------------
+
+    @property
+    def binding(self) -> Binding:
+        if self._binding is None:
+            raise BackendUnavailable("read() before open()")
+        return self._binding
+
+    def _call(self, name: str, *args: Any) -> Any:
+        """What `<prefix><name>` answered, or its failure as the payload records it."""
+        b = self.binding
+        try:
+            return b.fn(name)(*args)
+        except b.error as exc:
+            return failed(b.error_name(exc), int(getattr(exc, "value", -1)))
+
+    def _key(self, name: str) -> str:
+        return f"{self.prefix}{name}"
+
+    def _free_sample(self, sample: Any) -> None:
+        self._call("GpmSampleFree", sample)
+
+    def _release(self) -> None:
+        """Free what the library allocated for us; before shutdown, and safe without open()."""
+        if self._binding is not None:
+            self._baseline.clear(self._free_sample)
+        self._baseline = GpmBaseline()
+
+    # -- read -------------------------------------------------------------------------------
+
+    def _processes(self, handle: Any) -> Any:
+        for _ in range(PROCESS_LIST_ATTEMPTS):
+            value = self._call("DeviceGetComputeRunningProcesses_v3", handle)
+            if _error(value) != ERROR_INSUFFICIENT_SIZE:
+                break
+            # The list grew past the binding's buffer between its probe and its read.
+        if _error(value) is not None:
+            return value
+        return [
+            {
+                "pid": p.pid,
+                "usedGpuMemory": p.usedGpuMemory,  # bytes; None is VALUE_NOT_AVAILABLE
+                "gpuInstanceId": p.gpuInstanceId,
+                "computeInstanceId": p.computeInstanceId,
+            }
+            for p in value
+        ]
+
+    @staticmethod
+    def _sample_rows(value: Any) -> Any:
+        if _error(value) is not None:
+            return value
+        return [
+            {"pid": s.pid, "timeStamp": s.timeStamp, "smUtil": s.smUtil, "memUtil": s.memUtil}
+            for s in value
+        ]
+
+    def _samples(self, handle: Any) -> dict[str, Any]:
+        """Per-process SM samples since time stamp 0, from the older call (and, where the
+        vendor has it and the older one is not served, from its successor)."""
+        value = self._sample_rows(self._call("DeviceGetProcessUtilization", handle, 0))
+        out = {self._key("DeviceGetProcessUtilization"): value}
+        code = _error(value)
+        if (
+            code is not None
+            and self.newer_process_utilization
+            and reason_for(code) is Reason.UNSUPPORTED
+        ):
+            newer = self._call("DeviceGetProcessesUtilizationInfo", handle, 0)
+            out[self._key("DeviceGetProcessesUtilizationInfo")] = self._sample_rows(newer)
+        return out
+
+    def _memory_info(self, handle: Any) -> dict[str, Any]:
+        b = self.binding
+        value = self._call("DeviceGetMemoryInfo", handle, getattr(b.lib, f"{b.prefix}Memory_v2"))
+        if _error(value) is None:
+            return {
+                self._key("DeviceGetMemoryInfo_v2"): {
+                    "total": value.total,
+                    "reserved": value.reserved,
+                    "free": value.free,
+                    "used": value.used,
+                }
+            }
+        v1 = self._call("DeviceGetMemoryInfo", handle)
+        if _error(v1) is None:
+            v1 = {"total": v1.total, "free": v1.free, "used": v1.used}
+        return {self._key("DeviceGetMemoryInfo_v2"): value, self._key("DeviceGetMemoryInfo"): v1}
+
+    def _sm_util(self, first: Any, second: Any) -> Any:
+        """The SM activity GPM computes between two samples, as the payload records it."""
+        b = self.binding
+        request = b.metrics_get()
+        request.version = b.const("GPM_METRICS_GET_VERSION")
+        request.numMetrics = 1
+        request.sample1, request.sample2 = first, second
+        request.metrics[0].metricId = b.const(GPM_SM_UTIL)
+        answer = self._call("GpmMetricsGet", request)
+        if _error(answer) is not None:
+            return answer
+        metric = request.metrics[0]
+        code = int(getattr(metric, f"{b.prefix}Return"))
+        name = f"{b.prefix.upper()}_{GPM_SM_UTIL}"
+        if code != SUCCESS:
+            return {name: failed(b.code_name(code), code)}
+        value = float(metric.value)
+        # JSON has no NaN: a non-finite answer is written as text, which parse() refuses.
+        return {name: value if math.isfinite(value) else repr(value)}
+
+    def _gpm_sample(self, parent: Any, key: str, gpu_instance: int) -> dict[str, Any]:
+        """This round's GPM sample of one partition, and the metric since the previous one."""
+        sample = self._call("GpmSampleAlloc")
+        if _error(sample) is not None:
+            return {self._key("GpmSampleAlloc"): sample}
+        taken = self._call("GpmMigSampleGet", parent, gpu_instance, sample)
+        at = self._clock()
+        previous = self._baseline.previous(key)
+        if _error(taken) is not None:
+            self._free_sample(sample)  # the previous sample stays for the next round
+            return {self._key("GpmMigSampleGet"): taken}
+        out: dict[str, Any] = {
+            self._key("GpmMigSampleGet"): {
+                "at": at,
+                "previousAt": None if previous is None else previous[1],
+            }
+        }
+        if previous is not None and at - previous[1] < GPM_MIN_INTERVAL:
+            # Too soon to compare: keep the older sample, so the next round's interval is longer.
+            self._free_sample(sample)
+            return out
+        if previous is not None:
+            out[self._key("GpmMetricsGet")] = self._sm_util(previous[0], sample)
+        self._baseline.keep(key, sample, at, self._free_sample)
+        return out
+
+    def _mig_devices(
+        self, handle: Any, uuid: str, wanted: set[str], sampled: set[str]
+    ) -> tuple[list[dict[str, Any]], Any]:
+        """The card's MIG handles, and its GPM support when a wanted partition is among them."""
+        count = self._call("DeviceGetMaxMigDeviceCount", handle)
+        if not isinstance(count, int):
+            return [], None
+        out: list[dict[str, Any]] = []
+        for slot in range(count):
+            mig = self._call("DeviceGetMigDeviceHandleByIndex", handle, slot)
+            if _error(mig) is not None:
+                continue  # NOT_FOUND: an empty slot
+            entry: dict[str, Any] = {
+                self._key("DeviceGetMigDeviceHandleByIndex"): slot,
+                self._key("DeviceGetUUID"): self._call("DeviceGetUUID", mig),
+                self._key("DeviceGetGpuInstanceId"): self._call("DeviceGetGpuInstanceId", mig),
+            }
+            entry.update(self._memory_info(mig))
+            out.append(entry)
+        support: Any = None
+        targets = [
+            e
+            for e in out
+            if isinstance(e[self._key("DeviceGetUUID")], str)
+            and e[self._key("DeviceGetUUID")] in wanted
+            and isinstance(e[self._key("DeviceGetGpuInstanceId")], int)
+        ]
+        if targets:
+            support = self._call("GpmQueryDeviceSupport", handle)
+            if _error(support) is None:
+                support = {"isSupportedDevice": int(support.isSupportedDevice)}
+            if isinstance(support, Mapping) and support.get("isSupportedDevice") == 1:
+                for entry in targets:
+                    gi = entry[self._key("DeviceGetGpuInstanceId")]
+                    key = f"{uuid}/{entry[self._key('DeviceGetUUID')]}/{gi}"
+                    sampled.add(key)
+                    entry.update(self._gpm_sample(handle, key, gi))
+        return out, support
+
+    def _device(
+        self,
+        index: int,
+        request: ReadRequest,
+        partitions: Mapping[str, set[str]],
+        sampled: set[str],
+    ) -> dict[str, Any]:
+        handle = self._call("DeviceGetHandleByIndex", index)
+        known = self._known.get(index, {})
+        if _error(handle) is not None:
+            return {self._key("DeviceGetHandleByIndex"): handle, **known}
+        uuid = self._call("DeviceGetUUID", handle)
+        device: dict[str, Any] = {
+            self._key("DeviceGetIndex"): self._call("DeviceGetIndex", handle),
+            self._key("DeviceGetUUID"): uuid,
+            self._key("DeviceGetName"): self._call("DeviceGetName", handle),
+        }
+        if isinstance(uuid, str) and isinstance(device[self._key("DeviceGetIndex")], int):
+            self._known[index] = {
+                "knownUUID": uuid,
+                "knownIndex": device[self._key("DeviceGetIndex")],
+                "knownName": device[self._key("DeviceGetName")],
+            }
+        elif known:
+            device.update(known)
+            uuid = known["knownUUID"]
+        device.update(self._memory_info(handle))
+        rates = self._call("DeviceGetUtilizationRates", handle)
+        if _error(rates) is None:
+            rates = {"gpu": rates.gpu, "memory": rates.memory}  # percent of the sample period
+        device[self._key("DeviceGetUtilizationRates")] = rates
+        device[self._key("DeviceGetTemperature")] = self._call(
+            "DeviceGetTemperature", handle, TEMPERATURE_GPU
+        )
+        device[self._key("DeviceGetPowerUsage")] = self._call("DeviceGetPowerUsage", handle)
+        rows = self._call("DeviceGetRemappedRows", handle)
+        if _error(rows) is None:
+            corr, unc, pending, failure = rows
+            rows = {
+                "corrRows": corr,
+                "uncRows": unc,
+                "isPending": pending,
+                "failureOccurred": failure,
+            }
+        device[self._key("DeviceGetRemappedRows")] = rows
+        device[self._key("DeviceGetRetiredPagesPendingStatus")] = self._call(
+            "DeviceGetRetiredPagesPendingStatus", handle
+        )
+        mode = self._call("DeviceGetMigMode", handle)
+        if _error(mode) is None:
+            mode = {"current": mode[0], "pending": mode[1]}
+        device[self._key("DeviceGetMigMode")] = mode
+        if isinstance(uuid, str):
+            device.update(self._device_extras(uuid))
+            if uuid in request.carved_device_ids:
+                device[self._key("DeviceGetComputeRunningProcesses_v3")] = self._processes(handle)
+                device.update(self._samples(handle))
+            # "" asks for a partition whose card is not known (a MIG device the kubelet
+            # allocated, named by its own UUID alone): every MIG card is walked for it.
+            wanted = partitions.get(uuid, set()) | partitions.get("", set())
+            if wanted and isinstance(mode, dict) and mode["current"] == MIG_ENABLED:
+                migs, support = self._mig_devices(handle, uuid, wanted, sampled)
+                device["migDevices"] = migs
+                if support is not None:
+                    device[self._key("GpmQueryDeviceSupport")] = support
+        return device
+
+    def read(self, request: ReadRequest) -> Payload:
+        if self._binding is None:
+            raise BackendUnavailable("read() before open()")
+        self._round_started()
+        count = self._call("DeviceGetCount")
+        if not isinstance(count, int):
+            # Without a count nothing can be read; the worker re-initialises next round.
+            raise RuntimeError(f"{self._key('DeviceGetCount')} failed: {count}")
+        partitions: dict[str, set[str]] = {}
+        for parent, partition in request.partition_ids:
+            partitions.setdefault(parent, set()).add(partition)
+        sampled: set[str] = set()
+        devices = [self._device(i, request, partitions, sampled) for i in range(count)]
+        # A partition no longer read (released, or its card gone) lets go of its sample.
+        self._baseline.keep_only(sampled, self._free_sample)
+        return {
+            self._key("SystemGetDriverVersion"): self._call("SystemGetDriverVersion"),
+            self._key("DeviceGetCount"): count,
+            "request": {
+                "carved": sorted(request.carved_device_ids),
+                "partitions": [list(p) for p in sorted(request.partition_ids)],
+            },
+            "devices": devices,
+        }
+
+    def parse(self, payload: Payload) -> VendorReading:
+        return parse(payload, self.prefix, self.manufacturer, self.application_xids)

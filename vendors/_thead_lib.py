@@ -1,0 +1,433 @@
+"""ctypes declarations for HGML (`libhgml.so`), T-Head's NVML clone for its PPU.
+
+Our own declarations, written from the facts of the public `hgml.h` (HGML_API_VERSION 12, as
+carried by gpustack/gpustack-operator `binding/hgml/`): only the entry points the backend
+calls, the structs they fill, and the constants they take. There is no Python binding to
+use. Calls follow pynvml's convention (a value returned, a failure raised as `HGMLError`
+carrying the `hgmlReturn_t` in `.value`, a missing symbol as FUNCTION_NOT_FOUND at call time),
+so one reader in vendors/_nvml_family.py serves NVML and HGML alike.
+
+ABI notes from the header: `hgmlDevice_t` and `hgmlGpmSample_t` are one-pointer structs
+passed by value; process rows are 24 bytes, utilization samples 32; HGML's GPM request
+carries room for HGML_GPM_METRIC_MAX (2052) metrics, where NVML's carries its own maximum.
+Each struct is asserted against gcc by the tests (tests/vendors/test_thead_kit.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from ctypes import (
+    POINTER,
+    Structure,
+    byref,
+    c_char,
+    c_char_p,
+    c_double,
+    c_int,
+    c_uint,
+    c_ulonglong,
+    c_void_p,
+    sizeof,
+)
+from dataclasses import dataclass
+from typing import Any
+
+# hgmlReturn_t: the values NVML uses, name for name.
+HGML_SUCCESS = 0
+_RETURN_NAMES = {
+    1: "UNINITIALIZED",
+    2: "INVALID_ARGUMENT",
+    3: "NOT_SUPPORTED",
+    4: "NO_PERMISSION",
+    5: "ALREADY_INITIALIZED",
+    6: "NOT_FOUND",
+    7: "INSUFFICIENT_SIZE",
+    8: "INSUFFICIENT_POWER",
+    9: "DRIVER_NOT_LOADED",
+    10: "TIMEOUT",
+    11: "IRQ_ISSUE",
+    12: "LIBRARY_NOT_FOUND",
+    13: "FUNCTION_NOT_FOUND",
+    14: "CORRUPTED_INFOROM",
+    15: "GPU_IS_LOST",
+    16: "RESET_REQUIRED",
+    17: "OPERATING_SYSTEM",
+    18: "LIB_RM_VERSION_MISMATCH",
+    19: "IN_USE",
+    20: "MEMORY",
+    21: "NO_DATA",
+    22: "VGPU_ECC_NOT_SUPPORTED",
+    23: "INSUFFICIENT_RESOURCES",
+    24: "FREQ_NOT_SUPPORTED",
+    25: "ARGUMENT_VERSION_MISMATCH",
+    26: "DEPRECATED",
+    27: "NOT_READY",
+    28: "GPU_NOT_FOUND",
+    29: "INVALID_STATE",
+    30: "RESET_TYPE_NOT_SUPPORTED",
+    999: "UNKNOWN",
+}
+HGML_ERROR_NOT_FOUND = 6
+HGML_ERROR_INSUFFICIENT_SIZE = 7
+HGML_ERROR_FUNCTION_NOT_FOUND = 13
+
+HGML_VALUE_NOT_AVAILABLE = 0xFFFF_FFFF_FFFF_FFFF  # (-1) in an unsigned long long field
+HGML_TEMPERATURE_GPU = 0
+HGML_DEVICE_UUID_V2_BUFFER_SIZE = 96
+HGML_DEVICE_NAME_V2_BUFFER_SIZE = 96
+HGML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE = 80
+
+HGML_GPM_METRIC_SM_UTIL = 2
+HGML_GPM_METRIC_MAX = 2052
+HGML_GPM_METRICS_GET_VERSION = 1
+HGML_GPM_SUPPORT_VERSION = 2
+
+# Room for processes that start between the size probe and the read.
+_PROCESS_ROOM = 8
+
+
+class HGMLError(Exception):
+    """An hgmlReturn_t other than success; `value` is the code, `name` its header name."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+        self.name = f"HGML_ERROR_{_RETURN_NAMES.get(value, str(value))}"
+        super().__init__(self.name)
+
+
+class hgmlDevice_t(Structure):
+    _fields_ = (("handle", c_void_p),)
+
+
+class hgmlGpmSample_t(Structure):
+    _fields_ = (("handle", c_void_p),)
+
+
+class hgmlMemory_t(Structure):
+    _fields_ = (("total", c_ulonglong), ("free", c_ulonglong), ("used", c_ulonglong))
+
+
+class hgmlMemory_v2_t(Structure):
+    _fields_ = (
+        ("version", c_uint),
+        ("total", c_ulonglong),
+        ("reserved", c_ulonglong),
+        ("free", c_ulonglong),
+        ("used", c_ulonglong),
+    )
+
+
+def _struct_version(struct: type[Structure], version: int) -> int:
+    """HGML_STRUCT_VERSION: the struct's size with its version in the top byte."""
+    return sizeof(struct) | (version << 24)
+
+
+class hgmlUtilization_t(Structure):
+    _fields_ = (("gpu", c_uint), ("memory", c_uint))
+
+
+class hgmlProcessInfo_t(Structure):
+    """hgmlProcessInfo_v2_t, the row of the _v3 process calls (24 bytes)."""
+
+    _fields_ = (
+        ("pid", c_uint),
+        ("usedGpuMemory", c_ulonglong),
+        ("gpuInstanceId", c_uint),
+        ("computeInstanceId", c_uint),
+    )
+
+
+class hgmlProcessUtilizationSample_t(Structure):
+    _fields_ = (
+        ("pid", c_uint),
+        ("timeStamp", c_ulonglong),  # CPU time stamp, µs
+        ("smUtil", c_uint),
+        ("memUtil", c_uint),
+        ("encUtil", c_uint),
+        ("decUtil", c_uint),
+    )
+
+
+class hgmlGpmSupport_t(Structure):
+    _fields_ = (("version", c_uint), ("isSupportedDevice", c_uint))
+
+
+class hgmlGpmMetricInfo_t(Structure):
+    _fields_ = (("shortName", c_char_p), ("longName", c_char_p), ("unit", c_char_p))
+
+
+class hgmlGpmMetric_t(Structure):
+    _fields_ = (
+        ("metricId", c_uint),
+        ("hgmlReturn", c_int),
+        ("value", c_double),
+        ("metricInfo", hgmlGpmMetricInfo_t),
+    )
+
+
+class hgmlGpmMetricsGet_t(Structure):
+    _fields_ = (
+        ("version", c_uint),
+        ("numMetrics", c_uint),
+        ("sample1", hgmlGpmSample_t),
+        ("sample2", hgmlGpmSample_t),
+        ("metrics", hgmlGpmMetric_t * HGML_GPM_METRIC_MAX),
+    )
+
+
+def _available(used: int) -> int | None:
+    return None if used == HGML_VALUE_NOT_AVAILABLE else used
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    """One row of hgmlDeviceGetComputeRunningProcesses_v3; memory None for the sentinel."""
+
+    pid: int
+    usedGpuMemory: int | None  # bytes
+    gpuInstanceId: int
+    computeInstanceId: int
+
+
+# entry point -> argument types (every one returns hgmlReturn_t).
+_PROTOTYPES: dict[str, tuple[Any, ...]] = {
+    "hgmlInitWithFlags": (c_uint,),
+    "hgmlShutdown": (),
+    "hgmlSystemGetDriverVersion": (POINTER(c_char), c_uint),
+    "hgmlDeviceGetCount_v2": (POINTER(c_uint),),
+    "hgmlDeviceGetHandleByIndex_v2": (c_uint, POINTER(hgmlDevice_t)),
+    "hgmlDeviceGetUUID": (hgmlDevice_t, POINTER(c_char), c_uint),
+    "hgmlDeviceGetName": (hgmlDevice_t, POINTER(c_char), c_uint),
+    "hgmlDeviceGetIndex": (hgmlDevice_t, POINTER(c_uint)),
+    "hgmlDeviceGetMemoryInfo": (hgmlDevice_t, POINTER(hgmlMemory_t)),
+    "hgmlDeviceGetMemoryInfo_v2": (hgmlDevice_t, POINTER(hgmlMemory_v2_t)),
+    "hgmlDeviceGetUtilizationRates": (hgmlDevice_t, POINTER(hgmlUtilization_t)),
+    "hgmlDeviceGetTemperature": (hgmlDevice_t, c_int, POINTER(c_uint)),
+    "hgmlDeviceGetPowerUsage": (hgmlDevice_t, POINTER(c_uint)),
+    "hgmlDeviceGetRemappedRows": (
+        hgmlDevice_t,
+        POINTER(c_uint),
+        POINTER(c_uint),
+        POINTER(c_uint),
+        POINTER(c_uint),
+    ),
+    "hgmlDeviceGetRetiredPagesPendingStatus": (hgmlDevice_t, POINTER(c_int)),
+    "hgmlDeviceGetMigMode": (hgmlDevice_t, POINTER(c_uint), POINTER(c_uint)),
+    "hgmlDeviceGetMaxMigDeviceCount": (hgmlDevice_t, POINTER(c_uint)),
+    "hgmlDeviceGetMigDeviceHandleByIndex": (hgmlDevice_t, c_uint, POINTER(hgmlDevice_t)),
+    "hgmlDeviceGetGpuInstanceId": (hgmlDevice_t, POINTER(c_uint)),
+    "hgmlDeviceGetComputeRunningProcesses_v3": (
+        hgmlDevice_t,
+        POINTER(c_uint),
+        POINTER(hgmlProcessInfo_t),
+    ),
+    "hgmlDeviceGetProcessUtilization": (
+        hgmlDevice_t,
+        POINTER(hgmlProcessUtilizationSample_t),
+        POINTER(c_uint),
+        c_ulonglong,
+    ),
+    "hgmlGpmQueryDeviceSupport": (hgmlDevice_t, POINTER(hgmlGpmSupport_t)),
+    "hgmlGpmSampleAlloc": (POINTER(hgmlGpmSample_t),),
+    "hgmlGpmSampleFree": (hgmlGpmSample_t,),
+    "hgmlGpmMigSampleGet": (hgmlDevice_t, c_uint, hgmlGpmSample_t),
+    "hgmlGpmMetricsGet": (POINTER(hgmlGpmMetricsGet_t),),
+}
+
+
+class Hgml:
+    """The entry points of one loaded libhgml.so, called the way pynvml calls NVML's."""
+
+    # Constants the shared reader looks up by prefix.
+    hgmlMemory_v2 = _struct_version(hgmlMemory_v2_t, 2)
+    HGML_GPM_METRIC_SM_UTIL = HGML_GPM_METRIC_SM_UTIL
+    HGML_GPM_METRICS_GET_VERSION = HGML_GPM_METRICS_GET_VERSION
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self._lib = lib
+        self._functions: dict[str, Callable[..., int]] = {}
+
+    def _fn(self, name: str) -> Callable[..., int]:
+        """The C function, typed by our prototype; resolved at first call, like pynvml."""
+        function = self._functions.get(name)
+        if function is None:
+            try:
+                found = getattr(self._lib, name)
+            except AttributeError:
+                raise HGMLError(HGML_ERROR_FUNCTION_NOT_FOUND) from None
+            found.argtypes = _PROTOTYPES[name]
+            found.restype = c_int
+            function = self._functions[name] = found
+        return function
+
+    def _check(self, name: str, *args: Any) -> None:
+        code = self._fn(name)(*args)
+        if code != HGML_SUCCESS:
+            raise HGMLError(code)
+
+    def _string(self, name: str, size: int, *handle: Any) -> str:
+        buffer = ctypes.create_string_buffer(size)
+        self._check(name, *handle, buffer, size)
+        return buffer.value.decode(errors="replace")
+
+    def _uint(self, name: str, *args: Any) -> int:
+        value = c_uint()
+        self._check(name, *args, byref(value))
+        return value.value
+
+    # -- library ---------------------------------------------------------------------------
+
+    def hgmlInitWithFlags(self, flags: int) -> None:
+        self._check("hgmlInitWithFlags", flags)
+
+    def hgmlShutdown(self) -> None:
+        self._check("hgmlShutdown")
+
+    def hgmlSystemGetDriverVersion(self) -> str:
+        return self._string("hgmlSystemGetDriverVersion", HGML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE)
+
+    # -- devices ---------------------------------------------------------------------------
+
+    def hgmlDeviceGetCount(self) -> int:
+        return self._uint("hgmlDeviceGetCount_v2")
+
+    def hgmlDeviceGetHandleByIndex(self, index: int) -> hgmlDevice_t:
+        handle = hgmlDevice_t()
+        self._check("hgmlDeviceGetHandleByIndex_v2", index, byref(handle))
+        return handle
+
+    def hgmlDeviceGetUUID(self, handle: hgmlDevice_t) -> str:
+        return self._string("hgmlDeviceGetUUID", HGML_DEVICE_UUID_V2_BUFFER_SIZE, handle)
+
+    def hgmlDeviceGetName(self, handle: hgmlDevice_t) -> str:
+        return self._string("hgmlDeviceGetName", HGML_DEVICE_NAME_V2_BUFFER_SIZE, handle)
+
+    def hgmlDeviceGetIndex(self, handle: hgmlDevice_t) -> int:
+        return self._uint("hgmlDeviceGetIndex", handle)
+
+    def hgmlDeviceGetMemoryInfo(
+        self, handle: hgmlDevice_t, version: int | None = None
+    ) -> hgmlMemory_t | hgmlMemory_v2_t:
+        """v1 without a version; `hgmlMemory_v2` asks the versioned call."""
+        if version is None:
+            memory = hgmlMemory_t()
+            self._check("hgmlDeviceGetMemoryInfo", handle, byref(memory))
+            return memory
+        memory_v2 = hgmlMemory_v2_t(version=version)
+        self._check("hgmlDeviceGetMemoryInfo_v2", handle, byref(memory_v2))
+        return memory_v2
+
+    def hgmlDeviceGetUtilizationRates(self, handle: hgmlDevice_t) -> hgmlUtilization_t:
+        rates = hgmlUtilization_t()
+        self._check("hgmlDeviceGetUtilizationRates", handle, byref(rates))
+        return rates
+
+    def hgmlDeviceGetTemperature(self, handle: hgmlDevice_t, sensor: int) -> int:
+        return self._uint("hgmlDeviceGetTemperature", handle, sensor)  # °C
+
+    def hgmlDeviceGetPowerUsage(self, handle: hgmlDevice_t) -> int:
+        return self._uint("hgmlDeviceGetPowerUsage", handle)  # mW
+
+    def hgmlDeviceGetRemappedRows(self, handle: hgmlDevice_t) -> tuple[int, int, int, int]:
+        corr, unc, pending, failure = c_uint(), c_uint(), c_uint(), c_uint()
+        self._check(
+            "hgmlDeviceGetRemappedRows",
+            handle,
+            byref(corr),
+            byref(unc),
+            byref(pending),
+            byref(failure),
+        )
+        return corr.value, unc.value, pending.value, failure.value
+
+    def hgmlDeviceGetRetiredPagesPendingStatus(self, handle: hgmlDevice_t) -> int:
+        state = c_int()
+        self._check("hgmlDeviceGetRetiredPagesPendingStatus", handle, byref(state))
+        return state.value
+
+    def hgmlDeviceGetMigMode(self, handle: hgmlDevice_t) -> list[int]:
+        current, pending = c_uint(), c_uint()
+        self._check("hgmlDeviceGetMigMode", handle, byref(current), byref(pending))
+        return [current.value, pending.value]
+
+    def hgmlDeviceGetMaxMigDeviceCount(self, handle: hgmlDevice_t) -> int:
+        return self._uint("hgmlDeviceGetMaxMigDeviceCount", handle)
+
+    def hgmlDeviceGetMigDeviceHandleByIndex(self, handle: hgmlDevice_t, index: int) -> hgmlDevice_t:
+        mig = hgmlDevice_t()
+        self._check("hgmlDeviceGetMigDeviceHandleByIndex", handle, index, byref(mig))
+        return mig
+
+    def hgmlDeviceGetGpuInstanceId(self, handle: hgmlDevice_t) -> int:
+        return self._uint("hgmlDeviceGetGpuInstanceId", handle)
+
+    # -- processes -------------------------------------------------------------------------
+
+    def hgmlDeviceGetComputeRunningProcesses_v3(self, handle: hgmlDevice_t) -> list[ProcessInfo]:
+        """Probe the count (SUCCESS: none), then read into a buffer with some room to spare.
+        A list that outgrew it answers INSUFFICIENT_SIZE, raised for the caller to ask again."""
+        name = "hgmlDeviceGetComputeRunningProcesses_v3"
+        count = c_uint(0)
+        code = self._fn(name)(handle, byref(count), None)
+        if code == HGML_SUCCESS:
+            return []
+        if code != HGML_ERROR_INSUFFICIENT_SIZE:
+            raise HGMLError(code)
+        capacity = count.value + _PROCESS_ROOM
+        rows = (hgmlProcessInfo_t * capacity)()
+        count = c_uint(capacity)
+        self._check(name, handle, byref(count), rows)
+        return [
+            ProcessInfo(
+                pid=r.pid,
+                # The sentinel is "not available": unknown, never a plausible number.
+                usedGpuMemory=_available(r.usedGpuMemory),
+                gpuInstanceId=r.gpuInstanceId,
+                computeInstanceId=r.computeInstanceId,
+            )
+            for r in rows[: min(count.value, capacity)]
+        ]
+
+    def hgmlDeviceGetProcessUtilization(
+        self, handle: hgmlDevice_t, last_seen: int
+    ) -> list[hgmlProcessUtilizationSample_t]:
+        """Samples newer than `last_seen` (µs; 0: all the driver holds). NOT_FOUND, raised, is
+        the driver's "no sample in the window": idle, which the parser knows."""
+        name = "hgmlDeviceGetProcessUtilization"
+        count = c_uint(0)
+        code = self._fn(name)(handle, None, byref(count), last_seen)
+        if code == HGML_SUCCESS:
+            return []
+        if code != HGML_ERROR_INSUFFICIENT_SIZE:
+            raise HGMLError(code)
+        capacity = count.value + _PROCESS_ROOM
+        samples = (hgmlProcessUtilizationSample_t * capacity)()
+        count = c_uint(capacity)
+        self._check(name, handle, samples, byref(count), last_seen)
+        return list(samples[: min(count.value, capacity)])
+
+    # -- GPM -------------------------------------------------------------------------------
+
+    def hgmlGpmQueryDeviceSupport(self, handle: hgmlDevice_t) -> hgmlGpmSupport_t:
+        support = hgmlGpmSupport_t(version=HGML_GPM_SUPPORT_VERSION)
+        self._check("hgmlGpmQueryDeviceSupport", handle, byref(support))
+        return support
+
+    def hgmlGpmSampleAlloc(self) -> hgmlGpmSample_t:
+        sample = hgmlGpmSample_t()
+        self._check("hgmlGpmSampleAlloc", byref(sample))
+        return sample
+
+    def hgmlGpmSampleFree(self, sample: hgmlGpmSample_t) -> None:
+        self._check("hgmlGpmSampleFree", sample)
+
+    def hgmlGpmMigSampleGet(
+        self, handle: hgmlDevice_t, gpu_instance: int, sample: hgmlGpmSample_t
+    ) -> hgmlGpmSample_t:
+        self._check("hgmlGpmMigSampleGet", handle, gpu_instance, sample)
+        return sample
+
+    def hgmlGpmMetricsGet(self, request: hgmlGpmMetricsGet_t) -> hgmlGpmMetricsGet_t:
+        self._check("hgmlGpmMetricsGet", byref(request))
+        return request
