@@ -16,3 +16,16 @@ def libnvml(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if why:
         pytest.skip(f"the fake libnvidia-ml cannot be built here: {why}")
     return fake_nvml.build(tmp_path_factory.mktemp("nvml"))
+
+
+@pytest.fixture(scope="session")
+def rocm_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fake ROCm install (lib/libamd_smi.so, librocm_smi64.so.7, librocm-core.so.1), compiled
+    once per run. The amdsmi wheel binds its library once per process, so every in-process AMD
+    test loads this one; tests that need another run in a subprocess."""
+    from tests.fakelib import amd as fake_amd
+
+    why = fake_amd.missing()
+    if why:
+        pytest.skip(f"the fake ROCm libraries cannot be built here: {why}")
+    return fake_amd.build(tmp_path_factory.mktemp("rocm"))
