@@ -90,9 +90,11 @@ def card_families(snapshot: Snapshot) -> Iterator[GaugeFamily]:
     info = GaugeFamily(
         "gpustack_accelerator_info",
         _sampled(
-            "Accelerators this agent reads; value 1, identity in labels.", snapshot.period_seconds
+            "Accelerators this agent reads; value 1, identity in labels (parent_id: the physical card "
+            "of a partition its library enumerates as a device of its own).",
+            snapshot.period_seconds,
         ),
-        labels=[*CARD_LABELS, "name", "driver_version"],
+        labels=[*CARD_LABELS, "name", "driver_version", "parent_id"],
     )
     families = {
         suffix: GaugeFamily(
@@ -105,7 +107,9 @@ def card_families(snapshot: Snapshot) -> Iterator[GaugeFamily]:
     for group in snapshot.groups:
         for card in group.cards:
             labels = [node, group.manufacturer, card.id, str(card.index)]
-            info.add_metric([*labels, card.name or "", group.driver_version or ""], 1.0)
+            info.add_metric(
+                [*labels, card.name or "", group.driver_version or "", card.parent_id or ""], 1.0
+            )
             rendered = labelset(CARD_LABELS, labels)
             for suffix, family in families.items():
                 value = _figure(card, suffix)

@@ -87,13 +87,20 @@ def entry(grant: Grant, view: View) -> AcceleratorEntry:
     total_card = card.memory_total_mib if card is not None else None
     # Temperature, power and health are the physical card's, in every mode: a partition the
     # library enumerates as a device of its own reads its board's (R-V2).
+    # A partition its library also enumerates as a device (an AMD XCP) is shown at its own
+    # index; any other is shown at its card's.
+    shown = card
+    if grant.partition_id is not None:
+        shown = view.cards.get((grant.manufacturer, grant.partition_id), card)
     board = card
     if card is not None and card.parent_id is not None:
         board = view.cards.get((grant.manufacturer, card.parent_id))
     common: dict[str, Any] = {
         "manufacturer": grant.manufacturer,
         "id": grant.entry_id,
-        "index": grant.index if grant.index is not None else (card.index if card else None),
+        # The ordinal the vendor's tool shows for the card today; the allocator's record only
+        # where the card is not read (its index may be stale, or counted another way).
+        "index": shown.index if shown is not None else grant.index,
         "mode": grant.mode,
         "temperature_celsius": board.temperature_celsius if board else None,
         "power_usage_watts": board.power_usage_watts if board else None,

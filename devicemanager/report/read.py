@@ -214,6 +214,8 @@ def read_device(state: State, obs: Observation) -> None:
     node = label_of(sample, labels, "node")
     index = label_of(sample, labels, "index")
     uuid = label_of(sample, labels, "uuid")
+    if uuid is not None and uuid in state.boards:
+        return  # a board whose partitions are listed as devices of their own
     what = f"{family.name} line {sample.line}"
     d = resolve(state, node, index, uuid, label_of(sample, labels, "type"), what, obs.source)
     if d is None:

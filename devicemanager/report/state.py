@@ -132,6 +132,10 @@ class State:
     unattributed: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     disagreements: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
 
+    # Physical cards this agent names as the parent of partitions it lists as devices (AMD
+    # XCPs): the partitions are the devices allocators hand out; the board is not one more.
+    boards: set[str] = field(default_factory=set)
+
     by_uuid: dict[str, list[DeviceAcc]] = field(default_factory=dict)
     by_place: dict[tuple[str, str], list[DeviceAcc]] = field(default_factory=dict)
 

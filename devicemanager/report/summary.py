@@ -214,6 +214,9 @@ def summarize(parsed: Sequence[Parsed]) -> Report:
             f"{len(nonfinite)} sample(s) are NaN or infinite and were not used as figures "
             f"({listed(nonfinite)})",
         )
+    for obs in observations:
+        if obs.family.figure is F.DEVICE_INFO and (parent := obs.sample.label("parent_id")):
+            state.boards.add(parent)
     devices = sorted((o for o in observations if o.scope is Scope.DEVICE), key=completeness)
     for obs in devices:
         read_device(state, obs)

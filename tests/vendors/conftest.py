@@ -28,6 +28,19 @@ def libhgml(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return fake_hgml.build(tmp_path_factory.mktemp("hgml"))
 
 
+@pytest.fixture(scope="session")
+def rocm_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fake ROCm install (lib/libamd_smi.so, librocm_smi64.so.7, librocm-core.so.1), compiled
+    once per run. The amdsmi wheel binds its library once per process, so every in-process AMD
+    test loads this one; tests that need another run in a subprocess."""
+    from tests.fakelib import amd as fake_amd
+
+    why = fake_amd.missing()
+    if why:
+        pytest.skip(f"the fake ROCm libraries cannot be built here: {why}")
+    return fake_amd.build(tmp_path_factory.mktemp("rocm"))
+
+
 class ManualClock:
     """A monotonic clock the test moves, one monitor period at a time, so the times a payload
     records are the same on every run (the fakes still see the real time between samples)."""

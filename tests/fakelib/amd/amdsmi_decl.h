@@ -1,0 +1,169 @@
+/*
+ * Our declarations of the part of AMD SMI (libamd_smi.so) the fake implements, written by this
+ * project from the facts of the public header ROCm/amdsmi include/amd_smi/amdsmi.h (MIT) and of
+ * the ROCm 7.0 layouts the `amdsmi` wheel 7.0.2 binds (its amdsmi_wrapper.py is the ABI the
+ * Python side reads). Not a copy: only the types, fields and values the fake needs, with
+ * natural C alignment. tests/vendors/test_amd_kit.py asserts every struct here against the
+ * wheel's ctypes definitions (size and field offsets).
+ */
+#ifndef DEVICEMANAGER_AMDSMI_DECL_H
+#define DEVICEMANAGER_AMDSMI_DECL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* amdsmi_status_t */
+typedef uint32_t amdsmi_status_t;
+#define AMDSMI_STATUS_SUCCESS 0u
+#define AMDSMI_STATUS_INVAL 1u
+#define AMDSMI_STATUS_NOT_SUPPORTED 2u
+#define AMDSMI_STATUS_NO_PERM 10u
+#define AMDSMI_STATUS_OUT_OF_RESOURCES 15u
+#define AMDSMI_STATUS_INIT_ERROR 18u
+#define AMDSMI_STATUS_NOT_FOUND 31u
+#define AMDSMI_STATUS_NOT_INIT 32u
+#define AMDSMI_STATUS_DRIVER_NOT_LOADED 34u
+#define AMDSMI_STATUS_INSUFFICIENT_SIZE 41u
+
+/* amdsmi_temperature_type_t / amdsmi_temperature_metric_t: the values the fake answers */
+#define AMDSMI_TEMPERATURE_TYPE_EDGE 0u
+#define AMDSMI_TEMPERATURE_TYPE_HOTSPOT 1u
+#define AMDSMI_TEMP_CURRENT 0u
+
+#define AMDSMI_STRING_LENGTH 256 /* AMDSMI_MAX_STRING_LENGTH / AMDSMI_NORMAL_STRING_LENGTH */
+
+typedef void *amdsmi_socket_handle;
+typedef void *amdsmi_processor_handle;
+
+typedef union {
+    struct {
+        uint64_t function_number : 3;
+        uint64_t device_number : 5;
+        uint64_t bus_number : 8;
+        uint64_t domain_number : 48;
+    } fields;
+    uint64_t as_uint;
+} amdsmi_bdf_t;
+
+typedef struct {
+    char market_name[AMDSMI_STRING_LENGTH];
+    uint32_t vendor_id;
+    char vendor_name[AMDSMI_STRING_LENGTH];
+    uint32_t subvendor_id;
+    uint64_t device_id;
+    uint32_t rev_id;
+    char asic_serial[AMDSMI_STRING_LENGTH]; /* hex digits, no 0x: the wheel adds it */
+    uint32_t oam_id;
+    uint32_t num_of_compute_units;
+    uint64_t target_graphics_version;
+    uint32_t subsystem_id;
+    uint32_t reserved[21];
+} amdsmi_asic_info_t;
+
+typedef struct {
+    uint64_t kfd_id;
+    uint32_t node_id;
+    uint32_t current_partition_id;
+    uint32_t reserved[12];
+} amdsmi_kfd_info_t;
+
+typedef struct {
+    uint32_t drm_render; /* render node minor, e.g. 128 */
+    uint32_t drm_card;
+    uint32_t hsa_id;
+    uint32_t hip_id;
+    char hip_uuid[AMDSMI_STRING_LENGTH];
+} amdsmi_enumeration_info_t;
+
+typedef struct {
+    uint32_t vram_total; /* MiB */
+    uint32_t vram_used;  /* MiB */
+    uint32_t reserved[2];
+} amdsmi_vram_usage_t;
+
+typedef struct {
+    uint32_t gfx_activity; /* percent; 0xFFFF: not available */
+    uint32_t umc_activity;
+    uint32_t mm_activity;
+    uint32_t reserved[13];
+} amdsmi_engine_usage_t;
+
+typedef struct {
+    uint64_t socket_power;
+    uint32_t current_socket_power; /* W; 0xFFFF: not available */
+    uint32_t average_socket_power; /* W; 0xFFFF: not available */
+    uint64_t gfx_voltage;
+    uint64_t soc_voltage;
+    uint64_t mem_voltage;
+    uint32_t power_limit;
+    uint64_t reserved[18];
+} amdsmi_power_info_t;
+
+typedef struct {
+    char driver_version[AMDSMI_STRING_LENGTH];
+    char driver_date[AMDSMI_STRING_LENGTH];
+    char driver_name[AMDSMI_STRING_LENGTH];
+} amdsmi_driver_info_t;
+
+typedef struct {
+    uint64_t correctable_count;
+    uint64_t uncorrectable_count;
+    uint64_t deferred_count;
+    uint64_t reserved[5];
+} amdsmi_error_count_t;
+
+typedef struct {
+    uint32_t major;
+    uint32_t minor;
+    uint32_t release;
+    const char *build;
+} amdsmi_version_t;
+
+typedef struct {
+    char name[AMDSMI_STRING_LENGTH];
+    uint32_t pid;
+    uint64_t mem; /* bytes */
+    struct {
+        uint64_t gfx; /* cumulative ns on the engine */
+        uint64_t enc;
+        uint32_t reserved[12];
+    } engine_usage;
+    struct {
+        uint64_t gtt_mem; /* bytes */
+        uint64_t cpu_mem;
+        uint64_t vram_mem;
+        uint32_t reserved[10];
+    } memory_usage;
+    char container_name[AMDSMI_STRING_LENGTH];
+    uint32_t cu_occupancy; /* CUs in use; 0xFFFFFFFF: not available */
+    uint32_t reserved[11];
+} amdsmi_proc_info_t;
+
+amdsmi_status_t amdsmi_init(uint64_t init_flags);
+amdsmi_status_t amdsmi_shut_down(void);
+amdsmi_status_t amdsmi_get_lib_version(amdsmi_version_t *version);
+amdsmi_status_t amdsmi_get_socket_handles(uint32_t *count, amdsmi_socket_handle *handles);
+amdsmi_status_t amdsmi_get_socket_info(amdsmi_socket_handle handle, size_t len, char *name);
+amdsmi_status_t amdsmi_get_processor_handles(amdsmi_socket_handle socket, uint32_t *count,
+                                             amdsmi_processor_handle *handles);
+amdsmi_status_t amdsmi_get_gpu_device_uuid(amdsmi_processor_handle h, uint32_t *len, char *uuid);
+amdsmi_status_t amdsmi_get_gpu_device_bdf(amdsmi_processor_handle h, amdsmi_bdf_t *bdf);
+amdsmi_status_t amdsmi_get_gpu_bdf_id(amdsmi_processor_handle h, uint64_t *bdfid);
+amdsmi_status_t amdsmi_get_gpu_asic_info(amdsmi_processor_handle h, amdsmi_asic_info_t *info);
+amdsmi_status_t amdsmi_get_gpu_kfd_info(amdsmi_processor_handle h, amdsmi_kfd_info_t *info);
+amdsmi_status_t amdsmi_get_gpu_enumeration_info(amdsmi_processor_handle h,
+                                                amdsmi_enumeration_info_t *info);
+amdsmi_status_t amdsmi_get_gpu_compute_partition(amdsmi_processor_handle h, char *partition,
+                                                 uint32_t len);
+amdsmi_status_t amdsmi_get_gpu_vram_usage(amdsmi_processor_handle h, amdsmi_vram_usage_t *usage);
+amdsmi_status_t amdsmi_get_gpu_activity(amdsmi_processor_handle h, amdsmi_engine_usage_t *usage);
+amdsmi_status_t amdsmi_get_power_info(amdsmi_processor_handle h, amdsmi_power_info_t *info);
+amdsmi_status_t amdsmi_get_temp_metric(amdsmi_processor_handle h, uint32_t sensor, uint32_t metric,
+                                       int64_t *temperature);
+amdsmi_status_t amdsmi_get_gpu_driver_info(amdsmi_processor_handle h, amdsmi_driver_info_t *info);
+amdsmi_status_t amdsmi_get_gpu_total_ecc_count(amdsmi_processor_handle h,
+                                               amdsmi_error_count_t *count);
+amdsmi_status_t amdsmi_get_gpu_process_list(amdsmi_processor_handle h, uint32_t *max_processes,
+                                            amdsmi_proc_info_t *list);
+
+#endif

@@ -1,0 +1,146 @@
+"""Named scenarios for the fake ROCm install, after the situations the amd backend must meet.
+Each returns the scenario document (tests/fakelib/amd.scenario) for a node; ids come from
+tests.fakelib.amd.uuid_of / gpustack_id, so tests can grant the same devices."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.fakelib.amd import GIB, card, cpx_card, process, scenario
+
+SECOND = 1_000_000_000  # ns
+
+
+def spx_pair() -> dict[str, Any]:
+    """Two whole MI300X: card 0 busy with two processes (one whose engine time advances 3 s in
+    each 15 s round, one KFD process whose counter never moves and whose CUs are known), card 1
+    idle."""
+    return scenario(
+        [
+            card(
+                0,
+                used_mib=61_440,
+                gfx=87,
+                power_w=612,
+                hotspot=71,
+                processes=[
+                    process(4101, 40 * GIB, gfx_ns=7 * SECOND, gfx_step_ns=3 * SECOND, cu=152),
+                    process(4102, 16 * GIB, cu=76),
+                ],
+            ),
+            card(1, used_mib=283, gfx=0, power_w=131, hotspot=38),
+        ]
+    )
+
+
+def cpx_eight_xcps() -> dict[str, Any]:
+    """Card 0 whole; card 1 in CPX mode: eight XCPs with eight UUIDs on one socket, the
+    secondary ones answering N/A for activity, power and temperature; XCP 0 and XCP 2 busy."""
+    return scenario(
+        [
+            card(0, used_mib=1_024, gfx=3, power_w=140, hotspot=41),
+            *cpx_card(
+                1,
+                render_base=129,
+                xcps=[
+                    {
+                        "used_mib": 20_480,
+                        "gfx": 91,
+                        "processes": [process(5101, 19 * GIB, cu=38)],
+                    },
+                    {"used_mib": 12},
+                    {
+                        "used_mib": 9_216,
+                        "processes": [process(5301, 8 * GIB, cu=19)],
+                    },
+                ],
+            ),
+        ]
+    )
+
+
+def cu_occupancy_invalid() -> dict[str, Any]:
+    """Three KFD processes on one card, the middle one's cu_occupancy 0xFFFFFFFF."""
+    return scenario(
+        [
+            card(
+                0,
+                used_mib=30_000,
+                gfx=60,
+                processes=[
+                    process(6101, 10 * GIB, cu=100),
+                    process(6102, 10 * GIB, cu=None),
+                    process(6103, 8 * GIB, cu=38),
+                ],
+            )
+        ]
+    )
+
+
+def engine_time_advancing() -> dict[str, Any]:
+    """One process whose GFX engine time advances 6 s in every 15 s round (40%), another 1.5 s
+    (10%), on one card."""
+    return scenario(
+        [
+            card(
+                0,
+                used_mib=50_000,
+                gfx=55,
+                processes=[
+                    process(7101, 30 * GIB, gfx_ns=100 * SECOND, gfx_step_ns=6 * SECOND, cu=200),
+                    process(7102, 12 * GIB, gfx_ns=4 * SECOND, gfx_step_ns=3 * SECOND // 2, cu=30),
+                ],
+            )
+        ]
+    )
+
+
+def out_of_resources() -> dict[str, Any]:
+    """A card whose process list is longer than every buffer the wheel passes (1,024 rows):
+    the list grows past the buffer at each read, so the call answers OUT_OF_RESOURCES."""
+    return scenario(
+        [
+            card(
+                0,
+                used_mib=150_000,
+                gfx=99,
+                processes=[process(8101, 2 * GIB, cu=10)],
+                grow=40,
+                grow_always=True,
+            ),
+            card(1, used_mib=0),
+        ]
+    )
+
+
+def device_lost_mid_read() -> dict[str, Any]:
+    """Four whole cards; card 2 answers its identity once and then falls off (NOT_FOUND)."""
+    cards = [card(i, used_mib=1_000 * (i + 1), gfx=10 * i) for i in range(4)]
+    cards[2]["lost_after"] = 1
+    return scenario(cards)
+
+
+def rocm_720(**top: Any) -> dict[str, Any]:
+    """ROCm 7.2.0, where amdsmi's per-device process list ignores the handle (every process
+    under every GPU): two whole cards and one in CPX, processes on each; ROCm SMI enumerates
+    the devices in reverse order, so it is matched by PCI id."""
+    return scenario(
+        [
+            card(
+                0,
+                used_mib=40_000,
+                gfx=70,
+                processes=[process(9101, 30 * GIB, cu=152), process(9102, 2 * GIB, cu=None)],
+            ),
+            card(1, used_mib=9_000, gfx=20, processes=[process(9201, 8 * GIB, cu=76)]),
+            *cpx_card(
+                2,
+                render_base=130,
+                xcps=[{"used_mib": 4_000, "gfx": 33, "processes": [process(9301, 3 * GIB, cu=19)]}],
+            ),
+        ],
+        rocm="7.2.0",
+        process_list_ignores_handle=True,
+        rsmi_reverse=True,
+        **top,
+    )

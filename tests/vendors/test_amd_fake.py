@@ -1,0 +1,477 @@
+"""The amd backend end to end: the real `amdsmi` wheel (loading the fake libamd_smi.so through
+its own loader, nothing of it patched), our ctypes ROCm SMI fallback, our read() and parse(),
+over the fake ROCm install of tests/fakelib/amd driven by the scenarios there (R-V1..R-V6).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from devicemanager.backend import BackendUnavailable
+from devicemanager.model import Card, ReadRequest, Reason, VendorReading
+from tests.conftest import REPO, agent_env
+from tests.fakelib import amd as fake
+from tests.fakelib.amd import GIB, scenarios
+from vendors.amd import VIA_AMDSMI, VIA_ROCM_SMI, VIA_WITHHELD, AmdBackend
+
+pytestmark = pytest.mark.timeout(90)
+
+PERIOD = 15.0
+
+
+class Clock:
+    """Monotonic seconds that advance one monitor period at each read."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start - PERIOD
+
+    def __call__(self) -> float:
+        self.now += PERIOD
+        return self.now
+
+
+@pytest.fixture
+def node(rocm_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """Write a scenario where the fakes read it; returns a factory of backends on it."""
+
+    def _node(doc: dict[str, Any], **libraries: str) -> AmdBackend:
+        path = fake.write(tmp_path / "scenario.txt", doc)
+        monkeypatch.setenv(fake.SCENARIO_ENV, str(path))
+        sysfs = fake.sysfs(tmp_path / "sys", doc["devices"])
+        return AmdBackend({"amd_smi": str(rocm_root), **libraries}, clock=Clock(), sysfs=sysfs)
+
+    return _node
+
+
+def rounds(backend: AmdBackend, request: ReadRequest, n: int) -> list[dict[str, Any]]:
+    backend.open()
+    try:
+        return [backend.read(request) for _ in range(n)]
+    finally:
+        backend.close()
+
+
+def carved(*ids: str) -> ReadRequest:
+    return ReadRequest(carved_device_ids=frozenset(ids))
+
+
+def by_id(reading: VendorReading) -> dict[str, Card]:
+    return {c.id: c for c in reading.cards}
+
+
+# -- cards -----------------------------------------------------------------------------------------
+
+
+def test_whole_cards_through_the_real_wheel(node) -> None:  # type: ignore[no-untyped-def]
+    (payload,) = rounds(node(scenarios.spx_pair()), ReadRequest(), 1)
+    reading = AmdBackend().parse(payload)
+    busy, idle = reading.cards
+    assert (busy.id, busy.index, busy.name) == (fake.uuid_of(0), 0, "AMD Instinct MI300X")
+    assert (busy.memory_total_mib, busy.memory_used_mib) == (196_592, 61_440)  # MiB as given
+    assert (busy.cores_utilization_percent, busy.temperature_celsius, busy.power_usage_watts) == (
+        87.0,
+        71.0,
+        612.0,
+    )
+    assert (busy.unhealthy, busy.parent_id) == (False, None)
+    # GPUStack's GPU-<ASIC serial> and the AMD device plugin's PCI address; HAMi's AMD plugin
+    # registers the amdsmi UUID, the canonical id itself.
+    assert busy.aliases == (fake.gpustack_id(0), "0000:05:00.0")
+    assert idle.cores_utilization_percent == 0.0  # measured idle, not absent
+    assert reading.driver_version == "6.12.12" and reading.via == VIA_AMDSMI
+    # The wheel's own answer about itself is kept; no card was carved, so no process list.
+    assert payload["amdsmi_get_lib_version"]["major"] == 26
+    assert all(
+        "amdsmi_get_gpu_process_list" not in d for s in payload["sockets"] for d in s["processors"]
+    )
+
+
+def test_cpx_card_eight_xcps_under_their_physical_card(node) -> None:  # type: ignore[no-untyped-def]
+    (payload,) = rounds(node(scenarios.cpx_eight_xcps()), ReadRequest(), 1)
+    cards = by_id(AmdBackend().parse(payload))
+    physical = cards[fake.gpustack_id(1)]
+    xcps = [cards[fake.uuid_of(1, k)] for k in range(8)]
+    assert len(cards) == 1 + 1 + 8 and len({c.id for c in xcps}) == 8
+    # Board figures on the physical card only, read on XCP 0; never on a partition's entry.
+    assert (physical.temperature_celsius, physical.power_usage_watts) == (55.0, 402.0)
+    assert (physical.memory_total_mib, physical.cores_utilization_percent) == (None, None)
+    assert dict(physical.address) == {"socket": 1, "compute_partition": "CPX"}
+    assert all(x.parent_id == physical.id for x in xcps)
+    assert all(x.temperature_celsius is None and x.power_usage_watts is None for x in xcps)
+    # Each XCP's own memory and activity; the secondary ones' "N/A" is absent, not zero.
+    assert (xcps[0].memory_used_mib, xcps[0].cores_utilization_percent) == (20_480, 91.0)
+    assert [x.cores_utilization_percent for x in xcps[1:]] == [None] * 7
+    assert [x.memory_used_mib for x in xcps[:3]] == [20_480, 12, 9_216]
+    assert [x.index for x in xcps] == list(range(1, 9))
+    # XCP 0 is the PCI device the AMD device plugin names; the others its amdgpu_xcp_<N>.
+    assert "0000:65:00.0" in xcps[0].aliases
+    assert [x.aliases[-1] for x in xcps[1:]] == [f"amdgpu_xcp_{n}" for n in range(7)]
+    # The power and temperature calls were made on the first XCP only.
+    processors = payload["sockets"][1]["processors"]
+    assert ["amdsmi_get_power_info" in p for p in processors] == [True] + [False] * 7
+
+
+def test_partitions_found_by_the_recorded_id(node) -> None:  # type: ignore[no-untyped-def]
+    parent = fake.gpustack_id(1)
+    wanted = {
+        (parent, fake.uuid_of(1, 0)),
+        (parent, "amdgpu_xcp_1"),  # the device plugin's name for XCP 2
+        (parent, fake.uuid_of(1, 5)),
+        (parent, "not-a-partition"),
+        (fake.gpustack_id(0), fake.uuid_of(0)),  # a whole card is no partition
+    }
+    (payload,) = rounds(
+        node(scenarios.cpx_eight_xcps()), ReadRequest(partition_ids=frozenset(wanted)), 1
+    )
+    got = {p.id: p for p in AmdBackend().parse(payload).partitions}
+    busy, second, idle = got[fake.uuid_of(1, 0)], got[fake.uuid_of(1, 2)], got[fake.uuid_of(1, 5)]
+    assert (busy.parent_id, busy.memory_total_mib, busy.memory_used_mib) == (parent, 24_574, 20_480)
+    assert (busy.cores_percent, busy.cores_reason) == (91.0, None)
+    assert "amdgpu_xcp_1" in second.aliases and second.memory_used_mib == 9_216
+    # A secondary XCP answers its memory (idle: measured 0) but N/A for its activity.
+    assert (idle.memory_used_mib, idle.memory_reason) == (0, None)
+    assert (idle.cores_percent, idle.cores_reason) == (None, Reason.UNSUPPORTED)
+    assert got["not-a-partition"].memory_reason is Reason.TRANSIENT_DRIVER_ERROR
+    assert got[fake.uuid_of(0)].memory_reason is Reason.UNSUPPORTED
+
+
+def test_a_device_lost_mid_read_keeps_its_name_and_is_unhealthy(node) -> None:  # type: ignore[no-untyped-def]
+    first, second = rounds(node(scenarios.device_lost_mid_read()), ReadRequest(), 2)
+    parse = AmdBackend().parse
+    assert [c.unhealthy for c in parse(first).cards] == [False] * 4
+    cards = parse(second).cards
+    lost = cards[2]
+    assert (lost.id, lost.index, lost.unhealthy_reason) == (fake.uuid_of(2), 2, "device_lost")
+    assert (lost.memory_total_mib, lost.cores_utilization_percent) == (None, None)
+    assert fake.gpustack_id(2) in lost.aliases  # still matched by what allocators recorded
+    assert [c.unhealthy for i, c in enumerate(cards) if i != 2] == [False] * 3
+
+
+def test_a_card_that_leaves_enumeration_is_gone_next_round(node) -> None:  # type: ignore[no-untyped-def]
+    doc = scenarios.spx_pair()
+    doc["devices"][0]["gone_after"] = 1  # round one's enumeration, then gone
+    first, second = rounds(node(doc), ReadRequest(), 2)
+    assert len(AmdBackend().parse(first).cards) == 2
+    assert [c.id for c in AmdBackend().parse(second).cards] == [fake.uuid_of(1)]
+
+
+def test_a_node_without_cards_reads_none(node) -> None:  # type: ignore[no-untyped-def]
+    (payload,) = rounds(node(fake.scenario([])), ReadRequest(), 1)
+    assert AmdBackend().parse(payload).cards == ()
+
+
+def test_a_driver_that_is_not_loaded_makes_the_backend_unavailable(node) -> None:  # type: ignore[no-untyped-def]
+    backend = node(fake.scenario([fake.card(0)], init=34))  # AMDSMI_STATUS_DRIVER_NOT_LOADED
+    with pytest.raises(BackendUnavailable, match="initialised: AMDSMI_STATUS_DRIVER_NOT_LOADED"):
+        backend.open()
+
+
+# -- per-process -------------------------------------------------------------------------------
+
+
+def test_engine_time_between_two_rounds_and_no_baseline_first(node) -> None:  # type: ignore[no-untyped-def]
+    first, second = rounds(node(scenarios.engine_time_advancing()), carved(fake.uuid_of(0)), 2)
+    (before,) = AmdBackend().parse(first).processes
+    assert before.cores_reason is Reason.NO_BASELINE
+    assert [r.cores_percent for r in before.rows] == [None, None]  # absent, never 0
+    assert [r.memory_bytes for r in before.rows] == [30 * GIB, 12 * GIB]  # memory answers
+    (after,) = AmdBackend().parse(second).processes
+    assert after.cores_reason is None
+    # 6 s and 1.5 s of engine time over a 15 s round.
+    assert [(r.pid, r.cores_percent) for r in after.rows] == [(7101, 40.0), (7102, 10.0)]
+    assert (
+        second["sockets"][0]["processors"][0]["processPreviousAt"]
+        == first["sockets"][0]["processors"][0]["processAt"]
+    )
+
+
+def test_cu_occupancy_invalid_on_one_row_alone(node) -> None:  # type: ignore[no-untyped-def]
+    _, second = rounds(node(scenarios.cu_occupancy_invalid()), carved(fake.uuid_of(0)), 2)
+    listed = second["sockets"][0]["processors"][0]["amdsmi_get_gpu_process_list"]
+    assert [p["cu_occupancy"] for p in listed] == [100, "N/A", 38]  # as the wheel says it
+    (answer,) = AmdBackend().parse(second).processes
+    # KFD processes: the engine counter never moves, so the CUs they occupy of 304 answer.
+    assert [(r.pid, r.cores_percent) for r in answer.rows] == [
+        (6101, 32.89),
+        (6102, None),
+        (6103, 12.5),
+    ]
+    assert [r.memory_bytes for r in answer.rows] == [10 * GIB, 10 * GIB, 8 * GIB]
+    assert (answer.memory_reason, answer.cores_reason) == (None, None)
+
+
+def test_out_of_resources_is_truncated_never_complete(node) -> None:  # type: ignore[no-untyped-def]
+    (payload,) = rounds(node(scenarios.out_of_resources()), carved(fake.uuid_of(0)), 1)
+    listed = payload["sockets"][0]["processors"][0]["amdsmi_get_gpu_process_list"]
+    assert listed == {"error": "AmdSmiLibraryException", "code": 15}
+    (answer,) = AmdBackend().parse(payload).processes
+    assert (answer.memory_reason, answer.cores_reason) == (Reason.TRUNCATED, Reason.TRUNCATED)
+    assert answer.rows == () and answer.reads_truncated == 1
+
+
+def test_a_partitioned_card_asked_for_whole_lists_every_xcp(node) -> None:  # type: ignore[no-untyped-def]
+    whole = fake.gpustack_id(1)
+    _, second = rounds(node(scenarios.cpx_eight_xcps()), carved(whole), 2)
+    answers = {a.device_id: a for a in AmdBackend().parse(second).processes}
+    rows = answers[whole].rows
+    assert [(r.pid, r.partition_id) for r in rows] == [
+        (5101, fake.uuid_of(1, 0)),
+        (5301, fake.uuid_of(1, 2)),
+    ]
+    # 38 of an XCP's 38 CUs is 12.5% of the card's 304; on its own XCP, 100%.
+    assert [r.cores_percent for r in rows] == [12.5, 6.25]
+    assert [r.cores_percent for r in answers[fake.uuid_of(1, 0)].rows] == [100.0]
+
+
+# -- ROCm 7.2.0: ROCm SMI answers ----------------------------------------------------------------
+
+
+def test_rocm_720_reads_processes_through_rocm_smi(node, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    log = tmp_path / "calls.log"
+    wanted = carved(fake.uuid_of(0), fake.uuid_of(1), fake.uuid_of(2, 0))
+    (payload,) = rounds(node(scenarios.rocm_720(call_log=str(log))), wanted, 1)
+    reading = AmdBackend().parse(payload)
+    assert reading.via == VIA_ROCM_SMI and payload["rocmVersion"] == "7.2.0"
+    # ROCm SMI initialised before amdsmi (GPUStack saw the other order abort).
+    assert log.read_text().split() == ["rsmi_init", "amdsmi_init"]
+    answers = {a.device_id: a for a in reading.processes}
+    # Each device's own processes, though amdsmi here lists every process under every device;
+    # rsmi's cu_occupancy is already a percent of the device's CUs; 0xFFFFFFFF absent alone.
+    assert [(r.pid, r.memory_bytes, r.cores_percent) for r in answers[fake.uuid_of(0)].rows] == [
+        (9101, 30 * GIB, 50.0),
+        (9102, 2 * GIB, None),
+    ]
+    assert [(r.pid, r.cores_percent) for r in answers[fake.uuid_of(1)].rows] == [(9201, 25.0)]
+    assert [(r.pid, r.cores_percent) for r in answers[fake.uuid_of(2, 0)].rows] == [(9301, 50.0)]
+    # No baseline is needed: cu_occupancy is an instant figure.
+    assert all(a.cores_reason is None for a in answers.values())
+    assert all("amdsmi_get_gpu_process_list" not in d for d in payload["sockets"][0]["processors"])
+
+
+def test_rocm_720_a_pid_that_exits_between_the_calls_is_no_row(node) -> None:  # type: ignore[no-untyped-def]
+    (payload,) = rounds(node(scenarios.rocm_720(rsmi_exited=[9102])), carved(fake.uuid_of(0)), 1)
+    (answer,) = [a for a in AmdBackend().parse(payload).processes if a.device_id == fake.uuid_of(0)]
+    assert [r.pid for r in answer.rows] == [9101] and answer.memory_reason is None
+
+
+def test_rocm_720_without_rocm_smi_withholds_the_process_list(node) -> None:  # type: ignore[no-untyped-def]
+    backend = node(scenarios.rocm_720(), rocm_smi="/nonexistent/librocm_smi64.so.7")
+    (payload,) = rounds(backend, carved(fake.uuid_of(0)), 1)
+    reading = AmdBackend().parse(payload)
+    assert reading.via == VIA_WITHHELD
+    (answer,) = reading.processes
+    assert (answer.memory_reason, answer.cores_reason) == (Reason.UNSUPPORTED, Reason.UNSUPPORTED)
+    assert answer.rows == ()
+    assert len(reading.cards) == 2 + 1 + 8  # card figures still come from amdsmi
+
+
+def test_an_unknown_rocm_release_reads_amdsmi(node) -> None:  # type: ignore[no-untyped-def]
+    backend = node(scenarios.spx_pair(), rocm_core="/nonexistent/librocm-core.so.1")
+    (payload,) = rounds(backend, ReadRequest(), 1)
+    assert payload["rocmVersion"] is None and payload["processPath"] == VIA_AMDSMI
+
+
+# -- the library, once per process ---------------------------------------------------------------
+
+# Each runs in a fresh interpreter: the wheel binds its library at its first import, for good.
+PROBE = """
+import sys
+from devicemanager.backend import BackendUnavailable
+from devicemanager.model import ReadRequest
+from vendors.amd import AmdBackend
+for path in sys.argv[1:]:
+    try:
+        backend = AmdBackend({"amd_smi": path} if path != "-" else None)
+        backend.open()
+        print("open", len(backend.parse(backend.read(ReadRequest())).cards))
+        backend.close()
+    except BackendUnavailable as exc:
+        print("unavailable:", exc)
+"""
+
+
+def probe(*paths: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", PROBE, *paths],
+        capture_output=True,
+        text=True,
+        env=agent_env(env),
+        cwd=REPO,
+        check=True,
+        timeout=60,
+    )
+
+
+@pytest.fixture
+def scenario_file(tmp_path: Path) -> Iterator[Path]:
+    yield fake.write(tmp_path / "scenario.txt", scenarios.spx_pair())
+
+
+def test_without_its_library_the_wheel_says_nothing_and_the_backend_is_unavailable(
+    tmp_path: Path,
+) -> None:
+    # No ROCm anywhere: the wheel prints two lines and raises KeyError at import.
+    out = probe("-", "/nonexistent/lib/libamd_smi.so", env={"ROCM_PATH": str(tmp_path)})
+    assert out.stdout.splitlines() == [
+        "unavailable: libamd_smi.so cannot be loaded",
+        "unavailable: libamd_smi.so cannot be loaded",
+    ]
+    assert "Unable to find" not in out.stdout + out.stderr and "/nonexistent" not in out.stdout
+
+
+def test_the_wheel_binds_one_library_per_process(
+    rocm_root: Path, tmp_path: Path, scenario_file: Path
+) -> None:
+    other = fake.build(tmp_path / "other-rocm", only=["amd_smi"])
+    env = {fake.SCENARIO_ENV: str(scenario_file)}
+    # The configured directory is a ROCm root, its lib/, or the file itself: all one library.
+    lib = rocm_root / "lib"
+    out = probe(str(rocm_root), str(lib), str(lib / "libamd_smi.so"), str(other), env=env)
+    assert out.stdout.splitlines() == [
+        "open 2",
+        "open 2",
+        "open 2",
+        "unavailable: the amdsmi package is already bound to another libamd_smi.so in this "
+        "process (it loads its library once); restart the agent to load another",
+    ]
+    assert out.stderr == ""
+
+
+def test_a_library_older_than_the_wheel_is_named_as_skew(tmp_path: Path) -> None:
+    from tests.fakelib import FakeLibrary
+
+    # The fake without its generated stubs: the wheel finds a symbol missing at import.
+    FakeLibrary(
+        source=fake.AMDSMI_SOURCE,
+        soname="libamd_smi.so",
+        scenario_env=fake.SCENARIO_ENV,
+        includes=(fake.HERE,),
+    ).build(tmp_path / "old" / "lib")
+    out = probe(str(tmp_path / "old"))
+    (line,) = out.stdout.splitlines()
+    assert line.startswith("unavailable: libamd_smi.so lacks amdsmi_")
+    assert line.endswith("which the amdsmi package binds (version skew)")
+
+
+def test_a_library_file_of_any_name_is_handed_to_the_wheel(
+    rocm_root: Path, tmp_path: Path, scenario_file: Path
+) -> None:
+    # Not under <root>/lib/libamd_smi.so: the backend gives the wheel a private ROCm root.
+    renamed = tmp_path / "vendor" / "libamd_smi.so.26.0.2"
+    renamed.parent.mkdir()
+    renamed.write_bytes((rocm_root / "lib" / "libamd_smi.so").read_bytes())
+    out = probe(str(renamed), env={fake.SCENARIO_ENV: str(scenario_file)})
+    assert out.stdout.splitlines() == ["open 2"]
+
+
+# -- the whole agent ---------------------------------------------------------------------------
+
+
+def gpustack(manufacturer: str, accelerators: list[dict[str, Any]]) -> str:
+    return json.dumps(
+        {
+            "main": {
+                "devices": {
+                    "groups": [
+                        {"id": 0, "manufacturer": manufacturer, "accelerators": accelerators}
+                    ]
+                }
+            }
+        }
+    )
+
+
+def test_the_whole_agent_on_the_fake_rocm(rocm_root: Path, tmp_path: Path, launch) -> None:  # type: ignore[no-untyped-def]
+    from tests.world import pod, process
+
+    doc = scenarios.cpx_eight_xcps()
+    scenario_path = fake.write(tmp_path / "scenario.txt", doc)
+    physical = fake.gpustack_id(1)
+    pods = [
+        pod(
+            "whole",
+            annotations={
+                "device.gpustack.ai/accelerator.allocated": gpustack(
+                    "amd", [{"id": fake.gpustack_id(0), "index": 0, "mode": 1}]
+                )
+            },
+            instance="whole",
+        ),
+        pod(
+            "xcp0",
+            annotations={
+                "device.gpustack.ai/accelerator.allocated": gpustack(
+                    "amd",
+                    [
+                        {
+                            "id": physical,
+                            "index": 1,
+                            "mode": 4,
+                            "allocatedPhysicalID": fake.uuid_of(1, 0),
+                            "allocatedPhysicalProfile": "cpx",
+                        }
+                    ],
+                )
+            },
+            instance="xcp0",
+        ),
+    ]
+    for p in pods:
+        p["spec"]["nodeName"] = "n1"
+    process(tmp_path / "proc", 5101, "xcp0")
+    (tmp_path / "pods.json").write_text(json.dumps({"kind": "PodList", "items": pods}))
+    agent = launch(
+        "--manufacturer",
+        "amd",
+        "--vendor-library",
+        f"amd={rocm_root}",
+        "--pods-file",
+        str(tmp_path / "pods.json"),
+        "--proc-root",
+        str(tmp_path / "proc"),
+        "--monitor-period",
+        "0.5",
+        env={fake.SCENARIO_ENV: str(scenario_path)},
+    )
+    agent.wait_for("/readyz", 200)
+    with agent.client() as client:
+        snap = client.get("/monitor/snapshot").json()
+        text = client.get("/metrics").text
+    (backend,) = snap["backends"]
+    assert (backend["manufacturer"], backend["state"], backend.get("via")) == (
+        "amd",
+        "ok",
+        "amdsmi",
+    )
+    (group,) = snap["groups"]
+    cards = {c["id"]: c for c in group["accelerators"]}
+    assert cards[fake.uuid_of(1, 3)]["parentID"] == physical
+    assert (
+        cards[physical]["temperature"] == 55.0 and cards[fake.uuid_of(1, 3)]["temperature"] is None
+    )
+    got = {
+        f.name: [(s.labels, s.value) for s in f.samples]
+        for f in text_string_to_metric_families(text)
+    }
+
+    def figure(name: str, instance: str) -> list[float]:
+        return [
+            v
+            for ls, v in got[f"gpustack_instance_accelerator_{name}"]
+            if ls["instance_name"] == instance
+        ]
+
+    # The whole card by GPUStack's id; the partition by its own capacity, its board's
+    # temperature, compute read on its own handle.
+    assert figure("memory_total_mib", "whole") == [196_592.0]
+    assert figure("memory_total_mib", "xcp0") == [24_574.0]
+    assert figure("temperature_celsius", "xcp0") == [55.0]
+    assert figure("cores_utilization_percent", "xcp0") == [91.0]

@@ -1,0 +1,159 @@
+"""The fake ROCm install itself, and the ABI the amd backend depends on: every symbol the
+amdsmi wheel binds is exported; the structs our fake declares (amdsmi_decl.h, written from the
+public amdsmi.h) lay out as the wheel's ctypes definitions do; our ctypes rsmi_process_info_t
+lays out as gcc lays out the declaration written from the public rocm_smi.h; and a hung call
+costs its round a deadline."""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from pathlib import Path
+
+import pytest
+
+from devicemanager.model import BackendState
+from devicemanager.monitor import BackendWorker, Monitor
+from tests.fakelib import Layout, ctypes_layout, layout
+from tests.fakelib import amd as fake
+from vendors._amd_lib import import_amdsmi
+from vendors._rocm_smi_lib import RsmiProcessInfo
+from vendors.amd import AmdBackend
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def wheel(rocm_root: Path):  # type: ignore[no-untyped-def]
+    """The wheel, bound to the session's fake (the only library it binds in this process)."""
+    return import_amdsmi(str(rocm_root / "lib" / "libamd_smi.so"))
+
+
+def test_the_fake_exports_every_symbol_the_wheel_binds(
+    rocm_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    symbols = fake.wheel_symbols()
+    assert len(symbols) > 150  # 184 in amdsmi 7.0.2
+    lib = ctypes.CDLL(str(rocm_root / "lib" / "libamd_smi.so"), mode=ctypes.RTLD_LOCAL)
+    assert [s for s in symbols if not hasattr(lib, s)] == []
+    # What the fake implements is a subset of what the wheel knows; every other symbol is a
+    # generated stub answering NOT_SUPPORTED, which the wheel raises like any refusal.
+    assert fake.implemented() <= set(symbols)
+    assert "amdsmi_get_gpu_board_info" not in fake.implemented()
+    doc = fake.scenario([fake.card(0)])
+    monkeypatch.setenv(fake.SCENARIO_ENV, str(fake.write(tmp_path / "s.txt", doc)))
+    backend = AmdBackend({"amd_smi": str(rocm_root)}, sysfs=tmp_path)
+    backend.open()
+    try:
+        smi = wheel(rocm_root)
+        (handle,) = smi.amdsmi_get_processor_handles()
+        with pytest.raises(smi.AmdSmiLibraryException) as refused:
+            smi.amdsmi_get_gpu_board_info(handle)
+        assert refused.value.get_error_code() == fake.NOT_SUPPORTED
+    finally:
+        backend.close()
+
+
+def _wheel_layout(struct: type, fields: list[str]) -> Layout:
+    whole = ctypes_layout(struct)
+    return Layout(whole.size, {f: whole.offsets[f] for f in fields})
+
+
+AMDSMI_STRUCTS = {
+    "amdsmi_proc_info_t": (
+        "amdsmi_proc_info_t",
+        ["name", "pid", "mem", "engine_usage", "memory_usage", "container_name", "cu_occupancy"],
+    ),
+    "amdsmi_asic_info_t": (
+        "amdsmi_asic_info_t",
+        [
+            "market_name",
+            "vendor_id",
+            "vendor_name",
+            "subvendor_id",
+            "device_id",
+            "rev_id",
+            "asic_serial",
+            "oam_id",
+            "num_of_compute_units",
+            "target_graphics_version",
+            "subsystem_id",
+        ],
+    ),
+    "amdsmi_kfd_info_t": ("amdsmi_kfd_info_t", ["kfd_id", "node_id", "current_partition_id"]),
+    "amdsmi_enumeration_info_t": (
+        "amdsmi_enumeration_info_t",
+        ["drm_render", "drm_card", "hsa_id", "hip_id", "hip_uuid"],
+    ),
+    "amdsmi_vram_usage_t": ("amdsmi_vram_usage_t", ["vram_total", "vram_used"]),
+    "amdsmi_engine_usage_t": (
+        "amdsmi_engine_usage_t",
+        ["gfx_activity", "umc_activity", "mm_activity"],
+    ),
+    "amdsmi_power_info_t": (
+        "amdsmi_power_info_t",
+        [
+            "socket_power",
+            "current_socket_power",
+            "average_socket_power",
+            "gfx_voltage",
+            "soc_voltage",
+            "mem_voltage",
+            "power_limit",
+        ],
+    ),
+    "amdsmi_driver_info_t": (
+        "amdsmi_driver_info_t",
+        ["driver_version", "driver_date", "driver_name"],
+    ),
+    "amdsmi_error_count_t": (
+        "amdsmi_error_count_t",
+        ["correctable_count", "uncorrectable_count", "deferred_count"],
+    ),
+    "amdsmi_version_t": ("amdsmi_version_t", ["major", "minor", "release", "build"]),
+}
+
+
+def test_our_amdsmi_declarations_lay_out_as_the_wheel_binds_them(
+    rocm_root: Path, tmp_path: Path
+) -> None:
+    wrapper = wheel(rocm_root).amdsmi_wrapper
+    got = layout(
+        '#include "amdsmi_decl.h"',
+        {name: fields for name, (_, fields) in AMDSMI_STRUCTS.items()},
+        includes=[fake.HERE],
+        directory=tmp_path,
+    )
+    for name, (attribute, fields) in AMDSMI_STRUCTS.items():
+        assert _wheel_layout(getattr(wrapper, attribute), fields) == got[name], name
+    assert got["amdsmi_proc_info_t"].size == 704  # natural alignment: 4 bytes after `pid`
+    assert got["amdsmi_proc_info_t"].offsets["mem"] == 264
+    assert ctypes.sizeof(wrapper.amdsmi_bdf_t) == 8
+
+
+def test_our_rocm_smi_process_struct_is_laid_out_as_rocm_smi_h_says(tmp_path: Path) -> None:
+    fields = ["process_id", "pasid", "vram_usage", "sdma_usage", "cu_occupancy"]
+    got = layout(
+        '#include "rocm_smi_decl.h"',
+        {"rsmi_process_info_t": fields},
+        includes=[fake.HERE],
+        directory=tmp_path,
+    )
+    assert ctypes_layout(RsmiProcessInfo) == got["rsmi_process_info_t"]
+    assert got["rsmi_process_info_t"].size == 32
+
+
+def test_a_hung_call_costs_its_round_a_deadline_and_then_is_stuck(
+    rocm_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = fake.scenario([fake.card(0)], hang={"amdsmi_get_gpu_activity": 2})
+    monkeypatch.setenv(fake.SCENARIO_ENV, str(fake.write(tmp_path / "s.txt", doc)))
+    worker = BackendWorker(AmdBackend({"amd_smi": str(rocm_root)}, sysfs=tmp_path))
+    monitor = Monitor([worker], period=1, deadline=0.3, liveness_timeout=60, node="n1")
+    first = monitor.run_round().snapshot
+    second = monitor.run_round().snapshot
+    assert [b.state for b in first.backends] == [BackendState.TIMEOUT]
+    assert [b.state for b in second.backends] == [BackendState.STUCK]
+    assert first.groups == () and second.groups == ()  # nothing carried, nothing invented
+    # Let the hung call return before the next test reloads the fake's scenario under it.
+    time.sleep(2.5)
+    monitor.stop()

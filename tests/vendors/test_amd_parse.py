@@ -1,0 +1,136 @@
+"""The amd backend's pure parts and its configuration: identity forms, units, reasons, where its
+three libraries are looked for, and that importing it loads no library."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from devicemanager.backend import create_backend
+from devicemanager.model import Reason
+from tests.conftest import REPO, agent_env
+from vendors import amd
+
+
+@pytest.mark.parametrize(
+    ("serial", "expected"),
+    [
+        ("0x2C4A6B8F1E3D5A70", "GPU-2c4a6b8f1e3d5a70"),  # as the wheel formats it
+        ("2C4A6B8F1E3D5A70", "GPU-2c4a6b8f1e3d5a70"),
+        ("N/A", None),
+        ("0x", None),
+        ("0xZZ", None),
+        (17, None),
+    ],
+)
+def test_gpustack_names_an_amd_card_by_its_asic_serial(
+    serial: object, expected: str | None
+) -> None:
+    assert amd.serial_id({"asic_serial": serial}) == expected
+
+
+@pytest.mark.parametrize(
+    ("cu", "units", "expected"),
+    [
+        (152, 304, 50.0),
+        (19, 38, 50.0),
+        (0, 304, 0.0),  # measured: no CU occupied
+        ("N/A", 304, None),  # the wheel's word for 0xFFFFFFFF
+        (0xFFFFFFFF, 304, None),
+        (305, 304, None),  # more CUs than the device has: not a figure
+        (10, None, None),
+        (True, 304, None),
+    ],
+)
+def test_cu_occupancy_as_a_share_of_the_devices_compute_units(
+    cu: object, units: int | None, expected: float | None
+) -> None:
+    assert amd.occupancy_percent(cu, units) == expected
+
+
+def test_status_codes_keep_cannot_apart_from_could_not() -> None:
+    assert amd.reason_for(amd.NOT_SUPPORTED) is Reason.UNSUPPORTED
+    assert amd.reason_for(amd.NO_PERM) is Reason.PERMISSION
+    assert amd.reason_for(amd.OUT_OF_RESOURCES) is Reason.TRUNCATED
+    assert amd.reason_for(amd.NOT_FOUND) is Reason.TRANSIENT_DRIVER_ERROR
+    assert amd.reason_for(9) is Reason.TRANSIENT_DRIVER_ERROR  # RETRY: ask again next round
+    assert amd.rsmi_reason_for(2) is Reason.UNSUPPORTED
+    assert amd.rsmi_reason_for(4) is Reason.PERMISSION
+    assert amd.rsmi_reason_for(11) is Reason.TRUNCATED
+
+
+def test_the_rocm_directories_follow_the_wheels_order() -> None:
+    env = {"ROCM_HOME": "/opt/rocm-7.0.2", "ROCM_PATH": "/opt/rocm-6.4.1"}
+    assert amd.rocm_lib_directories(env) == (
+        "/opt/rocm-7.0.2/lib",
+        "/opt/rocm-6.4.1/lib",
+        "/opt/rocm/lib",
+    )
+    assert amd.rocm_lib_directories({}) == ("/opt/rocm/lib",)
+
+
+def test_where_each_library_is_looked_for(tmp_path: Path) -> None:
+    root = tmp_path / "rocm-7.2.0"
+    (root / "lib").mkdir(parents=True)
+    for name in ("libamd_smi.so", "librocm_smi64.so.7", "librocm-core.so.1"):
+        (root / "lib" / name).write_bytes(b"")
+    backend = amd.AmdBackend({"amd_smi": str(root)}, environ={})
+    # A ROCm root means its lib/; the other two are looked for beside libamd_smi first.
+    assert backend._locate(amd.AMD_SMI) == str(root / "lib" / "libamd_smi.so")
+    near = str(root / "lib")
+    assert backend._locate(amd.ROCM_SMI, near) == str(root / "lib" / "librocm_smi64.so.7")
+    assert backend._locate(amd.ROCM_CORE, near) == str(root / "lib" / "librocm-core.so.1")
+    # From the environment, as the wheel would look.
+    from_env = amd.AmdBackend(environ={"ROCM_PATH": str(root)})
+    assert from_env._locate(amd.AMD_SMI) == str(root / "lib" / "libamd_smi.so")
+    # Nowhere: the bare name, for the wheel's own search.
+    assert amd.AmdBackend(environ={})._locate(amd.AMD_SMI) in (
+        "libamd_smi.so",
+        "/opt/rocm/lib/libamd_smi.so",
+    )
+
+
+def test_the_three_libraries_are_configured_by_name() -> None:
+    backend = create_backend("amd", {"": "/opt/rocm", "rocm_smi": "/x/librocm_smi64.so.7"})
+    assert backend.configured == {  # type: ignore[attr-defined]
+        "amd_smi": "/opt/rocm",
+        "rocm_smi": "/x/librocm_smi64.so.7",
+    }
+    with pytest.raises(ValueError, match="it loads: amd_smi, rocm_smi, rocm_core"):
+        create_backend("amd", {"hydmi": "/x.so"})
+
+
+def test_xcp_platform_devices_are_read_from_sysfs(tmp_path: Path) -> None:
+    for n, minor in ((0, 129), (1, 130), (12, 147)):
+        (tmp_path / "devices" / "platform" / f"amdgpu_xcp_{n}" / "drm" / f"renderD{minor}").mkdir(
+            parents=True
+        )
+    (tmp_path / "devices" / "platform" / "amdgpu_xcp_9" / "drm").mkdir(parents=True)  # unused
+    assert amd.xcp_platform_devices(tmp_path) == {
+        "129": "amdgpu_xcp_0",
+        "130": "amdgpu_xcp_1",
+        "147": "amdgpu_xcp_12",
+    }
+    assert amd.xcp_platform_devices(tmp_path / "absent") == {}
+
+
+def test_importing_the_backend_loads_no_library() -> None:
+    code = "import sys, vendors.amd; print('amdsmi' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=agent_env(),
+        cwd=REPO,
+        check=True,
+    )
+    assert out.stdout == "False\n" and out.stderr == ""
+
+
+def test_a_partitioned_socket_without_a_serial_is_named_by_its_socket() -> None:
+    socket = {"amdsmi_get_socket_info": "0000:75:00"}
+    assert amd.physical_id(socket, [{}, {}]) == "socket-0000:75:00"
+    assert amd.physical_id({}, [{}, {}]) is None
