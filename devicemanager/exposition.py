@@ -90,8 +90,8 @@ def card_families(snapshot: Snapshot) -> Iterator[GaugeFamily]:
     info = GaugeFamily(
         "gpustack_accelerator_info",
         _sampled(
-            "Accelerators this agent reads; value 1, identity in labels (parent_id: the physical card "
-            "of a partition its library enumerates as a device of its own).",
+            "Accelerators this agent reads; value 1, identity in labels (parent_id: the "
+            "physical card of a partition its library enumerates as a device of its own).",
             snapshot.period_seconds,
         ),
         labels=[*CARD_LABELS, "name", "driver_version", "parent_id"],
