@@ -187,6 +187,17 @@ class Resolver:
         return procfs.read_stat(self.proc_root, pid)
 
     def identify(self, pid: int) -> Identified:
+        """What /proc says of one PID. Never raises: the cgroup text and comm are written by
+        the tenant's side of the node (a process can name itself, a delegated cgroup can be
+        named freely), so anything unforeseen in them makes this one row `unreadable`, which
+        keeps its device's per-process figures absent rather than failing the round."""
+        try:
+            return self._identify(pid)
+        except Exception:
+            log.debug("identifying PID %d failed", pid, exc_info=True)
+            return Identified(reason=Reason.UNREADABLE)
+
+    def _identify(self, pid: int) -> Identified:
         try:
             stat = self._stat(pid)
             if stat.state in ("Z", "X"):

@@ -7,8 +7,8 @@ cannot say "unknown", and a zero would read as idle.
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -85,9 +85,12 @@ class Extras:
     instances: tuple[InstanceEntries, ...] = ()
     pod_level: tuple[PodLevel, ...] = ()
     allocation_errors: int = 0
+    # Pods whose own data raised this round, by stage (grants, figures, pod_level).
+    pod_errors: Mapping[str, int] = field(default_factory=dict)
     exporting: bool | None = None  # None: no cluster, so no exporter role to hold
     kubelet_success: bool = False
     kubelet_duration: float | None = None
+    kubelet_age: float | None = None  # seconds since the summary in use was read
 
 
 NO_EXTRAS = Extras()
@@ -101,7 +104,7 @@ def collector_families(
     success = GaugeMetricFamily(
         "gpustack_instance_metrics_collector_success",
         "1 when the source's last round succeeded: snapshot = the monitor snapshot is fresh; "
-        "kubelet = the round read the kubelet's summary (exporting agent only).",
+        "kubelet = the round had a fresh kubelet summary (exporting agent only).",
         labels=["source"],
     )
     duration = GaugeMetricFamily(
@@ -126,6 +129,15 @@ def collector_families(
         )
         role.add_metric([node], 1.0 if extras.exporting else 0.0)
         yield role
+        age = GaugeMetricFamily(
+            "gpustack_instance_metrics_collector_age_seconds",
+            "How long ago the data behind the source's figures was read, seconds (kubelet: the "
+            "summary, read beside the rounds; too old and success is 0 and used figures absent).",
+            labels=["source"],
+        )
+        if extras.exporting and extras.kubelet_age is not None:
+            age.add_metric(["kubelet"], extras.kubelet_age)
+        yield age
     up = GaugeMetricFamily(
         "gpustack_accelerator_backend_up",
         "1 when the manufacturer's library answered in the last round; 0 when it is missing, "
@@ -287,6 +299,16 @@ def families(
     if snapshot.timestamp > 0:
         errors.add_metric([], float(allocation_errors))
     yield errors
+    pod_errors = GaugeMetricFamily(
+        "gpustack_accelerator_pod_errors",
+        "Pods of this node whose own data (annotations, figures) raised while this round used it, "
+        "by stage; each is left out of that stage, logged once, and no other pod is affected.",
+        labels=["stage"],
+    )
+    if snapshot.timestamp > 0:
+        for stage in ("grants", "figures", "pod_level"):
+            pod_errors.add_metric([stage], float(extras.pod_errors.get(stage, 0)))
+    yield pod_errors
     if fresh and snapshot.timestamp > 0:
         yield from card_families(snapshot)
         yield from instance_families(snapshot, instances)

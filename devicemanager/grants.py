@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
 from devicemanager.allocations import (
     UNITS_PER_CARD,
     Allocation,
-    AllocationError,
     Mode,
     allocations_of,
 )
+from devicemanager.isolation import GRANTS, PodFault, per_pod
 from devicemanager.model import ReadRequest
 from devicemanager.pods import PodIndex, PodInfo
 
@@ -95,16 +96,18 @@ def instance_of(pod: PodInfo) -> InstanceRef:
     return InstanceRef(pod.namespace, pod.name, pod.uid)
 
 
+# A quantity as the API server writes a plain number: ASCII digits, an optional fraction.
+# float() alone would also take "²", "٣", "1e3", "nan" and "inf".
+_PERCENT = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,6})?")
+
+
 def cores_cap(pod: PodInfo, container: str) -> float:
     """The compute cap from `<resource>.sliced.cores-percentage`; 100 (no cap) otherwise."""
     limits = pod.limits.get(container, {})
     caps = [v for k, v in limits.items() if k.endswith(CORES_LIMIT_SUFFIX)]
-    if len(caps) != 1:
+    if len(caps) != 1 or not _PERCENT.fullmatch(caps[0]):
         return 100.0
-    try:
-        cap = float(caps[0])
-    except ValueError:
-        return 100.0
+    cap = float(caps[0])
     return cap if 0 < cap <= 100 else 100.0
 
 
@@ -174,19 +177,32 @@ class NodeGrants:
         )
 
 
-def node_grants(index: PodIndex) -> NodeGrants:
-    by_pod: dict[str, tuple[Grant, ...]] = {}
-    errors: dict[str, str] = {}
-    for pod in index.pods.values():
-        try:
-            grants = grants_of(pod)
-        except AllocationError as exc:
-            # No grants for this pod, a line in the log, a count in /metrics; no other pod is
-            # touched (R-G1).
-            errors[pod.uid] = str(exc)
-            continue
-        if grants:
-            by_pod[pod.uid] = grants
+# Where a pod's grants come from: its allocation annotations (grants_of), and any other source
+# (the kubelet's pod-resources API) written as a function of one pod.
+GrantSource = Callable[[PodInfo], Sequence[Grant]]
+
+
+def node_grants(index: PodIndex, sources: Sequence[GrantSource] = (grants_of,)) -> NodeGrants:
+    """Every pod's grants from every source, each pod behind its own boundary: anything one
+    pod's data raises in any source (a malformed annotation, a parser bug, a value nobody
+    foresaw) leaves that pod with no grants, a line in the log and a count in /metrics, and
+    touches no other pod (R-G1)."""
+
+    def grants_of_pod(pod: PodInfo) -> tuple[Grant, ...]:
+        out: list[Grant] = []
+        for source in sources:
+            out.extend(source(pod))
+        return tuple(out)
+
+    faults: dict[str, PodFault] = {}
+    by_pod = {
+        pod.uid: grants
+        for pod, grants in per_pod(
+            index.pods.values(), lambda p: p.uid, grants_of_pod, GRANTS, faults
+        )
+        if grants
+    }
+    errors = {uid: fault.error for uid, fault in faults.items()}
     return NodeGrants(MappingProxyType(by_pod), MappingProxyType(errors))
 
 

@@ -27,11 +27,19 @@ class Stat:
     start_ticks: int  # field 22: start time in clock ticks after boot; with the PID, an identity
 
 
+# cgroup, stat and comm are a few hundred bytes; a cgroup file lists at most one path (4 KiB
+# each) per hierarchy. Anything longer is not what the kernel writes there.
+MAX_READ = 64 * 1024
+
+
 def read(root: Path | str, pid: int, name: str) -> str:
     try:
         # A formatted string, not Path arithmetic: this runs once per PID per round.
         with open(f"{root}/{pid}/{name}", "rb") as f:
-            return f.read().decode()
+            data = f.read(MAX_READ + 1)
+        if len(data) > MAX_READ:
+            raise ProcError(Reason.UNREADABLE, f"{name} of {pid} is larger than {MAX_READ} bytes")
+        return data.decode()
     except (FileNotFoundError, ProcessLookupError, NotADirectoryError) as exc:
         # The normal race: the process ended between the vendor's answer and this read.
         raise ProcError(Reason.EXITED, str(exc)) from exc
