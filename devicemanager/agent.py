@@ -1,14 +1,28 @@
-"""Wiring for `devicemanager serve`: backends, the monitor loop, certificates and uvicorn."""
+"""Wiring for `devicemanager serve`: backends, the monitor loop, the cluster's readers,
+certificates, access control and the bounded HTTP server, and how it all stops.
+
+Shutdown: uvicorn catches SIGTERM and SIGINT, stops accepting, closes idle keep-alive
+connections at once and gives requests in flight `--shutdown-timeout` seconds. Then, still
+inside the server's shutdown and before uvicorn re-raises the signal to end the process, the
+monitor stops, every backend's library is closed on its own thread, the cluster's readers
+stop, and the self-signed key material is removed.
+"""
 
 from __future__ import annotations
 
 import logging
 import platform
+import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio
+import uvicorn
 
 from devicemanager import __version__, logs
 from devicemanager.attribution import Attributor
@@ -17,7 +31,7 @@ from devicemanager.config import Settings, default_node_name
 from devicemanager.kube.client import KubeClient, config_from
 from devicemanager.kube.cluster import ClusterRound
 from devicemanager.kube.informer import PodInformer
-from devicemanager.kube.kubelet import SummaryCache
+from devicemanager.kube.kubelet import KubeletClient, Reading, SummaryPoller, kubelet_tls
 from devicemanager.kube.podresources import (
     DEFAULT_SOCKET,
     PodResourcesClient,
@@ -26,8 +40,13 @@ from devicemanager.kube.podresources import (
 from devicemanager.monitor import BackendWorker, Monitor
 from devicemanager.pods import PodIndex, PodsFile
 from devicemanager.replay import ReplayBackend, Scenario, load_scenario
+from devicemanager.serve.access import Reviewer
 from devicemanager.serve.app import create_app
+from devicemanager.serve.http import Limits, protocol_for
 from devicemanager.serve.tls import Certificates
+
+if TYPE_CHECKING:
+    from lightkube.config.kubeconfig import KubeConfig
 
 log = logging.getLogger("devicemanager")
 
@@ -63,6 +82,9 @@ def resolve_node(settings: Settings) -> Node:
     )
 
 
+KUBELET_TIMEOUT = 5.0
+
+
 @dataclass
 class Cluster:
     """The API server, when there is one: the node's pods by watch, and the kubelet."""
@@ -70,6 +92,48 @@ class Cluster:
     client: KubeClient
     informer: PodInformer
     round: ClusterRound
+    kubelet: SummaryPoller | None = None
+    kubelet_client: KubeletClient | None = None
+
+
+class _NoKubelet:
+    """Stands in for the kubelet reader when its address is unknown: always a missing answer."""
+
+    def __init__(self, why: str) -> None:
+        self._reading = Reading(error=why)
+
+    def latest(self) -> Reading:
+        return self._reading
+
+
+def kubelet_client(settings: Settings, config: KubeConfig) -> KubeletClient | None:
+    """The node's kubelet on its secure port, with this agent's own credentials: the token
+    (re-read each time, the kubelet rotates it) and the cluster CA of its configuration."""
+    if not settings.kubelet_host:
+        return None
+    single = config.get()
+    user = single.user if single is not None else None
+    token_file = user.token_file if user is not None else None
+    static = user.token if user is not None else None
+
+    def token() -> str | None:
+        if token_file:
+            try:
+                return Path(token_file).read_text().strip()
+            except OSError:
+                return static
+        return static
+
+    ca = settings.kubelet_ca
+    if ca is None and single is not None and single.cluster.certificate_auth:
+        ca = Path(single.abs_file(single.cluster.certificate_auth))
+    return KubeletClient(
+        settings.kubelet_host,
+        token,
+        port=settings.kubelet_port,
+        verify=kubelet_tls(ca, settings.kubelet_insecure_tls),
+        timeout=KUBELET_TIMEOUT,
+    )
 
 
 def connect(settings: Settings, node: Node) -> Cluster | None:
@@ -85,11 +149,23 @@ def connect(settings: Settings, node: Node) -> Cluster | None:
         return None
     client = KubeClient(config)
     informer = PodInformer(client, node.name)
-    summaries = SummaryCache(client.stats_summary, max_age=0)
+    kubelet = kubelet_client(settings, config)
+    poller = (
+        SummaryPoller(kubelet.summary, interval=settings.monitor_period)
+        if kubelet is not None
+        else None
+    )
+    summaries = poller or _NoKubelet(
+        "the kubelet's address is unknown: set --kubelet-host (status.hostIP)"
+    )
+    # A reading older than two periods and a read deadline means a read is hung: stale.
+    max_age = 2 * settings.monitor_period + KUBELET_TIMEOUT
     return Cluster(
         client,
         informer,
-        ClusterRound(summaries, node.name, settings.pod_namespace, settings.pod_name),
+        ClusterRound(summaries, node.name, settings.pod_namespace, settings.pod_name, max_age),
+        poller,
+        kubelet,
     )
 
 
@@ -109,6 +185,21 @@ def pod_resources(
     if cluster is not None:
         return PodResourcesClient(DEFAULT_SOCKET, settings.pod_resources_timeout)
     return None
+
+
+def access_reviewer(settings: Settings) -> tuple[Reviewer, KubeClient] | None:
+    """The reviewer of bearer tokens for --access-control=kubernetes, with a client of its own
+    (so a pod watch never queues behind a review, or the reverse). Refuses to start without a
+    cluster to ask: failing closed starts with configuration."""
+    if settings.access_control == "off":
+        return None
+    config = config_from(settings.kubeconfig, settings.service_account_dir)
+    if config is None:
+        raise SystemExit(
+            "--access-control=kubernetes needs the API server: run in a pod or give --kubeconfig"
+        )
+    client = KubeClient(config, timeout=KUBELET_TIMEOUT)
+    return Reviewer(client, ttl=settings.access_review_ttl, timeout=KUBELET_TIMEOUT), client
 
 
 def build_monitor(
@@ -155,9 +246,60 @@ def build_labels(node: Node) -> tuple[tuple[str, str], ...]:
     )
 
 
-def serve(settings: Settings) -> int:
-    import uvicorn  # only the serving command needs the server stack
+@dataclass
+class Stoppable:
+    """What `serve` started, stopped once, in order, whichever way the server ends."""
 
+    monitor: Monitor
+    certs: Certificates
+    cluster: Cluster | None = None
+    access_client: KubeClient | None = None
+    podresources: PodResourcesClient | RecordedPodResources | None = None
+    _done: threading.Event = field(default_factory=threading.Event)
+
+    def stop(self, timeout: float) -> None:
+        if self._done.is_set():
+            return
+        self._done.set()
+        started = time.monotonic()
+        if self.cluster is not None:
+            self.cluster.informer.stop()
+            if self.cluster.kubelet is not None:
+                self.cluster.kubelet.stop()
+        closed = self.monitor.stop(timeout=timeout)
+        self.certs.close()  # the self-signed key directory goes first thing after the monitor
+        if self.cluster is not None:
+            self.cluster.client.close()
+            if self.cluster.kubelet_client is not None:
+                self.cluster.kubelet_client.close()
+        if self.access_client is not None:
+            self.access_client.close()
+        if self.podresources is not None:
+            self.podresources.close()
+        log.info(
+            "stopped",
+            extra={
+                "seconds": round(time.monotonic() - started, 3),
+                "backends_closed": closed,
+            },
+        )
+
+
+class AgentServer(uvicorn.Server):
+    """uvicorn's server, whose shutdown also stops the agent. uvicorn re-raises a caught SIGTERM
+    once serving has ended, which ends the process before any `finally` of ours would run; its
+    own shutdown is the last place sure to run, and it runs after connections were drained."""
+
+    def __init__(self, config: uvicorn.Config, stoppable: Stoppable, timeout: float) -> None:
+        super().__init__(config)
+        self._stoppable, self._timeout = stoppable, timeout
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().shutdown(sockets)
+        await anyio.to_thread.run_sync(self._stoppable.stop, self._timeout)
+
+
+def serve(settings: Settings) -> int:
     logs.configure(settings.log_level, settings.log_format)
     node = resolve_node(settings)
     build = build_labels(node)
@@ -173,26 +315,39 @@ def serve(settings: Settings) -> int:
             "provenance": node.scenario.provenance if node.scenario else None,
         },
     )
+    review = access_reviewer(settings)
     cluster = connect(settings, node)
     kubelet = pod_resources(settings, node, cluster)
     monitor = build_monitor(settings, node, cluster=cluster, kubelet=kubelet, build=build)
     hosts = ["localhost", "127.0.0.1", "::1", node.name, default_node_name()]
     certs = Certificates(settings.cert_dir, hosts=hosts)
+    stoppable = Stoppable(monitor, certs, cluster, review[1] if review else None, kubelet)
 
     def ssl_context(
         _config: uvicorn.Config, _default: Callable[[], ssl.SSLContext]
     ) -> ssl.SSLContext:
         return certs.context()
 
+    limits = Limits(
+        max_connections=settings.http_max_connections,
+        request_timeout=settings.http_request_timeout,
+        max_header_bytes=settings.http_max_header_bytes,
+        max_headers=settings.http_max_headers,
+    )
+    protocol, connections = protocol_for(limits)
     config = uvicorn.Config(
-        create_app(monitor),
+        create_app(monitor, review[0] if review else None),
         host=settings.bind_address,
         port=settings.secure_port,
         ssl_context_factory=ssl_context,
+        http=protocol,
+        loop="devicemanager.serve.http:new_event_loop",
         log_config=None,
         access_log=False,
         lifespan="off",
+        server_header=False,
         timeout_keep_alive=75,  # longer than a 60 s scrape interval: one connection per scraper
+        timeout_graceful_shutdown=max(1, round(settings.shutdown_timeout)),
     )
     log.info(
         "serving",
@@ -200,21 +355,23 @@ def serve(settings: Settings) -> int:
             "period_seconds": settings.monitor_period,
             "address": f"https://{settings.bind_address}:{settings.secure_port}",
             "self_signed": certs.self_signed,
+            "access_control": settings.access_control,
+            "kubelet": cluster.kubelet_client.url
+            if cluster is not None and cluster.kubelet_client is not None
+            else None,
         },
     )
     if cluster is not None:
         cluster.informer.start()
+        if cluster.kubelet is not None:
+            cluster.kubelet.start()
     monitor.start()
     if settings.cert_dir is not None:
         certs.watch()
     try:
-        uvicorn.Server(config).run()
+        AgentServer(config, stoppable, settings.shutdown_timeout).run()
     finally:
-        monitor.stop()
-        if kubelet is not None:
-            kubelet.close()
-        certs.close()
-        if cluster is not None:
-            cluster.informer.stop()
-            cluster.client.close()
+        stoppable.stop(settings.shutdown_timeout)
+        if connections.counts:
+            log.info("connection limits applied", extra={"counts": dict(connections.counts)})
     return 0

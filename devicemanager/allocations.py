@@ -33,6 +33,9 @@ _HAMI_VENDOR_KEY = re.compile(r"hami\.io/([A-Za-z0-9][A-Za-z0-9.-]{0,62})-device
 _HAMI_WORDS = {"dcu": "hygon", "amd": "amd", "metax-gpu": "metax", "metax-sgpu": "metax"}
 # Words whose devices are whole cards rather than slices.
 _HAMI_WHOLE = frozenset({"metax-gpu"})
+# Far above any real allocation (a few hundred bytes per card); the API server caps all of a
+# pod's annotations together at 256 KiB, but a pods file or a buggy writer has no such cap.
+MAX_ANNOTATION_CHARS = 64 * 1024
 
 
 class AllocationError(ValueError):
@@ -112,7 +115,14 @@ def _optional_str(value: Any, what: str) -> str | None:
     return value
 
 
+def _bounded(key: str, text: str) -> str:
+    if len(text) > MAX_ANNOTATION_CHARS:
+        raise AllocationError(f"{key}: {len(text)} characters, more than {MAX_ANNOTATION_CHARS}")
+    return text
+
+
 def parse_gpustack(text: str) -> tuple[Allocation, ...]:
+    _bounded(GPUSTACK_KEY, text)
     try:
         doc = json.loads(text)
     except (ValueError, RecursionError) as exc:
@@ -160,12 +170,14 @@ def parse_gpustack(text: str) -> tuple[Allocation, ...]:
 
 
 # A MIG device in HAMi's older encoding: the parent UUID with [gi-ci] appended (HAMi #1043).
-_HAMI_OLD_MIG = re.compile(r"(.+)\[(\d+)-(\d+)\]")
+_HAMI_OLD_MIG = re.compile(r"(.+)\[([0-9]+)-([0-9]+)\]")
+# ASCII digits only: str.isdigit() also accepts "²" and "٣", which int() then refuses or reads.
+_HAMI_NUMBER = re.compile(r"[0-9]{1,9}")
 
 
 def _hami_int(field: str, what: str) -> int:
-    if not (field.isascii() and field.isdigit()) or len(field) > 18:  # "²".isdigit() is True
-        raise AllocationError(f"{what} must be a non-negative integer, not {field!r}")
+    if not _HAMI_NUMBER.fullmatch(field):
+        raise AllocationError(f"{what} must be a non-negative integer, not {field[:20]!r}")
     return int(field)
 
 
@@ -183,6 +195,7 @@ def parse_hami(
 ) -> tuple[Allocation, ...]:
     """`slots` are the pod's container names in HAMi's order: init containers, then regular.
     `word` is the key's common word (`vgpu` for hami.io/vgpu-devices-allocated)."""
+    _bounded(HAMI_KEY if word == "vgpu" else f"hami.io/{word}-devices-allocated", text)
     migs = parse_hami_mig(mig_text, slots) if mig_text else ()
     claimed = {(m.container, m.device_id) for m in migs}
     parts = text.split(";")
@@ -230,6 +243,7 @@ def parse_hami(
 
 
 def parse_hami_mig(text: str, slots: Sequence[str]) -> tuple[Allocation, ...]:
+    _bounded(HAMI_MIG_KEY, text)
     try:
         doc = json.loads(text)
     except (ValueError, RecursionError) as exc:

@@ -209,7 +209,18 @@ class Resolver:
 
     def identify(self, pid: int, read_at: float | None = None) -> Identified:
         """What /proc says of `pid`. `read_at`: when the vendor's answer naming it was taken
-        (boot seconds); a process started later is not the one it reported."""
+        (boot seconds); a process started later is not the one it reported. Never raises: the
+        cgroup text and comm are written by the tenant's side of the node (a process can name
+        itself, a delegated cgroup can be named freely), so anything unforeseen in them makes
+        this one row `unreadable`, which keeps its device's per-process figures absent rather
+        than failing the round."""
+        try:
+            return self._identify(pid, read_at)
+        except Exception:
+            log.debug("identifying PID %d failed", pid, exc_info=True)
+            return Identified(reason=Reason.UNREADABLE)
+
+    def _identify(self, pid: int, read_at: float | None = None) -> Identified:
         try:
             stat = self._stat(pid)
             if stat.state in ("Z", "X"):

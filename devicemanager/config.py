@@ -17,6 +17,8 @@ DEFAULT_PORT = 32443
 DEFAULT_PERIOD = 15.0
 MIN_PERIOD = 0.05
 DEFAULT_POD_RESOURCES_TIMEOUT = 2.0
+KUBELET_PORT = 10250
+ACCESS_CONTROL = ("off", "kubernetes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +121,75 @@ SERVE_FLAGS: tuple[Flag, ...] = (
         "instead of the default search; without .LIBRARY the backend's main library; "
         "comma-separated or repeated",
     ),
+    Flag(
+        "--kubelet-host",
+        ("KUBERNETES_HOST_IP", "DEVICEMANAGER_KUBELET_HOST"),
+        "this node's kubelet, read on its secure port for the pod-level figures (the DaemonSet "
+        "passes status.hostIP); unset: no pod-level figures",
+    ),
+    Flag(
+        "--kubelet-port",
+        ("DEVICEMANAGER_KUBELET_PORT",),
+        "the kubelet's secure port",
+        str(KUBELET_PORT),
+    ),
+    Flag(
+        "--kubelet-ca",
+        ("DEVICEMANAGER_KUBELET_CA",),
+        "CA that signed the kubelet's serving certificate (default: the cluster CA of the "
+        "service account or kubeconfig)",
+    ),
+    Flag(
+        "--kubelet-insecure-tls",
+        ("DEVICEMANAGER_KUBELET_INSECURE_TLS",),
+        "true: do not verify the kubelet's serving certificate (kubelets with self-signed "
+        "certificates, no serverTLSBootstrap)",
+        "false",
+    ),
+    Flag(
+        "--access-control",
+        ("DEVICEMANAGER_ACCESS_CONTROL",),
+        "off, or kubernetes: /metrics and /monitor/snapshot need a bearer token that "
+        "TokenReview and SubjectAccessReview (get on the path) accept; probes stay open",
+        "off",
+    ),
+    Flag(
+        "--access-review-ttl",
+        ("DEVICEMANAGER_ACCESS_REVIEW_TTL",),
+        "seconds a token's review is remembered",
+        "30",
+    ),
+    Flag(
+        "--http-max-connections",
+        ("DEVICEMANAGER_HTTP_MAX_CONNECTIONS",),
+        "open connections at most; past it the longest-idle one is closed first",
+        "128",
+    ),
+    Flag(
+        "--http-request-timeout",
+        ("DEVICEMANAGER_HTTP_REQUEST_TIMEOUT",),
+        "seconds a request has to arrive whole (408 after)",
+        "10",
+    ),
+    Flag(
+        "--http-max-header-bytes",
+        ("DEVICEMANAGER_HTTP_MAX_HEADER_BYTES",),
+        "size limit of a request's line and headers (431 past it)",
+        "32768",
+    ),
+    Flag(
+        "--http-max-headers",
+        ("DEVICEMANAGER_HTTP_MAX_HEADERS",),
+        "number of header fields a request may have (431 past it)",
+        "100",
+    ),
+    Flag(
+        "--shutdown-timeout",
+        ("DEVICEMANAGER_SHUTDOWN_TIMEOUT",),
+        "seconds SIGTERM or SIGINT waits for requests in flight before closing; keep it "
+        "under the pod's terminationGracePeriodSeconds",
+        "5",
+    ),
     Flag("--log-level", ("DEVICEMANAGER_LOG_LEVEL",), "debug, info, warning or error", "info"),
     Flag("--log-format", ("DEVICEMANAGER_LOG_FORMAT",), "json or text", "json"),
 )
@@ -147,6 +218,17 @@ class Settings:
     vendor_libraries: Mapping[str, Mapping[str, str]]
     log_level: str
     log_format: str
+    kubelet_host: str | None = None
+    kubelet_port: int = KUBELET_PORT
+    kubelet_ca: Path | None = None
+    kubelet_insecure_tls: bool = False
+    access_control: str = "off"
+    access_review_ttl: float = 30.0
+    http_max_connections: int = 128
+    http_request_timeout: float = 10.0
+    http_max_header_bytes: int = 32768
+    http_max_headers: int = 100
+    shutdown_timeout: float = 5.0
 
 
 def add_serve_flags(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
@@ -173,6 +255,35 @@ def _seconds(name: str, value: str | None, default: float) -> float:
     return seconds
 
 
+def _count(name: str, value: str, least: int = 1) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise SystemExit(f"{name}: {value!r} is not a whole number") from None
+    if number < least:
+        raise SystemExit(f"{name}: at least {least}, got {value!r}")
+    return number
+
+
+def _bool(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no", ""):
+        return False
+    raise SystemExit(f"{name}: true or false, got {value!r}")
+
+
+def _port(name: str, value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise SystemExit(f"{name}: {value!r} is not a port") from None
+    if not 0 <= port <= 65535:
+        raise SystemExit(f"{name}: {port} is out of range")
+    return port
+
+
 def _libraries(values: Sequence[str] | str | None) -> dict[str, dict[str, str]]:
     if values is None:
         return {}
@@ -196,14 +307,11 @@ def settings_from(args: argparse.Namespace) -> Settings:
         raise SystemExit(f"--monitor-period: at least {MIN_PERIOD}s")
     timeout = _seconds("--backend-timeout", args.backend_timeout, period * 2 / 3)
     liveness = _seconds("--liveness-timeout", args.liveness_timeout, max(10 * period, 60.0))
-    try:
-        port = int(args.secure_port)
-    except ValueError:
-        raise SystemExit(f"--secure-port: {args.secure_port!r} is not a port") from None
-    if not 0 <= port <= 65535:
-        raise SystemExit(f"--secure-port: {port} is out of range")
+    port = _port("--secure-port", args.secure_port)
     if args.log_format not in ("json", "text"):
         raise SystemExit("--log-format: json or text")
+    if args.access_control not in ACCESS_CONTROL:
+        raise SystemExit(f"--access-control: {' or '.join(ACCESS_CONTROL)}")
     manufacturers = tuple(m.strip() for m in (args.manufacturer or "").split(",") if m.strip())
     return Settings(
         manufacturers=manufacturers,
@@ -228,6 +336,17 @@ def settings_from(args: argparse.Namespace) -> Settings:
         vendor_libraries=_libraries(args.vendor_library),
         log_level=args.log_level,
         log_format=args.log_format,
+        kubelet_host=args.kubelet_host or None,
+        kubelet_port=_port("--kubelet-port", args.kubelet_port),
+        kubelet_ca=Path(args.kubelet_ca) if args.kubelet_ca else None,
+        kubelet_insecure_tls=_bool("--kubelet-insecure-tls", args.kubelet_insecure_tls),
+        access_control=args.access_control,
+        access_review_ttl=_seconds("--access-review-ttl", args.access_review_ttl, 30.0),
+        http_max_connections=_count("--http-max-connections", args.http_max_connections, 2),
+        http_request_timeout=_seconds("--http-request-timeout", args.http_request_timeout, 10.0),
+        http_max_header_bytes=_count("--http-max-header-bytes", args.http_max_header_bytes, 1024),
+        http_max_headers=_count("--http-max-headers", args.http_max_headers, 8),
+        shutdown_timeout=_seconds("--shutdown-timeout", args.shutdown_timeout, 5.0),
     )
 
 

@@ -30,7 +30,7 @@ over the kubelet's view (grants.node_grants).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from devicemanager.allocations import Allocation, Mode
@@ -229,18 +229,28 @@ def match_pods(answer: Iterable[PodDevices], index: PodIndex) -> dict[str, PodDe
     return out
 
 
+def pod_kubelet_grants(
+    answer: KubeletAnswer | None, index: PodIndex, aliases: Aliases
+) -> Callable[[PodInfo], tuple[Grant, ...]]:
+    """The grants the kubelet's answer gives one pod, as a function the per-pod boundary
+    (grants.node_grants) calls: a device id that raises costs that pod alone."""
+    if answer is None or answer.pods is None:
+        return lambda pod: ()
+    matched = match_pods(answer.pods, index)
+
+    def grants_of_pod(pod: PodInfo) -> tuple[Grant, ...]:
+        devices = matched.get(pod.uid)
+        return kubelet_grants(pod, devices, aliases) if devices is not None else ()
+
+    return grants_of_pod
+
+
 def node_kubelet_grants(
     answer: KubeletAnswer | None, index: PodIndex, aliases: Aliases
 ) -> dict[str, tuple[Grant, ...]]:
     """Pod UID -> grants the kubelet's answer gives it; empty when it did not answer."""
-    if answer is None or answer.pods is None:
-        return {}
-    out = {}
-    for uid, devices in match_pods(answer.pods, index).items():
-        pod = index.get(uid)
-        if pod is not None and (grants := kubelet_grants(pod, devices, aliases)):
-            out[uid] = grants
-    return out
+    of_pod = pod_kubelet_grants(answer, index, aliases)
+    return {uid: grants for uid, pod in index.pods.items() if (grants := of_pod(pod))}
 
 
 def aliases_of(readings: Iterable[VendorReading]) -> dict[tuple[str, str], str]:

@@ -13,7 +13,7 @@ apart from the figures, so the stale variant is not a second full render.
 from __future__ import annotations
 
 import gzip
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
@@ -126,9 +126,12 @@ class Extras:
     instances: tuple[InstanceEntries, ...] = ()
     pod_level: tuple[PodLevel, ...] = ()
     allocation_errors: int = 0
+    # Pods whose own data raised this round, by stage (grants, figures, pod_level).
+    pod_errors: Mapping[str, int] = field(default_factory=dict)
     exporting: bool | None = None  # None: no cluster, so no exporter role to hold
     kubelet_success: bool = False
     kubelet_duration: float | None = None
+    kubelet_age: float | None = None  # seconds since the summary in use was read
     # The kubelet's pod-resources socket (device-plugin grants); None: not read on this node.
     podresources_success: bool | None = None
     podresources_duration: float | None = None
@@ -156,7 +159,7 @@ def collector_families(
     success = GaugeFamily(
         "gpustack_instance_metrics_collector_success",
         "1 when the source's last round succeeded: snapshot = the monitor snapshot is fresh; "
-        "kubelet = the round read the kubelet's summary (exporting agent only); podresources = "
+        "kubelet = the round had a fresh kubelet summary (exporting agent only); podresources = "
         "the round read the kubelet's device-plugin allocations.",
         labels=["source"],
     )
@@ -187,6 +190,15 @@ def collector_families(
         )
         role.add_metric([node], 1.0 if extras.exporting else 0.0)
         yield role
+        age = GaugeFamily(
+            "gpustack_instance_metrics_collector_age_seconds",
+            "How long ago the data behind the source's figures was read, seconds (kubelet: the "
+            "summary, read beside the rounds; too old and success is 0 and used figures absent).",
+            labels=["source"],
+        )
+        if extras.exporting and extras.kubelet_age is not None:
+            age.add_metric(["kubelet"], extras.kubelet_age)
+        yield age
     up = GaugeFamily(
         "gpustack_accelerator_backend_up",
         "1 when the manufacturer's library answered in the last round; 0 when it is missing, "
@@ -351,6 +363,16 @@ def verdict_families(
     if snapshot.timestamp > 0:
         errors.add_metric([], float(extras.allocation_errors))
     yield errors
+    pod_errors = GaugeFamily(
+        "gpustack_accelerator_pod_errors",
+        "Pods of this node whose own data (annotations, figures) raised while this round used it, "
+        "by stage; each is left out of that stage, logged once, and no other pod is affected.",
+        labels=["stage"],
+    )
+    if snapshot.timestamp > 0:
+        for stage in ("grants", "figures", "pod_level"):
+            pod_errors.add_metric([stage], float(extras.pod_errors.get(stage, 0)))
+    yield pod_errors
 
 
 def figure_families(snapshot: Snapshot, extras: Extras = NO_EXTRAS) -> Iterator[GaugeFamily]:

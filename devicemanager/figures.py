@@ -6,7 +6,7 @@ per-Instance sample (`InstanceMetrics`) are made by the functions here from the 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -22,6 +22,7 @@ from devicemanager.grants import (
     owned_by_instance,
     resolved,
 )
+from devicemanager.isolation import FIGURES, POD_LEVEL, PodFault, per_pod
 from devicemanager.model import MIB, Card, Identities, Snapshot, utilization_percent
 from devicemanager.pods import PodIndex, PodInfo
 from devicemanager.quantity import parse_quantity
@@ -174,25 +175,34 @@ def newest_pods(index: PodIndex, grants: NodeGrants) -> dict[str, tuple[Instance
 
 
 def exported(
-    index: PodIndex | None, grants: NodeGrants | None, view: View, manufacturers: Iterable[str]
+    index: PodIndex | None,
+    grants: NodeGrants | None,
+    view: View,
+    manufacturers: Iterable[str],
+    faults: MutableMapping[str, PodFault] | None = None,
 ) -> tuple[InstanceEntries, ...]:
     """Every Instance of the node with an accelerator of ours, for the exporter (R-E2, R-E3).
 
     A never-started, stopped or terminating pod publishes nothing; the predecessor of a
     recreated Instance is a different pod and a different Instance UID, so it never lends its
-    figures to the new one.
+    figures to the new one. Each Instance is computed behind its own boundary: one whose
+    figures raise is left out and recorded in `faults`; the others are unaffected.
     """
     if index is None or grants is None:
         return ()
     ours = set(manufacturers)
-    out = []
-    for ref, pod in sorted(
+    ordered = sorted(
         newest_pods(index, grants).values(), key=lambda rp: (rp[0].namespace, rp[0].name, rp[0].uid)
-    ):
-        mine = [g for g in grants.by_pod.get(pod.uid, ()) if g.manufacturer in ours]
-        if mine:
-            out.append(InstanceEntries(ref, pod, tuple(entry(g, view) for g in mine)))
-    return tuple(out)
+    )
+
+    def entries(ref_pod: tuple[InstanceRef, PodInfo]) -> tuple[AcceleratorEntry, ...]:
+        mine = [g for g in grants.by_pod.get(ref_pod[1].uid, ()) if g.manufacturer in ours]
+        return tuple(entry(g, view) for g in mine)
+
+    done = per_pod(
+        ordered, lambda rp: rp[1].uid, entries, FIGURES, {} if faults is None else faults
+    )
+    return tuple(InstanceEntries(ref, pod, found) for (ref, pod), found in done if found)
 
 
 # -- the per-Instance sample ---------------------------------------------------------------------
@@ -353,28 +363,34 @@ def pod_level(
     index: PodIndex | None,
     grants: NodeGrants | None,
     usage: Mapping[tuple[str, str, str], PodUsage] | None,
+    faults: MutableMapping[str, PodFault] | None = None,
 ) -> tuple[PodLevel, ...]:
     """Every live, started Instance of the node. `usage` is None when the kubelet could not be
     read: the declared totals still publish, the measured figures do not (R-E4). A pod the
-    kubelet did not report is left out rather than shown as idle."""
+    kubelet did not report is left out rather than shown as idle. One pod whose figures raise
+    is left out and recorded in `faults`."""
     if index is None or grants is None:
         return ()
-    out = []
-    for ref, pod in sorted(
+    ordered = sorted(
         newest_pods(index, grants).values(), key=lambda rp: (rp[0].namespace, rp[0].name)
-    ):
+    )
+
+    def level(ref_pod: tuple[InstanceRef, PodInfo]) -> PodLevel | None:
+        ref, pod = ref_pod
         cpu, memory, storage = totals(pod)
         measured = None
         if usage is not None:
             measured = usage.get((pod.namespace, pod.name, pod.uid))
             if measured is None:
-                continue
-        out.append(
-            PodLevel(
-                ref,
-                Pair(cpu, measured.cpu_millicores if measured else None),
-                Pair(memory, measured.memory_mib if measured else None),
-                Pair(storage, measured.storage_mib if measured else None),
-            )
+                return None
+        return PodLevel(
+            ref,
+            Pair(cpu, measured.cpu_millicores if measured else None),
+            Pair(memory, measured.memory_mib if measured else None),
+            Pair(storage, measured.storage_mib if measured else None),
         )
-    return tuple(out)
+
+    done = per_pod(
+        ordered, lambda rp: rp[1].uid, level, POD_LEVEL, {} if faults is None else faults
+    )
+    return tuple(found for _, found in done if found is not None)

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from devicemanager.allocations import (
     UNITS_PER_CARD,
     Allocation,
-    AllocationError,
     Mode,
     allocations_of,
     has_allocation_annotation,
 )
+from devicemanager.isolation import GRANTS, PodFault, per_pod
 from devicemanager.model import Identities, ReadRequest
 from devicemanager.pods import PodIndex, PodInfo
 
@@ -96,16 +97,18 @@ def instance_of(pod: PodInfo) -> InstanceRef:
     return InstanceRef(pod.namespace, pod.name, pod.uid)
 
 
+# A quantity as the API server writes a plain number: ASCII digits, an optional fraction.
+# float() alone would also take "²", "٣", "1e3", "nan" and "inf".
+_PERCENT = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,6})?")
+
+
 def cores_cap(pod: PodInfo, container: str) -> float:
     """The compute cap from `<resource>.sliced.cores-percentage`; 100 (no cap) otherwise."""
     limits = pod.limits.get(container, {})
     caps = [v for k, v in limits.items() if k.endswith(CORES_LIMIT_SUFFIX)]
-    if len(caps) != 1:
+    if len(caps) != 1 or not _PERCENT.fullmatch(caps[0]):
         return 100.0
-    try:
-        cap = float(caps[0])
-    except ValueError:
-        return 100.0
+    cap = float(caps[0])
     return cap if 0 < cap <= 100 else 100.0
 
 
@@ -239,32 +242,47 @@ def disagreement(annotation: Iterable[Grant], kubelet: Iterable[Grant]) -> str |
     return f"annotation: {sorted(said)}; kubelet: {sorted(seen)}"
 
 
-def node_grants(
-    index: PodIndex, kubelet: Mapping[str, tuple[Grant, ...]] | None = None
-) -> NodeGrants:
+# What the kubelet's device plugins allocated one pod (R-X2), as a function of the pod, so
+# that it runs inside the pod's own boundary; or already worked out, by pod UID.
+KubeletGrants = Callable[[PodInfo], Sequence[Grant]] | Mapping[str, Sequence[Grant]]
+
+
+def node_grants(index: PodIndex, kubelet: KubeletGrants | None = None) -> NodeGrants:
     """Every pod's grants. A pod's allocation annotation is its grant source; a pod without one
-    holds what the kubelet's device plugins allocated it (`kubelet`, by pod UID; R-X2)."""
-    by_pod: dict[str, tuple[Grant, ...]] = {}
-    errors: dict[str, str] = {}
+    holds what the kubelet's device plugins allocated it (R-X2).
+
+    Each pod is behind its own boundary: anything one pod's data raises in any source (a
+    malformed annotation, a device id nobody foresaw, a parser bug) leaves that pod with no
+    grants, a line in the log and a count in /metrics, and touches no other pod (R-G1). The
+    kubelet's view does not stand in for a malformed annotation: it cannot tell a HAMi slice
+    from a whole card."""
     disagreements: dict[str, str] = {}
-    for pod in index.pods.values():
-        from_kubelet = kubelet.get(pod.uid, ()) if kubelet else ()
+
+    def from_kubelet(pod: PodInfo) -> Sequence[Grant]:
+        if kubelet is None:
+            return ()
+        if callable(kubelet):
+            return kubelet(pod)
+        return kubelet.get(pod.uid, ())
+
+    def grants_of_pod(pod: PodInfo) -> tuple[Grant, ...]:
+        plugin = tuple(from_kubelet(pod))
         if not annotated(pod):
-            if from_kubelet:
-                by_pod[pod.uid] = from_kubelet
-            continue
-        try:
-            grants = grants_of(pod)
-        except AllocationError as exc:
-            # No grants for this pod, a line in the log, a count in /metrics; no other pod is
-            # touched (R-G1). The kubelet's view does not stand in: it cannot tell a HAMi
-            # slice from a whole card.
-            errors[pod.uid] = str(exc)
-            continue
-        if from_kubelet and (differs := disagreement(grants, from_kubelet)):
+            return plugin
+        grants = grants_of(pod)
+        if plugin and (differs := disagreement(grants, plugin)):
             disagreements[pod.uid] = differs
-        if grants:
-            by_pod[pod.uid] = grants
+        return grants
+
+    faults: dict[str, PodFault] = {}
+    by_pod = {
+        pod.uid: grants
+        for pod, grants in per_pod(
+            index.pods.values(), lambda p: p.uid, grants_of_pod, GRANTS, faults
+        )
+        if grants
+    }
+    errors = {uid: fault.error for uid, fault in faults.items()}
     return NodeGrants(
         MappingProxyType(by_pod), MappingProxyType(errors), MappingProxyType(disagreements)
     )

@@ -6,12 +6,13 @@ no sample in /metrics. Never a zero, never NaN, never a vendor sentinel.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from devicemanager.slices import SliceSection
@@ -255,10 +256,47 @@ def as_int(value: Any) -> int | None:
 
 
 def as_number(value: Any) -> float | None:
-    """A JSON number as a float, anything else as absent."""
+    """A JSON number as a float, anything else as absent. Python's json reads `NaN` and
+    `Infinity`; they are not numbers anyone measured, so they are absent too."""
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
+        number = float(value)
+        return number if math.isfinite(number) else None
     return None
+
+
+_Node = TypeVar("_Node")
+
+
+def _finite_node(node: _Node, path: str, dropped: list[str]) -> _Node:
+    if isinstance(node, float) and not math.isfinite(node):
+        dropped.append(path)
+        return None  # type: ignore[return-value]
+    if isinstance(node, tuple):
+        items = [_finite_node(item, f"{path}[{i}]", dropped) for i, item in enumerate(node)]
+        if all(new is old for new, old in zip(items, node, strict=True)):
+            return node
+        return tuple(items)  # type: ignore[return-value]
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        changes = {}
+        for f in dataclasses.fields(node):
+            value = getattr(node, f.name)
+            fixed = _finite_node(value, f"{path}.{f.name}" if path else f.name, dropped)
+            if fixed is not value:
+                changes[f.name] = fixed
+        return dataclasses.replace(node, **changes) if changes else node
+    return node
+
+
+def finite_reading(reading: VendorReading) -> tuple[VendorReading, tuple[str, ...]]:
+    """The one place a vendor's floats are checked: NaN and ±Infinity anywhere in a reading (a
+    card, a process row, a partition) become absent (None), whatever the vendor or its parser.
+    Returns the reading and the paths of the figures dropped, e.g. `cards[2].power_usage_watts`.
+
+    The monitor applies it to every reading a backend's parse() returns, so no vendor module
+    has to remember it and an encoder never meets a float JSON cannot carry."""
+    dropped: list[str] = []
+    fixed = _finite_node(reading, "", dropped)
+    return fixed, tuple(dropped)
 
 
 def utilization_percent(used: float | None, total: float | None) -> float | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,12 +22,13 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Protocol
 
-from devicemanager import deviceplugins, exposition, slices, snapshot
+from devicemanager import deviceplugins, exposition, isolation, slices, snapshot
 from devicemanager.attribution import Attributor, boot_seconds
 from devicemanager.backend import Backend, BackendUnavailable
 from devicemanager.deviceplugins import KubeletAnswer
 from devicemanager.figures import View, exported
 from devicemanager.grants import NodeGrants, node_grants
+from devicemanager.isolation import FaultLog, PodFault
 from devicemanager.model import (
     BackendState,
     BackendStatus,
@@ -35,6 +37,7 @@ from devicemanager.model import (
     Payload,
     ReadRequest,
     Snapshot,
+    finite_reading,
 )
 from devicemanager.pods import PodIndex
 from devicemanager.slices import SliceSection
@@ -130,18 +133,32 @@ class BackendWorker:
         except Exception:  # closing after a failure must not hide the failure
             log.debug("close after a failed read raised", exc_info=True)
 
-    def stop(self) -> None:
-        """Ask the thread to close the backend and end; a hung thread is left to the process."""
-        if self._thread.is_alive() and self.busy_since is None:
+    def stop(self, timeout: float = 2.0) -> bool:
+        """Close the backend on its own thread and end it, waiting up to `timeout` for the close
+        (a vendor library is shut down, not abandoned). A thread hung inside the library is
+        left to the process: returns False then, True once the backend was closed."""
+        if not self._thread.is_alive():
+            return True
+        if self.busy_since is not None and self._clock() - self.busy_since > timeout:
+            self._jobs.put(None)
+            return False
+        if self._opened:
             self.submit(self._close_quietly)
         self._jobs.put(None)
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
 
 
 class ClusterRound(Protocol):
-    """The cluster's part of a round: the exporter role and the kubelet's figures (R-E3, R-E4)."""
+    """The cluster's part of a round: the exporter role and the kubelet's figures (R-E3, R-E4).
+    It must not wait on the cluster: reads happen beside the round, which takes the latest."""
 
     def round(
-        self, index: PodIndex | None, grants: NodeGrants | None, extras: exposition.Extras
+        self,
+        index: PodIndex | None,
+        grants: NodeGrants | None,
+        extras: exposition.Extras,
+        faults: dict[str, PodFault],
     ) -> exposition.Extras: ...
 
 
@@ -185,6 +202,9 @@ class Monitor:
         self._aliases: dict[tuple[str, str], str] = {}
         self._cards_seen: dict[str, dict[str, Card]] = {}
         self._read_at: dict[str, float | None] = {}
+        self._faults = FaultLog()
+        self._raw_errors: dict[str, str | None] = {}
+        self._dropped_floats: dict[str, tuple[str, ...]] = {}
         self._wall, self._mono = wall, mono
         self.current = publish(snapshot.empty(period, node), mono(), exposition.Extras(build=build))
         self.rounds = 0
@@ -231,11 +251,13 @@ class Monitor:
             self._read_at[worker.manufacturer] = worker.read_returned_boot
             read_at = self._wall()
             try:
-                reading = worker.backend.parse(payload)
+                reading, dropped = finite_reading(worker.backend.parse(payload))
             except Exception as exc:
                 error = f"payload could not be parsed: {_describe(exc)}"
                 results.append(self._result(worker, BackendState.ERROR, took, error))
                 continue
+            self._log_dropped_floats(worker.manufacturer, dropped)
+            self._raw_errors[worker.manufacturer] = None
             worker.last_success = read_at
             results.append(
                 BackendResult(
@@ -255,8 +277,25 @@ class Monitor:
     def _result(
         self, worker: BackendWorker, state: BackendState, took: float | None, error: str
     ) -> BackendResult:
-        status = BackendStatus(worker.manufacturer, state, took, error, worker.last_success)
+        # The snapshot says what failed; only the log says where it lives on the host.
+        self._raw_errors[worker.manufacturer] = error
+        status = BackendStatus(
+            worker.manufacturer, state, took, public_error(error), worker.last_success
+        )
         return BackendResult(status=status)
+
+    def _log_dropped_floats(self, manufacturer: str, dropped: tuple[str, ...]) -> None:
+        # Once per change, like the backend states: a card that keeps answering NaN would
+        # otherwise log every period.
+        if self._dropped_floats.get(manufacturer, ()) == dropped:
+            return
+        self._dropped_floats[manufacturer] = dropped
+        if dropped:
+            log.warning(
+                "backend %s answered figures that are not finite; they are absent",
+                manufacturer,
+                extra={"manufacturer": manufacturer, "figures": list(dropped[:20])},
+            )
 
     def _log_transitions(self, results: Sequence[BackendResult]) -> None:
         # One line per change of state, not one per round: a node without the library would
@@ -275,7 +314,7 @@ class Monitor:
                 extra={
                     "manufacturer": status.manufacturer,
                     "state": status.state.value,
-                    "error": status.error,
+                    "error": self._raw_errors.get(status.manufacturer, status.error),
                 },
             )
 
@@ -287,18 +326,6 @@ class Monitor:
         except Exception:
             log.exception("the node's pods could not be read; per-grant figures are absent")
             return None
-
-    def _log_allocation_errors(self, grants: NodeGrants, index: PodIndex) -> None:
-        for uid, error in grants.errors.items():
-            if self._allocation_errors.get(uid) != error:
-                pod = index.get(uid)
-                log.error(
-                    "allocation annotation of %s/%s cannot be read; the pod holds no grants",
-                    pod.namespace if pod else "?",
-                    pod.name if pod else uid,
-                    extra={"pod_uid": uid, "error": error},
-                )
-        self._allocation_errors = dict(grants.errors)
 
     def _slices(
         self, results: Sequence[BackendResult], index: PodIndex | None, grants: NodeGrants | None
@@ -316,14 +343,19 @@ class Monitor:
             if not request.carved_device_ids:
                 continue
             carved = [p for p in reading.processes if p.device_id in request.carved_device_ids]
-            verdicts = self.attributor.attribute(
-                carved,
-                index,
-                grants.holders(reading.manufacturer),
-                reading.manufacturer,
-                read_at=self._read_at.get(reading.manufacturer),
-            )
-            sections.append(slices.build(reading, verdicts, grants.all()))
+            try:
+                verdicts = self.attributor.attribute(
+                    carved,
+                    index,
+                    grants.holders(reading.manufacturer),
+                    reading.manufacturer,
+                    read_at=self._read_at.get(reading.manufacturer),
+                )
+                sections.append(slices.build(reading, verdicts, grants.all()))
+            except Exception:
+                # This manufacturer's per-grant figures are absent this round (its devices are
+                # missing from the section: "could not measure"); cards and others go on.
+                log.exception("per-grant figures of %s could not be built", reading.manufacturer)
         return slices.merge(sections) if sections else None
 
     # -- the kubelet's device-plugin grants (R-X2) -----------------------------------------------
@@ -350,8 +382,7 @@ class Monitor:
     def _grants(self, index: PodIndex | None, kubelet: KubeletAnswer | None) -> NodeGrants | None:
         if index is None:
             return None
-        plugin = deviceplugins.node_kubelet_grants(kubelet, index, self._aliases)
-        return node_grants(index, plugin)
+        return node_grants(index, deviceplugins.pod_kubelet_grants(kubelet, index, self._aliases))
 
     def _log_disagreements(self, grants: NodeGrants, index: PodIndex) -> None:
         for uid, differs in grants.disagreements.items():
@@ -404,8 +435,6 @@ class Monitor:
         index = self._pod_index()
         kubelet = self._kubelet()
         recorded = self._grants(index, kubelet)
-        if recorded is not None and index is not None:
-            self._log_allocation_errors(recorded, index)
         grants = recorded.resolve(self._identities) if recorded is not None else None
         requests = {
             w.manufacturer: grants.request(w.manufacturer) if grants else ReadRequest()
@@ -428,6 +457,11 @@ class Monitor:
         if grants is not None and index is not None:
             self._log_disagreements(grants, index)
         results = self._with_missing_cards(results, kubelet)
+        faults: dict[str, PodFault] = {}
+        if grants is not None:
+            faults.update(
+                (uid, PodFault(isolation.GRANTS, error)) for uid, error in grants.errors.items()
+            )
         section = self._slices(results, index, grants)
         snap = snapshot.assemble(
             now=self._wall(),
@@ -439,7 +473,7 @@ class Monitor:
         )
         extras = exposition.Extras(
             instances=exported(
-                index, grants, View.of(snap), [w.manufacturer for w in self.workers]
+                index, grants, View.of(snap), [w.manufacturer for w in self.workers], faults
             ),
             allocation_errors=len(grants.errors) if grants is not None else 0,
             podresources_success=kubelet.ok if kubelet is not None else None,
@@ -447,7 +481,9 @@ class Monitor:
             build=self.build,
         )
         if self.cluster is not None:
-            extras = self.cluster.round(index, grants, extras)
+            extras = self.cluster.round(index, grants, extras, faults)
+        self._faults.report(faults, index)
+        extras = replace(extras, pod_errors=isolation.count_by_stage(faults))
         published = publish(snap, self._mono(), extras)
         self.current = published
         self.rounds += 1
@@ -475,12 +511,15 @@ class Monitor:
         self._thread = threading.Thread(target=self._loop, name="monitor", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float = 5.0) -> bool:
+        """End the loop (a round in progress finishes, bounded by the backend deadline and
+        `timeout`) and close every backend. False when some backend thread is hung in its
+        library and could not be closed."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
-        for worker in self.workers:
-            worker.stop()
+        closed = [worker.stop() for worker in self.workers]
+        return all(closed)
 
     # -- probes (R-O2) -----------------------------------------------------------------------
 
@@ -516,3 +555,14 @@ class Monitor:
 def _describe(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# An absolute path of two or more segments, not inside a URL or a word: /usr/lib/x/libfoo.so.1
+_HOST_PATH = re.compile(r"(?<![\w.:/~-])/(?:[^\s/:'\"(),;]+/)+([^\s/:'\"(),;]+)")
+
+
+def public_error(error: str) -> str:
+    """A backend's error as the snapshot shows it: what failed, not where it lives on the host.
+    `/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1: cannot open shared object file` becomes
+    `libnvidia-ml.so.1: cannot open shared object file`; the log keeps the full text."""
+    return _HOST_PATH.sub(r"\1", error)

@@ -157,7 +157,10 @@ class PodIndex:
         pods: dict[str, PodInfo] = {}
         skipped = 0
         for obj in objects:
-            info = pod_info(obj) if isinstance(obj, Mapping) else None
+            try:
+                info = pod_info(obj) if isinstance(obj, Mapping) else None
+            except Exception:  # one unreadable object is skipped, never the node's index
+                info = None
             if info is None:
                 skipped += 1
                 continue

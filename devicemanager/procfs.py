@@ -28,21 +28,20 @@ class Stat:
     start_ticks: int  # field 22: start time in clock ticks after boot; with the PID, an identity
 
 
-# A /proc file the agent reads is far smaller; a tenant cannot make one grow past this (a cgroup
-# path is bounded by the kernel's PATH_MAX per hierarchy), and reading stops there regardless.
-MAX_BYTES = 1 << 20
-_CHUNK = 65536
+# cgroup, stat and comm are a few hundred bytes; a cgroup file lists at most one path (4 KiB
+# each) per hierarchy. Anything longer is not what the kernel writes there.
+MAX_READ = 64 * 1024
 
 
-def read_bytes(path: str) -> bytes:
-    """The whole file with plain system calls: this runs twice per PID per round, and an io
-    object per read costs more than the read."""
+def read_bytes(path: str, limit: int = MAX_READ) -> bytes:
+    """The file's first `limit` + 1 bytes at most, with plain system calls: this runs twice
+    per PID per round, and an io object per read costs more than the read."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         chunks = []
         size = 0
-        while size < MAX_BYTES:
-            chunk = os.read(fd, _CHUNK)
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
             if not chunk:
                 break
             chunks.append(chunk)
@@ -55,7 +54,10 @@ def read_bytes(path: str) -> bytes:
 def read(root: Path | str, pid: int, name: str) -> str:
     try:
         # A formatted string, not Path arithmetic: this runs once per PID per round.
-        return read_bytes(f"{root}/{pid}/{name}").decode()
+        data = read_bytes(f"{root}/{pid}/{name}")
+        if len(data) > MAX_READ:
+            raise ProcError(Reason.UNREADABLE, f"{name} of {pid} is larger than {MAX_READ} bytes")
+        return data.decode()
     except (FileNotFoundError, ProcessLookupError, NotADirectoryError) as exc:
         # The normal race: the process ended between the vendor's answer and this read.
         raise ProcError(Reason.EXITED, str(exc)) from exc

@@ -22,7 +22,11 @@ _DECIMAL = {
     "P": Decimal("1e15"),
     "E": Decimal("1e18"),
 }
-_QUANTITY = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?")
+# ASCII digits (\d would also take "٣"), bounded lengths: apimachinery keeps a quantity within
+# 64-bit scaled integers, so 30 digits and a two-digit exponent are more than any valid one.
+_QUANTITY = re.compile(
+    r"([+-]?(?:[0-9]{1,30}\.?[0-9]{0,30}|\.[0-9]{1,30}))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]{1,2})?"
+)
 
 
 def parse_quantity(text: str) -> Decimal:
@@ -33,10 +37,10 @@ def parse_quantity(text: str) -> Decimal:
     number, suffix = match.group(1), match.group(2) or ""
     try:
         value = Decimal(number)
-    except InvalidOperation:
+        if suffix in _BINARY:
+            return value * _BINARY[suffix]
+        if suffix in _DECIMAL:
+            return value * _DECIMAL[suffix]
+        return value * Decimal(10) ** int(suffix[1:])
+    except (InvalidOperation, ArithmeticError):
         raise ValueError(f"{text!r} is not a Kubernetes quantity") from None
-    if suffix in _BINARY:
-        return value * _BINARY[suffix]
-    if suffix in _DECIMAL:
-        return value * _DECIMAL[suffix]
-    return value * Decimal(10) ** int(suffix[1:])

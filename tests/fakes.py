@@ -103,3 +103,50 @@ class GarbageBackend(StaticBackend):
     def parse(self, payload: Payload) -> VendorReading:
         cards: Any = payload["cards"]
         return VendorReading(manufacturer=self.manufacturer, cards=tuple(c["id"] for c in cards))
+
+
+class NanBackend(StaticBackend):
+    """A driver answering NaN and Infinity: a card's utilization, temperature and power."""
+
+    manufacturer = "nan"
+
+    def parse(self, payload: Payload) -> VendorReading:
+        reading = super().parse(payload)
+        card = reading.cards[0]
+        nan = Card(
+            id=card.id,
+            index=card.index,
+            name=card.name,
+            memory_total_mib=card.memory_total_mib,
+            memory_used_mib=card.memory_used_mib,
+            cores_utilization_percent=float("nan"),
+            temperature_celsius=float("inf"),
+            power_usage_watts=float("-inf"),
+        )
+        return VendorReading(manufacturer=self.manufacturer, cards=(nan,), driver_version="0.0")
+
+
+class ClosingBackend(StaticBackend):
+    """Writes "closed" to the file DM_TEST_CLOSE_MARKER names when its library is closed."""
+
+    manufacturer = "closing"
+
+    def close(self) -> None:
+        super().close()
+        marker = os.environ.get("DM_TEST_CLOSE_MARKER")
+        if marker:
+            with open(marker, "a") as f:
+                f.write("closed\n")
+
+
+class HostPathBackend(StaticBackend):
+    """A library that is not there, failing the way the dynamic loader says so: with its path."""
+
+    manufacturer = "hostpath"
+
+    def open(self) -> None:
+        self.opened += 1
+        raise BackendUnavailable(
+            "/usr/lib/x86_64-linux-gnu/libhostpath.so.1: cannot open shared object file: "
+            "No such file or directory"
+        )

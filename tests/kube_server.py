@@ -2,23 +2,36 @@
 
 It serves recorded, realistic objects through the same paths the agent's client uses: pod
 lists (paged) and chunked watch streams with ADDED, MODIFIED, DELETED, BOOKMARK and a 410 ERROR
-event, the kubelet's /stats/summary through the node proxy, and metrics.k8s.io PodMetrics. It
+event, the kubelet's /stats/summary through the node proxy, metrics.k8s.io PodMetrics, and
+TokenReview and SubjectAccessReview (non-resource URLs) as the API server answers them. It
 checks a bearer token, and can cut a stream mid-way, answer slowly, or fail with a status.
+
+`FakeKubelet` plays one node's kubelet on its secure port: /stats/summary with a bearer token,
+over a certificate signed by a CA of the test's (`issue_ca`, `issue_leaf`) or self-signed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import datetime
+import ipaddress
 import json
 import queue
 import ssl
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from devicemanager.serve.tls import self_signed
 
@@ -28,9 +41,13 @@ CUT = object()  # pushed to a watcher: drop the connection without ending the st
 class FakeApiServer:
     def __init__(self, tmp: Path, token: str = "token-1") -> None:
         self.tmp = tmp
-        cert, key = self_signed(["127.0.0.1", "localhost"])
+        # The cluster CA: it signs this server's certificate and, in the tests that want it, a
+        # kubelet's serving certificate (FakeKubelet(ca=api.authority)).
+        self.authority = issue_ca()
+        cert, key = issue_leaf(self.authority, ["127.0.0.1", "localhost"])
         self.ca = tmp / "ca.crt"
-        self.ca.write_bytes(cert)
+        self.ca.write_bytes(self.authority.pem())
+        (tmp / "server.crt").write_bytes(cert)
         (tmp / "server.key").write_bytes(key)
         self.tokens = {token}
         self.lock = threading.Lock()
@@ -44,9 +61,14 @@ class FakeApiServer:
         self.failures: dict[str, list[int]] = {}  # kind -> statuses to answer next
         self.delays: dict[str, float] = {}  # kind -> seconds before answering
         self.requests: list[tuple[str, dict[str, list[str]]]] = []
+        # TokenReview: token -> the user it authenticates; SubjectAccessReview: (user or
+        # "group:<name>", path) pairs allowed to GET that non-resource URL.
+        self.identities: dict[str, dict[str, Any]] = {}
+        self.allowed: set[tuple[str, str]] = set()
+        self.reviews: list[tuple[str, dict[str, Any]]] = []  # (kind, spec) as received
         self.closers: list[Any] = []  # clients of this server, closed when it stops
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(self.ca, tmp / "server.key")
+        ctx.load_cert_chain(tmp / "server.crt", tmp / "server.key")
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
         self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
@@ -210,6 +232,47 @@ class FakeApiServer:
                     },
                 )
 
+            def do_POST(self) -> None:
+                url = urlparse(self.path)
+                kind = {
+                    "/apis/authentication.k8s.io/v1/tokenreviews": "tokenreview",
+                    "/apis/authorization.k8s.io/v1/subjectaccessreviews": "subjectaccessreview",
+                }.get(url.path, "other")
+                length = int(self.headers.get("Content-Length", "0") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                server.requests.append((kind, {}))
+                if (
+                    self.headers.get("Authorization", "").removeprefix("Bearer ")
+                    not in server.tokens
+                ):
+                    return self._status(401, "Unauthorized")
+                time.sleep(server.delays.get(kind, 0))
+                failures = server.failures.get(kind)
+                if failures:
+                    return self._status(failures.pop(0), f"injected failure of {kind}")
+                spec = body.get("spec") or {}
+                server.reviews.append((kind, spec))
+                if kind == "tokenreview":
+                    user = server.identities.get(spec.get("token", ""))
+                    status: dict[str, Any] = (
+                        {"authenticated": True, "user": user}
+                        if user
+                        else {"authenticated": False, "error": "invalid bearer token"}
+                    )
+                elif kind == "subjectaccessreview":
+                    path = (spec.get("nonResourceAttributes") or {}).get("path", "")
+                    verb = (spec.get("nonResourceAttributes") or {}).get("verb", "")
+                    subjects = [spec.get("user", "")] + [
+                        f"group:{g}" for g in spec.get("groups") or ()
+                    ]
+                    allowed = verb == "get" and any((s, path) in server.allowed for s in subjects)
+                    status = {"allowed": allowed}
+                    if not allowed:
+                        status["reason"] = "no RBAC policy matched"
+                else:
+                    return self._status(404, f"{url.path} is not served here")
+                return self._json(201, {**body, "status": status})
+
             def do_GET(self) -> None:
                 url = urlparse(self.path)
                 query = parse_qs(url.query)
@@ -336,6 +399,153 @@ class FakeApiServer:
         }
 
 
+def _key_and_name(common_name: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Name]:
+    return ec.generate_private_key(ec.SECP256R1()), x509.Name(
+        [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    )
+
+
+@dataclass(frozen=True)
+class Authority:
+    """A certificate authority of a test: the cluster CA that signs kubelet serving certs."""
+
+    cert: x509.Certificate
+    key: ec.EllipticCurvePrivateKey
+
+    def pem(self) -> bytes:
+        return self.cert.public_bytes(serialization.Encoding.PEM)
+
+
+def issue_ca(name: str = "kubernetes") -> Authority:
+    key, subject = _key_and_name(name)
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    return Authority(cert, key)
+
+
+def issue_leaf(ca: Authority, hosts: list[str]) -> tuple[bytes, bytes]:
+    """A serving certificate for `hosts` signed by `ca`, as a kubelet gets one through TLS
+    bootstrap: (certificate PEM, key PEM)."""
+    key, subject = _key_and_name(f"system:node:{hosts[0]}")
+    names: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca.cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+        )
+        .sign(ca.key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+class FakeKubelet:
+    """One node's kubelet on its secure port: GET /stats/summary for a bearer token it knows.
+    `delay` seconds before each answer stands in for a kubelet that hangs."""
+
+    def __init__(
+        self,
+        tmp: Path,
+        tokens: set[str],
+        ca: Authority | None = None,
+        hosts: tuple[str, ...] = ("127.0.0.1",),
+    ) -> None:
+        if ca is None:
+            cert, key = self_signed(list(hosts))  # a kubelet without TLS bootstrap
+        else:
+            cert, key = issue_leaf(ca, list(hosts))
+        tmp.mkdir(parents=True, exist_ok=True)
+        (tmp / "kubelet.crt").write_bytes(cert)
+        (tmp / "kubelet.key").write_bytes(key)
+        self.tokens = tokens
+        self.summary: Any = None
+        self.delay = 0.0
+        self.requests = 0
+        self.unauthorized = 0
+        kubelet = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _answer(self, status: int, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                kubelet.requests += 1
+                token = self.headers.get("Authorization", "").removeprefix("Bearer ")
+                if token not in kubelet.tokens:
+                    kubelet.unauthorized += 1
+                    return self._answer(401, b"Unauthorized")
+                time.sleep(kubelet.delay)
+                if self.path != "/stats/summary" or kubelet.summary is None:
+                    return self._answer(404, b"not found")
+                with contextlib.suppress(OSError):  # the client may have given up first
+                    self._answer(200, json.dumps(kubelet.summary).encode())
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(tmp / "kubelet.crt", tmp / "kubelet.key")
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+        self.port = self.httpd.server_address[1]
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def start(self) -> FakeKubelet:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
 def summary_for(
     pods: Iterator[dict[str, Any]] | list[dict[str, Any]],
     cpu_nano: int = 250_000_000,
@@ -364,24 +574,40 @@ def summary_for(
 def _serve_for_benchmarks() -> None:
     """`python -m tests.kube_server DIR --pods N --rate R`: serve N pods of node-1 and modify one
     of them R times a second, in a process of its own, so a benchmark measures only its client.
-    Writes DIR/kubeconfig, then runs until killed."""
+    Writes DIR/kubeconfig, then runs until killed.
+
+    For the soak (bench/soak.py): `--churn` deletes a pod and creates a new one (a new UID) at
+    each tick instead; `--manufacturer M --device ID` makes the pods hold that card, with an
+    agent pod of M on the node; `--kubelet` also serves node-1's kubelet, its summary following
+    the pods, and writes its port to DIR/kubelet-port; `--reader TOKEN` lets TOKEN read
+    /metrics and /monitor/snapshot through TokenReview and SubjectAccessReview."""
     import argparse
     import random
 
+    from devicemanager.allocations import GPUSTACK_KEY
     from tests.world import accel, pod
 
     parser = argparse.ArgumentParser()
     parser.add_argument("dir", type=Path)
     parser.add_argument("--pods", type=int, default=250)
     parser.add_argument("--rate", type=float, default=50.0)
+    parser.add_argument("--churn", action="store_true")
+    parser.add_argument("--manufacturer", default="nvidia")
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--kubelet", action="store_true")
+    parser.add_argument("--reader", default=None)
     args = parser.parse_args()
     server = FakeApiServer(args.dir).start()
-    objects = []
-    for i in range(args.pods):
+    serial = 0
+
+    def make(i: int) -> dict[str, Any]:
+        nonlocal serial
+        serial += 1
+        device = {"id": args.device, "index": 0, "mode": 1} if args.device else None
         obj = pod(
-            f"vllm-{i}",
-            {"main": [accel(i % 8, 3, 400_000)]},
-            instance=f"model-{i}",
+            f"vllm-{i}-{serial}",
+            {"main": [device or accel(i % 8, 3, 400_000)]},
+            instance=f"model-{i}-{serial}",
             limits={
                 "main": {
                     "cpu": "8",
@@ -390,15 +616,58 @@ def _serve_for_benchmarks() -> None:
                 }
             },
         )
+        if args.device:  # the card of the benchmark's own manufacturer, held whole
+            note = json.loads(obj["metadata"]["annotations"][GPUSTACK_KEY])
+            note["main"]["devices"]["groups"][0]["manufacturer"] = args.manufacturer
+            obj["metadata"]["annotations"][GPUSTACK_KEY] = json.dumps(note)
         obj["spec"]["nodeName"] = "node-1"
+        return obj
+
+    if args.device:
+        agent = pod(f"device-manager-{args.manufacturer}-x1", None, containers=["device-manager"])
+        agent["metadata"]["namespace"] = "gpustack-system"
+        agent["metadata"]["labels"].update(
+            {
+                "app.kubernetes.io/component": "device-manager",
+                "gpustack.ai/manufacturer": args.manufacturer,
+            }
+        )
+        agent["spec"]["nodeName"] = "node-1"
+        agent["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+        server.add(agent)
+    objects = [make(i) for i in range(args.pods)]
+    for obj in objects:
         server.add(obj)
-        objects.append(obj)
+    kubelet = None
+    if args.kubelet:
+        kubelet = FakeKubelet(args.dir / "kubelet", set(server.tokens), ca=server.authority)
+        kubelet.summary = summary_for(objects)
+        kubelet.start()
+        (args.dir / "kubelet-port").write_text(str(kubelet.port))
+    if args.reader:
+        user = "system:serviceaccount:monitoring:soak"
+        server.identities = {args.reader: {"username": user, "groups": []}}
+        server.allowed = {(user, "/metrics"), (user, "/monitor/snapshot")}
     server.kubeconfig(args.dir / "kubeconfig.tmp").rename(args.dir / "kubeconfig")
     rng = random.Random(7)
     while True:
-        obj = copy.deepcopy(rng.choice(objects))
-        obj["metadata"]["labels"]["heartbeat"] = str(time.monotonic())
-        server.modify(obj)
+        slot = rng.randrange(len(objects))
+        if args.churn:
+            server.delete(objects[slot]["metadata"]["uid"])
+            objects[slot] = make(slot)
+            server.add(objects[slot])
+            if kubelet is not None:
+                kubelet.summary = summary_for(objects)
+            # The history the fake keeps for resuming watches would grow without end.
+            with server.lock:
+                del server.history[: max(0, len(server.history) - 1000)]
+        else:
+            obj = copy.deepcopy(objects[slot])
+            obj["metadata"]["labels"]["heartbeat"] = str(time.monotonic())
+            server.modify(obj)
+        # Requests the fake records for tests would grow without end, too.
+        del server.requests[: max(0, len(server.requests) - 1000)]
+        del server.reviews[: max(0, len(server.reviews) - 1000)]
         time.sleep(1 / args.rate)
 
 

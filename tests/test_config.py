@@ -70,6 +70,12 @@ def test_repeated_and_comma_separated_libraries() -> None:
         (["--secure-port", "https"], "not a port"),
         (["--vendor-library", "libnvidia-ml.so"], r"MANUFACTURER\[\.LIBRARY\]=PATH"),
         (["--log-format", "xml"], "json or text"),
+        (["--access-control", "rbac"], "off or kubernetes"),
+        (["--kubelet-insecure-tls", "maybe"], "true or false"),
+        (["--kubelet-port", "99999"], "out of range"),
+        (["--http-max-connections", "1"], "at least 2"),
+        (["--http-max-header-bytes", "big"], "not a whole number"),
+        (["--http-request-timeout", "0"], "must be positive"),
     ],
 )
 def test_bad_values_are_refused_with_the_flag_named(argv: list[str], message: str) -> None:
@@ -80,3 +86,21 @@ def test_bad_values_are_refused_with_the_flag_named(argv: list[str], message: st
 def test_every_flag_has_an_environment_variable() -> None:
     for flag in SERVE_FLAGS:
         assert flag.env, flag.name
+
+
+def test_the_bounds_and_the_kubelet_from_the_environment() -> None:
+    s = parse_serve(
+        [],
+        env={
+            "KUBERNETES_HOST_IP": "10.0.0.7",
+            "DEVICEMANAGER_KUBELET_INSECURE_TLS": "true",
+            "DEVICEMANAGER_HTTP_MAX_CONNECTIONS": "32",
+            "DEVICEMANAGER_ACCESS_CONTROL": "kubernetes",
+        },
+    )
+    assert (s.kubelet_host, s.kubelet_port, s.kubelet_insecure_tls) == ("10.0.0.7", 10250, True)
+    assert (s.http_max_connections, s.http_request_timeout, s.http_max_headers) == (32, 10.0, 100)
+    assert (s.access_control, s.access_review_ttl, s.shutdown_timeout) == ("kubernetes", 30.0, 5.0)
+    defaults = parse_serve([], env={})
+    assert defaults.access_control == "off" and defaults.kubelet_host is None
+    assert defaults.kubelet_insecure_tls is False

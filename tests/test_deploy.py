@@ -26,6 +26,7 @@ from devicemanager.kube.role import COMPONENT, COMPONENT_LABEL, MANUFACTURER_LAB
 from devicemanager.monitor import Monitor
 from devicemanager.serve.app import create_app
 from tests.conftest import NODES, REPO, Agent, free_port
+from tests.kube_server import FakeApiServer
 
 DEPLOY = REPO / "deploy"
 H100 = str(NODES / "h100-8gpu-mixed")
@@ -42,19 +43,30 @@ def by_kind(kind: str) -> list[dict[str, Any]]:
 # -- manifests ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["daemonset.yaml", "deploy/networkpolicy.yaml"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "daemonset.yaml",
+        "deploy/networkpolicy.yaml",
+        "deploy/access-control.yaml",
+        "deploy/podmonitor.yaml",
+    ],
+)
 def test_manifests_validate_against_the_kubernetes_schemas(path: str) -> None:
     import kubernetes_validate
 
     version = kubernetes_validate.latest_version()
     for doc in documents(REPO / path):
+        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue  # a CRD: checked field by field below
         kubernetes_validate.validate(doc, version, strict=True)
 
 
 def test_the_podmonitor_is_shaped_as_prometheus_operator_reads_it() -> None:
     # A CRD: no schema ships with kubernetes-validate, so its fields are checked here.
-    (monitor,) = documents(DEPLOY / "podmonitor.yaml")
-    assert monitor["apiVersion"] == "monitoring.coreos.com/v1" and monitor["kind"] == "PodMonitor"
+    docs = documents(DEPLOY / "podmonitor.yaml")
+    (monitor,) = [d for d in docs if d["kind"] == "PodMonitor"]
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
     assert (endpoint["port"], endpoint["path"], endpoint["scheme"]) == (
         "https",
@@ -67,6 +79,54 @@ def test_the_podmonitor_is_shaped_as_prometheus_operator_reads_it() -> None:
         monitor["spec"]["selector"]["matchLabels"].items()
         <= ds["spec"]["template"]["metadata"]["labels"].items()
     )
+    # Prometheus authenticates with the token of a scraper account, kept in a Secret of the
+    # PodMonitor's namespace, and that account may get /metrics (deploy/access-control.yaml).
+    auth = endpoint["authorization"]
+    assert auth["type"] == "Bearer"
+    (secret,) = [d for d in docs if d["kind"] == "Secret"]
+    assert (auth["credentials"]["name"], auth["credentials"]["key"]) == (
+        secret["metadata"]["name"],
+        "token",
+    )
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    assert secret["metadata"]["namespace"] == monitor["metadata"]["namespace"]
+    scraper = secret["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+    assert ("gpustack-system", scraper) in readers_of("/metrics")
+    assert ("gpustack-system", scraper) not in readers_of("/monitor/snapshot")
+
+
+def readers_of(path: str) -> set[tuple[str, str]]:
+    """Service accounts deploy/access-control.yaml lets `get` a non-resource URL."""
+    docs = documents(DEPLOY / "access-control.yaml")
+    roles = {
+        d["metadata"]["name"]
+        for d in docs
+        if d["kind"] == "ClusterRole"
+        and any(path in r.get("nonResourceURLs", ()) and "get" in r["verbs"] for r in d["rules"])
+    }
+    return {
+        (s["namespace"], s["name"])
+        for d in docs
+        if d["kind"] == "ClusterRoleBinding" and d["roleRef"]["name"] in roles
+        for s in d["subjects"]
+        if s["kind"] == "ServiceAccount"
+    }
+
+
+def test_access_control_rbac_lets_the_agent_review_and_names_who_reads() -> None:
+    docs = documents(DEPLOY / "access-control.yaml")
+    delegator = next(
+        d
+        for d in docs
+        if d["kind"] == "ClusterRoleBinding" and "auth-delegator" in d["roleRef"]["name"]
+    )
+    (sa,) = by_kind("ServiceAccount")
+    assert delegator["roleRef"]["name"] == "system:auth-delegator"
+    assert delegator["subjects"] == [
+        {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "gpustack-system"}
+    ]
+    assert ("monitoring", "prometheus-k8s") in readers_of("/metrics")
+    assert readers_of("/monitor/snapshot") == {("gpustack-system", "gpustack-worker")}
 
 
 def test_the_daemonset_agrees_with_the_code() -> None:
@@ -108,10 +168,19 @@ def test_the_daemonset_agrees_with_the_code() -> None:
     security = container["securityContext"]
     assert (
         security["capabilities"]["drop"] == ["ALL"]
+        and "add" not in security["capabilities"]
         and security["allowPrivilegeEscalation"] is False
     )
     assert security["readOnlyRootFilesystem"] is True and security.get("privileged") is False
+    # Not root (tests/test_nonroot.py shows attribution needs neither root nor a capability).
+    assert security["runAsNonRoot"] is True and security["runAsUser"] != 0
     assert container["resources"]["requests"] and container["resources"]["limits"]
+    # The kubelet is the node's own, from the downward API.
+    host_ip = next(e for e in container["env"] if e["name"] == "KUBERNETES_HOST_IP")
+    assert host_ip["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
+    # The shutdown fits in the grace period with room for the monitor and the libraries.
+    shutdown = next(a for a in container["args"] if a.startswith("--shutdown-timeout="))
+    assert float(shutdown.split("=")[1]) * 3 <= spec["terminationGracePeriodSeconds"]
 
 
 def test_rbac_is_least_privilege() -> None:
@@ -120,9 +189,11 @@ def test_rbac_is_least_privilege() -> None:
         (tuple(r["apiGroups"]), tuple(r["resources"]), tuple(sorted(r["verbs"])))
         for r in role["rules"]
     }
+    # Pods are listed and watched, never fetched one by one; the kubelet is read as nodes/stats
+    # on its own port, never through nodes/proxy (which would also allow exec).
     assert rules == {
-        (("",), ("pods",), ("get", "list", "watch")),
-        (("",), ("nodes/proxy",), ("get",)),
+        (("",), ("pods",), ("list", "watch")),
+        (("",), ("nodes/stats",), ("get",)),
     }
     (binding,) = by_kind("ClusterRoleBinding")
     (ds,) = by_kind("DaemonSet")
@@ -255,6 +326,10 @@ def test_the_example_scrape_config() -> None:
     (job,) = config["scrape_configs"]
     assert job["kubernetes_sd_configs"][0]["role"] == "endpoints"
     assert job["honor_labels"] is False and job["tls_config"]["insecure_skip_verify"] is True
+    assert job["authorization"] == {
+        "type": "Bearer",
+        "credentials_file": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+    }
     annotations = {r["source_labels"][-1] for r in job["relabel_configs"]}
     for key in ("scrape", "scheme", "path", "port"):
         assert f"__meta_kubernetes_service_annotation_prometheus_io_{key}" in annotations
@@ -275,24 +350,49 @@ def test_the_example_scrape_config() -> None:
 @pytest.fixture
 def prometheus(tmp_path: Path, launch) -> Iterator[tuple[str, Agent]]:  # type: ignore[no-untyped-def]
     binary = tool("prometheus")
-    agent: Agent = launch("--replay", H100, "--monitor-period", "1")
+    # The agent with access control on, reviewing tokens with the local API server, which
+    # knows Prometheus' token and lets that account get /metrics, as access-control.yaml does.
+    (tmp_path / "api").mkdir()
+    api = FakeApiServer(tmp_path / "api").start()
+    prometheus_sa = "system:serviceaccount:monitoring:prometheus-k8s"
+    api.identities = {"prometheus-token": {"username": prometheus_sa, "groups": []}}
+    api.allowed = {(prometheus_sa, "/metrics")}
+    agent: Agent = launch(
+        "--replay",
+        H100,
+        "--monitor-period",
+        "1",
+        "--kubeconfig",
+        str(api.kubeconfig(tmp_path / "kubeconfig")),
+        "--access-control",
+        "kubernetes",
+    )
     agent.wait_for("/readyz", 200)
     config = yaml.safe_load((DEPLOY / "prometheus-scrape.yaml").read_text())
     job = config["scrape_configs"][0]
-    # The example's settings, with a static target instead of Kubernetes discovery.
+    token = tmp_path / "token"
+    token.write_text("prometheus-token")
+    # The example's settings, with a static target instead of Kubernetes discovery, and the
+    # token file where the pod would have its service account's.
     static = {
         "job_name": job["job_name"],
         "scheme": "https",
         "metrics_path": "/metrics",
         "scrape_interval": "1s",
+        "authorization": {**job["authorization"], "credentials_file": str(token)},
         "tls_config": job["tls_config"],
         "honor_labels": job["honor_labels"],
         "static_configs": [{"targets": [f"127.0.0.1:{agent.port}"]}],
     }
+    # The same target without a token: refused.
+    anonymous = {
+        **{k: v for k, v in static.items() if k != "authorization"},
+        "job_name": "anonymous",
+    }
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(DEPLOY / "prometheus-rules.yaml")],
-        "scrape_configs": [static],
+        "scrape_configs": [static, anonymous],
     }
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     check = subprocess.run(
@@ -319,6 +419,7 @@ def prometheus(tmp_path: Path, launch) -> Iterator[tuple[str, Agent]]:  # type: 
     finally:
         proc.terminate()
         proc.wait(15)
+        api.stop()
 
 
 def query(url: str, expr: str) -> list[dict[str, Any]]:
@@ -343,8 +444,11 @@ def wait_for(url: str, expr: str, timeout: float = 60) -> list[dict[str, Any]]:
 @pytest.mark.timeout(180)
 def test_a_real_prometheus_scrapes_the_agent(prometheus: tuple[str, Agent]) -> None:
     url, agent = prometheus
-    (up,) = wait_for(url, "up == 1")
+    (up,) = wait_for(url, "up == 1")  # the job with the token
     assert up["metric"]["instance"] == f"127.0.0.1:{agent.port}"
+    assert up["metric"]["job"] == "gpustack-instances"
+    (refused,) = wait_for(url, 'up{job="anonymous"} == 0')  # and none without it
+    assert refused["metric"]["instance"] == f"127.0.0.1:{agent.port}"
     series = wait_for(url, "gpustack_instance_accelerator_memory_total_mib")
     assert all(
         "instance_name" in s["metric"] and "exported_instance" not in s["metric"] for s in series
@@ -372,7 +476,7 @@ def test_a_real_prometheus_scrapes_the_agent(prometheus: tuple[str, Agent]) -> N
     )
     # promtool reads what Prometheus read.
     with agent.client() as client:
-        text = client.get("/metrics").content
+        text = client.get("/metrics", headers={"Authorization": "Bearer prometheus-token"}).content
     check = subprocess.run(
         [tool("promtool"), "check", "metrics"], input=text, capture_output=True, check=False
     )

@@ -23,12 +23,20 @@ from devicemanager.grants import node_grants
 from devicemanager.kube.client import KubeClient, KubeError, config_from
 from devicemanager.kube.cluster import ClusterRound
 from devicemanager.kube.informer import PodInformer
-from devicemanager.kube.kubelet import SummaryCache, usage_from_pod_metrics, usage_from_summary
+from devicemanager.kube.kubelet import (
+    KubeletClient,
+    KubeletError,
+    SummaryCache,
+    SummaryPoller,
+    kubelet_tls,
+    usage_from_pod_metrics,
+    usage_from_summary,
+)
 from devicemanager.kube.role import exporter_role
 from devicemanager.kube.sampler import InstanceSampler
 from devicemanager.pods import PodIndex
 from tests.conftest import NODES, REPO, Agent, agent_env
-from tests.kube_server import FakeApiServer, summary_for
+from tests.kube_server import FakeApiServer, FakeKubelet, summary_for
 from tests.world import accel, pod, uid
 
 pytestmark = pytest.mark.timeout(60)
@@ -280,30 +288,85 @@ def instance_pods() -> list[dict[str, Any]]:
     ]
 
 
-def run_round(api: FakeApiServer, tmp: Path, objects: list[dict[str, Any]]) -> exposition.Extras:
+@pytest.fixture
+def kubelet(api: FakeApiServer, tmp_path: Path) -> Iterator[FakeKubelet]:
+    """This node's kubelet, its serving certificate signed by the cluster CA (TLS bootstrap)."""
+    server = FakeKubelet(tmp_path / "kubelet", set(api.tokens), ca=api.authority).start()
+    yield server
+    server.stop()
+
+
+def kubelet_client(api: FakeApiServer, kubelet: FakeKubelet, timeout: float = 5) -> KubeletClient:
+    client = KubeletClient(
+        "127.0.0.1",
+        lambda: next(iter(api.tokens)),
+        port=kubelet.port,
+        verify=kubelet_tls(api.ca, insecure=False),
+        timeout=timeout,
+    )
+    api.closers.append(client.close)
+    return client
+
+
+def cluster_round(poller: SummaryPoller, max_age: float = 30) -> ClusterRound:
+    return ClusterRound(poller, NODE, "gpustack-system", "device-manager-nvidia-x1", max_age)
+
+
+def run_round(
+    api: FakeApiServer, kubelet: FakeKubelet, objects: list[dict[str, Any]]
+) -> exposition.Extras:
+    """One read beside the round, then the round itself, which takes that reading."""
     index = PodIndex.of(objects)
-    summaries = SummaryCache(client_for(api, tmp).stats_summary, max_age=0)
-    cluster = ClusterRound(summaries, NODE, "gpustack-system", "device-manager-nvidia-x1")
-    return cluster.round(index, node_grants(index), exposition.Extras())
+    poller = SummaryPoller(kubelet_client(api, kubelet).summary, interval=15)
+    poller.read_once()
+    return cluster_round(poller).round(index, node_grants(index), exposition.Extras())
 
 
-def test_the_exporter_reads_the_kubelet_each_round(api: FakeApiServer, tmp_path: Path) -> None:
+def test_the_exporter_reads_its_kubelet_on_the_secure_port(
+    api: FakeApiServer, kubelet: FakeKubelet
+) -> None:
     objects = instance_pods()
-    api.summaries[NODE] = summary_for(objects[1:2])
-    extras = run_round(api, tmp_path, objects)
+    kubelet.summary = summary_for(objects[1:2])
+    extras = run_round(api, kubelet, objects)
     assert extras.exporting and extras.kubelet_success and extras.kubelet_duration is not None
+    assert extras.kubelet_age is not None and extras.kubelet_age < 5
     (vllm,) = extras.pod_level  # the never-started Instance publishes nothing
     assert (vllm.cpu_millicores.total, vllm.cpu_millicores.used) == (4000, 250)
     assert (vllm.memory_mib.total, vllm.memory_mib.used) == (16384, 900)
     assert (vllm.storage_mib.total, vllm.storage_mib.used) == (20480, 40)
-    run_round(api, tmp_path, objects)
-    assert api.count("summary") == 2  # afresh each round: never the previous round's read
+    run_round(api, kubelet, objects)
+    # Straight to the kubelet with the service account's token (nodes/stats), never through
+    # the API server's node proxy (nodes/proxy).
+    assert kubelet.requests == 2 and kubelet.unauthorized == 0
+    assert api.count("summary") == 0
+
+
+def test_a_kubelet_certificate_not_signed_by_the_cluster_ca_is_refused(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    rogue = FakeKubelet(tmp_path / "rogue", set(api.tokens)).start()  # self-signed
+    try:
+        rogue.summary = summary_for([])
+        checked = kubelet_client(api, rogue)
+        with pytest.raises(KubeletError, match="not signed by the cluster CA"):
+            checked.summary()
+        assert rogue.requests == 0  # no request, so the token was never sent to it
+        lax = KubeletClient(
+            "127.0.0.1",
+            lambda: next(iter(api.tokens)),
+            port=rogue.port,
+            verify=kubelet_tls(None, insecure=True),
+        )
+        assert lax.summary() == summary_for([])  # --kubelet-insecure-tls, documented
+        lax.close()
+    finally:
+        rogue.stop()
 
 
 def test_kubelet_down_keeps_totals_drops_only_measurements(
-    api: FakeApiServer, tmp_path: Path
+    api: FakeApiServer, kubelet: FakeKubelet
 ) -> None:
-    extras = run_round(api, tmp_path, instance_pods())  # no summary served: 503
+    extras = run_round(api, kubelet, instance_pods())  # no summary served: 404
     assert extras.exporting and not extras.kubelet_success
     (vllm,) = extras.pod_level
     assert (vllm.cpu_millicores.total, vllm.cpu_millicores.used) == (4000, None)
@@ -320,30 +383,33 @@ def test_kubelet_down_keeps_totals_drops_only_measurements(
     assert got["gpustack_instance_cpu_used_millicores"] == []
 
 
-def test_a_slow_kubelet_fails_the_read_not_the_round(api: FakeApiServer, tmp_path: Path) -> None:
+def test_a_hung_kubelet_never_holds_a_round(api: FakeApiServer, kubelet: FakeKubelet) -> None:
     objects = instance_pods()
-    api.summaries[NODE] = summary_for(objects[1:2])
-    api.delays["summary"] = 3.0
-    config = config_from(api.kubeconfig(tmp_path / "kc"))
-    assert config is not None
-    client = KubeClient(config, timeout=0.5)
-    api.closers.append(client.close)
+    kubelet.summary = summary_for(objects[1:2])
     index = PodIndex.of(objects)
-    cluster = ClusterRound(
-        SummaryCache(client.stats_summary, max_age=0, timeout=0.5),
-        NODE,
-        "gpustack-system",
-        "device-manager-nvidia-x1",
-    )
-    started = time.monotonic()
-    extras = cluster.round(index, node_grants(index), exposition.Extras())
-    assert time.monotonic() - started < 2.5
-    assert extras.exporting and not extras.kubelet_success
-    assert extras.pod_level[0].cpu_millicores.used is None
+    poller = SummaryPoller(kubelet_client(api, kubelet, timeout=0.5).summary, interval=0.2)
+    cluster = cluster_round(poller, max_age=1.0)
+    poller.start()
+    try:
+        wait(lambda: cluster.round(index, node_grants(index), exposition.Extras()).kubelet_success)
+        kubelet.delay = 3.0  # every read now hangs past its deadline
+        slowest = 0.0
+        deadline = time.monotonic() + 3
+        extras = exposition.Extras()
+        while time.monotonic() < deadline:
+            started = time.monotonic()
+            extras = cluster.round(index, node_grants(index), exposition.Extras())
+            slowest = max(slowest, time.monotonic() - started)
+            time.sleep(0.05)
+        assert slowest < 0.1  # the round takes the newest reading; it never waits for one
+        assert extras.exporting and not extras.kubelet_success  # and says it is not fresh
+        assert extras.pod_level[0].cpu_millicores.used is None
+    finally:
+        poller.stop()
 
 
 def test_a_pod_recreated_under_the_same_name_never_reads_its_predecessor(
-    api: FakeApiServer, tmp_path: Path
+    api: FakeApiServer, kubelet: FakeKubelet
 ) -> None:
     old = kpod(
         "vllm-0",
@@ -359,16 +425,28 @@ def test_a_pod_recreated_under_the_same_name_never_reads_its_predecessor(
         instance_uid=uid("v2"),
         pod_uid=uid("new"),
     )
-    api.summaries[NODE] = summary_for([old])  # the kubelet still reports the old pod only
-    extras = run_round(api, tmp_path, [agent_pod("nvidia"), new])
+    kubelet.summary = summary_for([old])  # the kubelet still reports the old pod only
+    extras = run_round(api, kubelet, [agent_pod("nvidia"), new])
     assert extras.pod_level == ()  # not the predecessor's figures under the new Instance
 
 
-def test_a_non_exporting_agent_never_calls_the_kubelet(api: FakeApiServer, tmp_path: Path) -> None:
+def test_a_non_exporting_agent_never_calls_the_kubelet(
+    api: FakeApiServer, kubelet: FakeKubelet
+) -> None:
     objects = [agent_pod("amd"), *instance_pods()]
-    extras = run_round(api, tmp_path, objects)
-    assert extras.exporting is False and extras.pod_level == ()
-    assert api.count("summary") == 0
+    kubelet.summary = summary_for(objects)
+    index = PodIndex.of(objects)
+    poller = SummaryPoller(kubelet_client(api, kubelet).summary, interval=0.1)
+    cluster = cluster_round(poller)
+    poller.start()
+    try:
+        for _ in range(5):
+            extras = cluster.round(index, node_grants(index), exposition.Extras())
+            assert extras.exporting is False and extras.pod_level == ()
+            time.sleep(0.1)
+    finally:
+        poller.stop()
+    assert kubelet.requests == 0
 
 
 def test_summary_cache_shares_one_read_between_concurrent_callers() -> None:
@@ -540,11 +618,13 @@ def test_instance_metrics_command_against_a_replay_agent(
     assert line.value == acc["coresUtilizationPercent"]
 
 
-def test_the_whole_agent_in_a_cluster(api: FakeApiServer, tmp_path: Path, launch) -> None:  # type: ignore[no-untyped-def]
+def test_the_whole_agent_in_a_cluster(
+    api: FakeApiServer, kubelet: FakeKubelet, tmp_path: Path, launch
+) -> None:  # type: ignore[no-untyped-def]
     objects = [agent_pod("fake"), *instance_pods()[1:]]
     for obj in objects:
         api.add(obj)
-    api.summaries[NODE] = summary_for([o for o in objects if o["metadata"]["name"] == "vllm-0"])
+    kubelet.summary = summary_for([o for o in objects if o["metadata"]["name"] == "vllm-0"])
     agent: Agent = launch(
         "--manufacturer",
         "tests.fakes:StaticBackend",
@@ -558,6 +638,10 @@ def test_the_whole_agent_in_a_cluster(api: FakeApiServer, tmp_path: Path, launch
         "gpustack-system",
         "--monitor-period",
         "0.3",
+        "--kubelet-host",
+        "127.0.0.1",
+        "--kubelet-port",
+        str(kubelet.port),
     )
 
     def series() -> dict[str, list[Any]]:
@@ -580,8 +664,9 @@ def test_the_whole_agent_in_a_cluster(api: FakeApiServer, tmp_path: Path, launch
         # annotation grants go on.
     } == {"kubelet": 1.0, "podresources": 0.0, "snapshot": 1.0}
     assert got["gpustack_instance_memory_total_mib"][0].labels["instance_name"] == "vllm"
+    assert api.count("summary") == 0  # the kubelet itself (nodes/stats), not the node proxy
     # The kubelet goes away: its measurements go, the totals stay, the verdict says so.
-    api.summaries.clear()
+    kubelet.summary = None
     wait(lambda: series()["gpustack_instance_cpu_used_millicores"] == [], timeout=20)
     got = series()
     assert [s.value for s in got["gpustack_instance_cpu_total_millicores"]] == [4000.0]

@@ -77,6 +77,21 @@ class KubeClient:
         except ValueError as exc:
             raise KubeError(f"GET {path}: the answer is not JSON") from exc
 
+    def create(self, path: str, body: dict[str, Any], timeout: float | None = None) -> Any:
+        """POST an object and return what the server made of it (a review's `status`)."""
+        try:
+            response = self._http.post(path, json=body, timeout=timeout or self.timeout)
+        except httpx2.HTTPError as exc:
+            raise KubeError(f"POST {path}: {type(exc).__name__}: {exc}") from exc
+        if response.status_code not in (200, 201):
+            raise KubeError(
+                f"POST {path}: {response.status_code} {_message(response)}", response.status_code
+            )
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise KubeError(f"POST {path}: the answer is not JSON") from exc
+
     def list_pods(self, node: str, chunk: int = 500) -> tuple[list[dict[str, Any]], str]:
         """Every pod of one node, in pages, and the resource version of the list."""
         items: list[dict[str, Any]] = []
@@ -126,7 +141,9 @@ class KubeClient:
             raise KubeError(f"watch: {type(exc).__name__}: {exc}") from exc
 
     def stats_summary(self, node: str) -> Any:
-        """The kubelet's /stats/summary, through the API server's node proxy."""
+        """The kubelet's /stats/summary, through the API server's node proxy (`nodes/proxy`):
+        for the per-Instance sampler, which runs off the node. The agent reads its own kubelet
+        directly (kubelet.KubeletClient, `nodes/stats`)."""
         return self.get(f"/api/v1/nodes/{node}/proxy/stats/summary")
 
     def pod_metrics(self, namespace: str, name: str) -> Any:

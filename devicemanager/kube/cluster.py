@@ -1,9 +1,12 @@
 """The cluster's part of a monitor round: the exporter role, and the kubelet's pod figures.
 
-Only the exporting agent of a node reads the kubelet, afresh each round through the API
-server's node proxy, and publishes the pod-level families; its timing and verdict are the
-collector's `source="kubelet"` self-report. A failed read keeps the accelerator families and the
-declared totals and drops only the measured pod-level figures (R-E4).
+Only the exporting agent of a node uses the kubelet and publishes the pod-level families. The
+summary is read beside the rounds (kubelet.SummaryPoller, on its own thread with its own
+deadline); a round takes the newest reading without waiting, so a slow or hung kubelet never
+delays the vendor figures. The reading's age, timing and verdict are the collector's
+`source="kubelet"` self-report: a failed last read, or a reading older than `max_age` (a read
+hung past its deadline), sets success to 0, keeps the accelerator families and the declared
+totals, and drops only the measured pod-level figures (R-E4).
 """
 
 from __future__ import annotations
@@ -12,34 +15,55 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Protocol
 
 from devicemanager import exposition
 from devicemanager.figures import pod_level
 from devicemanager.grants import NodeGrants
-from devicemanager.kube.kubelet import SummaryCache, usage_from_summary
+from devicemanager.isolation import PodFault
+from devicemanager.kube.kubelet import Reading, usage_from_summary
 from devicemanager.kube.role import Role, exporter_role
 from devicemanager.pods import PodIndex
 
 log = logging.getLogger("devicemanager.kube.cluster")
 
 
+class Summaries(Protocol):
+    def latest(self) -> Reading: ...
+
+
 class ClusterRound:
     def __init__(
         self,
-        summaries: SummaryCache,
+        summaries: Summaries,
         node: str,
         namespace: str | None,
         pod_name: str | None,
+        max_age: float,
         mono: Callable[[], float] = time.monotonic,
     ) -> None:
         self.summaries, self.node = summaries, node
         self.namespace, self.pod_name = namespace, pod_name
+        self.max_age = max_age
         self._mono = mono
         self.role: Role | None = None
         self._kubelet_ok: bool | None = None
 
+    def _verdict(self, reading: Reading, age: float | None) -> tuple[bool, str | None]:
+        if reading.error is not None:
+            return False, reading.error
+        if reading.summary is None or age is None:
+            return False, "no summary read yet"
+        if age > self.max_age:
+            return False, f"the newest summary is {age:.1f}s old (a read is hung)"
+        return True, None
+
     def round(
-        self, index: PodIndex | None, grants: NodeGrants | None, extras: exposition.Extras
+        self,
+        index: PodIndex | None,
+        grants: NodeGrants | None,
+        extras: exposition.Extras,
+        faults: dict[str, PodFault] | None = None,
     ) -> exposition.Extras:
         role = (
             exporter_role(index, self.namespace, self.pod_name)
@@ -56,26 +80,29 @@ class ClusterRound:
         self.role = role
         if not role.exporting:
             return replace(extras, exporting=False)
-        started = self._mono()
-        try:
-            usage = usage_from_summary(self.summaries.get(self.node, max_age=0))
-            ok, error = True, None
-        except Exception as exc:
-            usage, ok, error = None, False, f"{type(exc).__name__}: {exc}"
-        took = round(self._mono() - started, 6)
+        reading = self.summaries.latest()  # never waits: the read runs beside the round
+        age = None if reading.read_at is None else round(self._mono() - reading.read_at, 3)
+        ok, error = self._verdict(reading, age)
+        usage = None
+        if ok:
+            try:
+                usage = usage_from_summary(reading.summary)
+            except Exception as exc:
+                ok, error = False, f"the summary could not be read: {type(exc).__name__}: {exc}"
         if ok != self._kubelet_ok:
-            level = logging.INFO if ok else logging.WARNING
+            # One line when it turns bad and one when it recovers, not one per round.
             log.log(
-                level,
+                logging.INFO if ok else logging.WARNING,
                 "kubelet summary %s",
-                "read" if ok else "could not be read",
-                extra={"node": self.node, "error": error},
+                "fresh" if ok else "unusable; measured pod-level figures are absent",
+                extra={"node": self.node, "error": error, "age_seconds": age},
             )
             self._kubelet_ok = ok
         return replace(
             extras,
             exporting=True,
             kubelet_success=ok,
-            kubelet_duration=took,
-            pod_level=pod_level(index, grants, usage),
+            kubelet_duration=reading.duration,
+            kubelet_age=age,
+            pod_level=pod_level(index, grants, usage, faults),
         )

@@ -22,6 +22,9 @@ from devicemanager.pods import PodIndex, PodInfo, pod_info
 
 log = logging.getLogger("devicemanager.kube.informer")
 
+# A watch that lasted this long without an error was healthy, however it ended.
+HEALTHY_WATCH_SECONDS = 10.0
+
 
 class PodInformer:
     def __init__(
@@ -59,7 +62,7 @@ class PodInformer:
 
     def replace_all(self, objects: Iterable[Any], version: str) -> None:
         """A fresh list: pods missing from it were deleted while nobody watched."""
-        fresh = {i.uid: i for i in map(pod_info, objects) if i is not None}
+        fresh = {i.uid: i for i in map(_info, objects) if i is not None}
         with self._lock:
             for uid, info in self._pods.items():
                 if uid not in fresh:
@@ -81,7 +84,7 @@ class PodInformer:
                 self.version = version
             if event.type == "BOOKMARK":
                 return  # only a newer version to resume from
-            info = pod_info(event.object)
+            info = _info(event.object)
             if info is None:
                 return
             if event.type == "DELETED":
@@ -123,31 +126,59 @@ class PodInformer:
             if self._stop.is_set():
                 return
 
+    def _delay(self, failures: int) -> float:
+        """Exponential in consecutive failures, capped, with jitter so that the agents of every
+        node do not come back to the API server in step."""
+        base, cap = self.backoff
+        delay = min(cap, base * 2.0 ** max(0, failures - 1))
+        return delay * random.uniform(0.5, 1.0)
+
     def _loop(self) -> None:
-        delay = self.backoff[0]
+        failures = 0
         while not self._stop.is_set():
+            started, events = self._clock(), self.events
+            status: int | None = None
             try:
                 self.run_once()
-                delay = self.backoff[0]
-                self.last_error = None
+                error = "the watch ended at once, with no event"
             except KubeError as exc:
-                if exc.status == 410:
-                    # Too old to resume: list again, since events in the gap are lost.
-                    log.info("watch expired (410 Gone); listing again", extra={"node": self.node})
-                    self.version = ""
-                    continue
-                self.last_error = str(exc)
-                log.warning(
-                    "pod watch failed; serving the last index",
-                    extra={"node": self.node, "error": str(exc), "retry_in": round(delay, 2)},
-                )
-                self._stop.wait(delay * random.uniform(0.8, 1.2))
-                delay = min(delay * 2, self.backoff[1])
+                status, error = exc.status, str(exc)
             except Exception as exc:  # never let the watch thread die: the index would freeze
-                self.last_error = f"{type(exc).__name__}: {exc}"
+                error = f"{type(exc).__name__}: {exc}"
                 log.exception("pod watch broke; retrying")
-                self._stop.wait(delay)
-                delay = min(delay * 2, self.backoff[1])
+            if self._stop.is_set():
+                return
+            # An attempt that delivered events, or watched for a while, was healthy however it
+            # ended: the count of failures in a row starts again.
+            if self.events > events or self._clock() - started >= HEALTHY_WATCH_SECONDS:
+                failures = 0
+                if status is None:  # the server ended a healthy watch: resume at once
+                    self.last_error = None
+                    continue
+            failures += 1
+            self.last_error = error
+            if status == 410:
+                # Too old to resume: list again, since events in the gap are lost. The first
+                # time at once; a server that answers 410 again and again is backed off from
+                # like any other failure, or the agent would relist many times a second.
+                self.version = ""
+                log.info(
+                    "watch expired (410 Gone); listing again",
+                    extra={"node": self.node, "in_a_row": failures},
+                )
+                if failures == 1:
+                    continue
+            delay = self._delay(failures)
+            log.warning(
+                "pod watch failed; serving the last index",
+                extra={
+                    "node": self.node,
+                    "error": error,
+                    "in_a_row": failures,
+                    "retry_in": round(delay, 2),
+                },
+            )
+            self._stop.wait(delay)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="pod-informer", daemon=True)
@@ -155,3 +186,13 @@ class PodInformer:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def _info(obj: Any) -> PodInfo | None:
+    """One pod object, or None: an object the index cannot read is that pod's problem, never a
+    failed list or a dead watch for the node."""
+    try:
+        return pod_info(obj) if isinstance(obj, dict) else None
+    except Exception:
+        log.exception("a pod object could not be indexed; it is left out")
+        return None

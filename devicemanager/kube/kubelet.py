@@ -1,28 +1,51 @@
 """Pod CPU, memory and storage as the kubelet measures them (R-F5), and metrics.k8s.io as the
 fallback for CPU and memory.
 
-The kubelet's /stats/summary is read through the API server's node proxy: no kubelet TLS or
-token on our side, only `nodes/proxy` RBAC. Per node, a summary is cached for a freshness bound
-and concurrent readers of one node share a single in-flight read, so a console polling many
-Instances of a node costs the kubelet one request. The exporter asks with a bound of 0: it
-already samples on a period, and a cache on top would serve the previous round back.
+Two ways to the kubelet's /stats/summary:
+
+- The agent reads its own node's kubelet directly on the kubelet's secure port (10250), with
+  the service account's token (`KubeletClient`). The kubelet authorizes that as `get` on
+  `nodes/stats`, which is all the agent is granted; the alternative, the API server's node
+  proxy, needs `nodes/proxy`, which also allows exec into any container of the node. The
+  kubelet's serving certificate is verified against the cluster CA (it is signed by it when
+  the kubelet bootstraps its serving certificate, `serverTLSBootstrap: true`); where kubelets
+  serve self-signed certificates, `--kubelet-insecure-tls` skips that check, as metrics-server's
+  flag of the same name does. `SummaryPoller` reads it on a thread of its own with its own
+  deadline, beside the monitor rounds, which only take the latest answer and its age: a hung
+  kubelet never delays a round.
+- The per-Instance sampler, which runs off the node, reads any node's summary through the API
+  server's node proxy (`KubeClient.stats_summary`), cached per node for a freshness bound, with
+  concurrent readers of one node sharing a single in-flight read (`SummaryCache`).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import math
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
+from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
+
+import httpx
 
 from devicemanager.figures import PodUsage
 from devicemanager.model import MIB, as_number, mib_from_bytes
 from devicemanager.quantity import parse_quantity
 
+log = logging.getLogger("devicemanager.kube.kubelet")
+
 PodKey = tuple[str, str, str]  # namespace, name, uid
+
+KUBELET_PORT = 10250
+# A summary is a few KiB per pod; 250 pods with their containers and volumes stay near 1 MiB.
+MAX_SUMMARY_BYTES = 32 << 20
 
 
 def _section(pod: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -131,3 +154,162 @@ class SummaryCache:
             self._cached[node] = (self._clock(), value)
             self._inflight.pop(node, None)
         flight.set_result(value)
+
+
+class KubeletError(Exception):
+    """The kubelet did not answer with a summary; the message says what went wrong."""
+
+
+def kubelet_tls(ca_file: Path | None, insecure: bool) -> ssl.SSLContext | bool:
+    """How the kubelet's serving certificate is checked: against `ca_file` (the cluster CA), or
+    not at all when `insecure` (a kubelet with a self-signed certificate)."""
+    if insecure:
+        return False
+    context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
+class KubeletClient:
+    """The node's own kubelet: `GET https://<host>:10250/stats/summary` with a bearer token."""
+
+    def __init__(
+        self,
+        host: str,
+        token: Callable[[], str | None],
+        *,
+        port: int = KUBELET_PORT,
+        verify: ssl.SSLContext | bool = True,
+        timeout: float = 5.0,
+    ) -> None:
+        bracketed = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        self.url = f"https://{bracketed}:{port}/stats/summary"
+        self._token = token
+        self.verify_tls = verify is not False
+        self.timeout = timeout
+        self._http = httpx.Client(verify=verify, timeout=timeout, trust_env=False)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def summary(self) -> Any:
+        """The summary, within `timeout` for the whole answer (httpx's own timeouts are per
+        operation, so a kubelet that drips a byte at a time would otherwise never time out)."""
+        started = time.monotonic()
+        token = self._token()
+        headers = {"Accept": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        try:
+            with self._http.stream("GET", self.url, headers=headers) as response:
+                if response.status_code != 200:
+                    response.read()
+                    raise KubeletError(
+                        f"{self.url}: {response.status_code} {response.text[:200].strip()}"
+                    )
+                body = bytearray()
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > MAX_SUMMARY_BYTES:
+                        raise KubeletError(f"{self.url}: the summary is over {MAX_SUMMARY_BYTES}")
+                    if time.monotonic() - started > self.timeout:
+                        raise KubeletError(f"{self.url}: no whole answer in {self.timeout}s")
+        except httpx.HTTPError as exc:
+            cause = _certificate_error(exc)
+            if cause is not None and self.verify_tls:
+                raise KubeletError(
+                    f"{self.url}: the kubelet's serving certificate is not signed by the cluster "
+                    f"CA ({cause.verify_message}); enable serverTLSBootstrap on the kubelets, or "
+                    "pass --kubelet-insecure-tls"
+                ) from exc
+            raise KubeletError(f"{self.url}: {type(exc).__name__}: {exc}") from exc
+        try:
+            return json.loads(body)
+        except ValueError as exc:
+            raise KubeletError(f"{self.url}: the answer is not JSON") from exc
+
+
+def _certificate_error(exc: BaseException) -> ssl.SSLCertVerificationError | None:
+    seen: BaseException | None = exc
+    for _ in range(8):  # httpx wraps httpcore's error, which wraps ssl's
+        if seen is None:
+            return None
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """The newest summary read, and when; or why the newest attempt failed."""
+
+    summary: Any = None
+    read_at: float | None = None  # monotonic time the summary was read
+    duration: float | None = None  # how long that read took
+    error: str | None = None  # the last attempt's failure, None when it succeeded
+
+
+class SummaryPoller:
+    """Reads the kubelet summary every `interval` seconds on a thread of its own.
+
+    The fetch carries its own deadline (the client's timeout); a round never calls it, only
+    `latest()`, which returns at once. One read at a time: a kubelet that hangs past the
+    deadline costs this thread, never a round, and the next read starts when it returns.
+    """
+
+    def __init__(
+        self,
+        fetch: Callable[[], Any],
+        interval: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._fetch, self.interval, self._clock = fetch, interval, clock
+        self._lock = threading.Lock()
+        self._latest = Reading()
+        self._asked_at: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.reads = 0
+
+    def latest(self) -> Reading:
+        """The newest reading. Non-blocking; reads go on while someone keeps asking."""
+        self._asked_at = self._clock()
+        with self._lock:
+            return self._latest
+
+    def read_once(self) -> Reading:
+        started = self._clock()
+        self.reads += 1
+        try:
+            summary = self._fetch()
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            with self._lock:
+                self._latest = Reading(
+                    self._latest.summary, self._latest.read_at, self._latest.duration, error
+                )
+                return self._latest
+        done = self._clock()
+        with self._lock:
+            self._latest = Reading(summary, done, round(done - started, 6), None)
+            return self._latest
+
+    def _loop(self) -> None:
+        # Reads happen while rounds ask (only the exporting agent's do): an agent that does not
+        # export never calls the kubelet, and one that stops exporting stops calling it.
+        while not self._stop.is_set():
+            asked = self._asked_at
+            if asked is None or self._clock() - asked > 2 * self.interval + 1:
+                self._stop.wait(min(0.5, self.interval))
+                continue
+            started = self._clock()
+            self.read_once()
+            self._stop.wait(max(0.0, self.interval - (self._clock() - started)))
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="kubelet-summary", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()

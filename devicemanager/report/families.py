@@ -317,6 +317,8 @@ IGNORED: dict[str, str] = {
                 "gpustack_instance_metrics_collector_duration_seconds",
                 "gpustack_instance_metrics_exporter",
                 "gpustack_device_manager_build_info",
+                "gpustack_accelerator_pod_errors",
+                "gpustack_instance_metrics_collector_age_seconds",
                 "gpustack_instance_accelerator_memory_utilization_percent",
                 "gpustack_instance_accelerator_temperature_celsius",
                 "gpustack_instance_accelerator_power_usage_watts",

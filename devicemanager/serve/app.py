@@ -1,7 +1,9 @@
 """The HTTP surface: routes and probe semantics. Handlers only read what the monitor published.
 
 No handler performs I/O or computes a figure (R-E1): /metrics hands out bytes rendered when
-the round ended, already gzip-compressed for scrapers that ask for it.
+the round ended, already gzip-compressed for scrapers that ask for it. In front of the routes,
+access.Guard answers every method but GET with 405 and `Allow: GET`, and, when access control
+is on, reviews the bearer token of every request but the probes' (R-X4).
 """
 
 from __future__ import annotations
@@ -10,14 +12,16 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from devicemanager.exposition import CONTENT_TYPE
 from devicemanager.monitor import Published
+from devicemanager.serve.access import Guard, Reviewer
 
-ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+PATHS = ("/monitor/snapshot", "/metrics", "/readyz", "/livez")
 
 
 class Source(Protocol):
@@ -36,19 +40,6 @@ class Source(Protocol):
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def get_only(handler: Handler) -> Handler:
-    # The contract is "non-GET: 405 with Allow: GET" (R-S3), HEAD included; starlette's
-    # own method check would also admit HEAD and list it in Allow.
-    async def endpoint(request: Request) -> Response:
-        if request.method != "GET":
-            return PlainTextResponse(
-                "method not allowed\n", status_code=405, headers={"Allow": "GET"}
-            )
-        return await handler(request)
-
-    return endpoint
-
-
 def _accepts_gzip(request: Request) -> bool:
     for part in request.headers.get("accept-encoding", "").split(","):
         coding, _, params = part.strip().partition(";")
@@ -57,7 +48,7 @@ def _accepts_gzip(request: Request) -> bool:
     return False
 
 
-def create_app(source: Source) -> Starlette:
+def create_app(source: Source, reviewer: Reviewer | None = None) -> Starlette:
     async def snapshot(request: Request) -> Response:
         return Response(source.current.snapshot_json, media_type="application/json")
 
@@ -78,10 +69,14 @@ def create_app(source: Source) -> Starlette:
 
         return endpoint
 
+    # GET only; the Guard answers every other method before routing (starlette's own check
+    # would admit HEAD and list every method a route has in Allow).
     routes = [
-        Route("/monitor/snapshot", get_only(snapshot), methods=ALL_METHODS),
-        Route("/metrics", get_only(metrics), methods=ALL_METHODS),
-        Route("/readyz", get_only(probe(source.readiness)), methods=ALL_METHODS),
-        Route("/livez", get_only(probe(source.liveness)), methods=ALL_METHODS),
+        Route("/monitor/snapshot", snapshot, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/readyz", probe(source.readiness), methods=["GET"]),
+        Route("/livez", probe(source.liveness), methods=["GET"]),
     ]
-    return Starlette(routes=routes)
+    assert {r.path for r in routes} == set(PATHS)
+    guard = Middleware(Guard, routes=PATHS, reviewer=reviewer)
+    return Starlette(routes=routes, middleware=[guard])

@@ -98,6 +98,13 @@ class Certificates:
         self.current = server_context(self.cert_file, self.key_file)
         self.reloads = 0
         self._stop = threading.Event()
+        self._listener: ssl.SSLContext | None = None
+        if self._tmp is not None:
+            # The self-signed key is needed on disk only to load it: once both contexts hold it
+            # the files go, so no key material outlives the start, even if the process is
+            # killed without a chance to clean up.
+            self._listener = self.context()
+            self._tmp.cleanup()
 
     @property
     def self_signed(self) -> bool:
@@ -105,6 +112,8 @@ class Certificates:
 
     def context(self) -> ssl.SSLContext:
         """The context the listener is created with; it defers to `current` per handshake."""
+        if self._listener is not None:
+            return self._listener
         ctx = server_context(self.cert_file, self.key_file)
         ctx.sni_callback = self._choose
         return ctx

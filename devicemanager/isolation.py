@@ -1,0 +1,94 @@
+"""One boundary per pod: whatever one pod's own data does to the code that reads it is that pod's
+fault, never the node's.
+
+A tenant controls its annotations, its cgroup paths and, through its processes, what a driver
+reports for it. The parsers are written to refuse bad input with a clear error, but a parser
+bug or an input nobody thought of must not cost every other pod its figures or the agent its
+readiness. So each stage of a round that works pod by pod (building grants, computing an
+Instance's figures, its pod-level figures) runs each pod's part through `per_pod`: any
+exception is recorded against that pod as a `PodFault`, the pod contributes nothing to that
+stage, and the loop goes on. `FaultLog` writes one line when a pod's fault appears or
+changes, not one per round. Pure but for the log.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+from devicemanager.pods import PodIndex
+
+log = logging.getLogger("devicemanager.isolation")
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+# Stages of a round that read one pod's data at a time.
+GRANTS = "grants"
+FIGURES = "figures"
+POD_LEVEL = "pod_level"
+
+MAX_ERROR_CHARS = 300  # an exception's text may quote the tenant's input; keep the log bounded
+
+
+@dataclass(frozen=True, slots=True)
+class PodFault:
+    stage: str
+    error: str
+
+
+def describe(exc: BaseException) -> str:
+    text = str(exc)
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[:MAX_ERROR_CHARS] + "…"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def per_pod(
+    items: Iterable[T],
+    uid: Callable[[T], str],
+    work: Callable[[T], R],
+    stage: str,
+    faults: MutableMapping[str, PodFault],
+) -> list[tuple[T, R]]:
+    """`work` applied to each item; an item whose work raised is left out and its pod's fault
+    recorded in `faults` (the first fault of a pod in a round is kept)."""
+    done: list[tuple[T, R]] = []
+    for item in items:
+        try:
+            done.append((item, work(item)))
+        except Exception as exc:  # the boundary: one pod's data is that pod's problem
+            faults.setdefault(uid(item), PodFault(stage, describe(exc)))
+    return done
+
+
+class FaultLog:
+    """Logs each pod's fault once, when it appears or changes; forgets pods that recovered."""
+
+    def __init__(self, logger: logging.Logger = log) -> None:
+        self._logger = logger
+        self._seen: dict[str, PodFault] = {}
+
+    def report(self, faults: Mapping[str, PodFault], index: PodIndex | None) -> None:
+        for uid, fault in faults.items():
+            if self._seen.get(uid) == fault:
+                continue
+            pod = index.get(uid) if index is not None else None
+            self._logger.error(
+                "%s/%s: its %s could not be used this round; the pod is left out of that stage, "
+                "no other pod is affected",
+                pod.namespace if pod else "?",
+                pod.name if pod else uid,
+                fault.stage,
+                extra={"pod_uid": uid, "stage": fault.stage, "error": fault.error},
+            )
+        self._seen = dict(faults)
+
+
+def count_by_stage(faults: Mapping[str, PodFault]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for fault in faults.values():
+        out[fault.stage] = out.get(fault.stage, 0) + 1
+    return out

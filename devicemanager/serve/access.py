@@ -1,0 +1,260 @@
+"""Route-level access control (R-X4): who may read `/metrics` and `/monitor/snapshot`.
+
+A NetworkPolicy guards a port, not a route, and the snapshot names every tenant's pods on the
+node. With `--access-control=kubernetes` a request to those routes must carry a bearer token;
+the agent asks the API server who it is (TokenReview) and whether that user may `get` the path
+as a non-resource URL (SubjectAccessReview), the way the kubelet and kube-rbac-proxy delegate
+authentication and authorization. RBAC then says who may read:
+
+    rules: [{nonResourceURLs: ["/metrics"], verbs: ["get"]}]
+
+Verdicts are cached per token and path for `ttl` seconds (allowed and denied alike; the token
+itself is never stored, only its SHA-256), concurrent requests with one token share one review,
+and at most `concurrency` reviews run at a time. Failing closed: a missing or unknown token is
+401, a denied one 403, and a review that could not be made (API server unreachable, slow past
+its deadline, an error) is 503 and is not cached. `/readyz` and `/livez` stay open: the kubelet
+probes them without a token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from devicemanager.kube.client import KubeClient, KubeError
+
+log = logging.getLogger("devicemanager.serve.access")
+
+TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
+ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+MAX_TOKEN_CHARS = 16 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    status: int  # 200 allowed, 401 unauthenticated, 403 denied, 503 review not possible
+    reason: str
+    user: str | None = None
+
+
+UNAVAILABLE = Verdict(503, "access review unavailable")
+
+
+@dataclass(frozen=True, slots=True)
+class _User:
+    name: str
+    uid: str | None
+    groups: tuple[str, ...]
+    extra: dict[str, list[str]]
+
+
+class Reviewer:
+    """TokenReview and SubjectAccessReview through `client`, with a short-lived cache."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        ttl: float = 30.0,
+        *,
+        timeout: float = 5.0,
+        concurrency: int = 4,
+        max_entries: int = 4096,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client, self.ttl, self.timeout = client, ttl, timeout
+        self.max_entries = max_entries
+        self._clock = clock
+        self._limiter = anyio.CapacityLimiter(concurrency)
+        self._verdicts: OrderedDict[tuple[bytes, str], tuple[float, Verdict]] = OrderedDict()
+        self._inflight: dict[tuple[bytes, str], asyncio.Future[Verdict]] = {}
+        self.reviews = 0  # reviews made (a TokenReview and its SubjectAccessReview count one)
+        self._failing = False
+
+    async def check(self, token: str, path: str) -> Verdict:
+        key = (hashlib.sha256(token.encode()).digest(), path)
+        hit = self._verdicts.get(key)
+        if hit is not None:
+            if self._clock() < hit[0]:
+                return hit[1]
+            del self._verdicts[key]
+        flight = self._inflight.get(key)
+        if flight is not None:
+            return await asyncio.shield(flight)
+        flight = asyncio.get_running_loop().create_future()
+        self._inflight[key] = flight
+        try:
+            verdict = await anyio.to_thread.run_sync(
+                self.review, token, path, limiter=self._limiter
+            )
+        except BaseException:
+            verdict = UNAVAILABLE
+            raise
+        finally:
+            self._inflight.pop(key, None)
+            flight.set_result(verdict)
+        if verdict.status != UNAVAILABLE.status:
+            self._remember(key, verdict)
+        return verdict
+
+    def _remember(self, key: tuple[bytes, str], verdict: Verdict) -> None:
+        self._verdicts[key] = (self._clock() + self.ttl, verdict)
+        self._verdicts.move_to_end(key)
+        while len(self._verdicts) > self.max_entries:
+            self._verdicts.popitem(last=False)
+
+    def review(self, token: str, path: str) -> Verdict:
+        """Blocking: who the token is, then whether they may GET `path`. Runs on a thread."""
+        self.reviews += 1
+        try:
+            verdict = self._review(token, path)
+        except (KubeError, ValueError, TypeError) as exc:
+            if not self._failing:
+                log.warning("access review failed; refusing (503)", extra={"error": str(exc)})
+            self._failing = True
+            return UNAVAILABLE
+        if self._failing:
+            log.info("access reviews answered again")
+        self._failing = False
+        return verdict
+
+    def _review(self, token: str, path: str) -> Verdict:
+        doc = self.client.create(
+            TOKEN_REVIEWS,
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenReview",
+                "spec": {"token": token},
+            },
+            timeout=self.timeout,
+        )
+        status = _status(doc)
+        if status.get("authenticated") is not True:
+            return Verdict(401, "unauthorized")
+        user = _user(status.get("user"))
+        spec: dict[str, Any] = {
+            "user": user.name,
+            "groups": list(user.groups),
+            "nonResourceAttributes": {"path": path, "verb": "get"},
+        }
+        if user.uid:
+            spec["uid"] = user.uid
+        if user.extra:
+            spec["extra"] = user.extra
+        doc = self.client.create(
+            ACCESS_REVIEWS,
+            {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SubjectAccessReview",
+                "spec": spec,
+            },
+            timeout=self.timeout,
+        )
+        status = _status(doc)
+        if status.get("allowed") is True and status.get("denied") is not True:
+            return Verdict(200, "allowed", user.name)
+        return Verdict(403, "forbidden", user.name)
+
+
+def _status(doc: Any) -> dict[str, Any]:
+    status = doc.get("status") if isinstance(doc, dict) else None
+    if not isinstance(status, dict):
+        raise ValueError("the review came back without a status")
+    return status
+
+
+def _user(doc: Any) -> _User:
+    if not isinstance(doc, dict) or not isinstance(doc.get("username"), str):
+        raise ValueError("an authenticated TokenReview without a username")
+    groups = doc.get("groups") or []
+    extra = doc.get("extra") or {}
+    return _User(
+        doc["username"],
+        doc.get("uid") if isinstance(doc.get("uid"), str) else None,
+        tuple(g for g in groups if isinstance(g, str)) if isinstance(groups, list) else (),
+        {
+            str(k): [str(v) for v in values]
+            for k, values in extra.items()
+            if isinstance(values, list)
+        }
+        if isinstance(extra, dict)
+        else {},
+    )
+
+
+def bearer(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            scheme, _, rest = value.decode("latin-1").strip().partition(" ")
+            token: str = rest.strip()
+            if scheme.lower() == "bearer" and token and len(token) <= MAX_TOKEN_CHARS:
+                return token
+            return None
+    return None
+
+
+async def _plain(send: Send, status: int, text: str, headers: list[tuple[bytes, bytes]]) -> None:
+    body = text.encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class Guard:
+    """In front of the routes: GET only (R-S3), and, when a reviewer is given, a reviewed bearer
+    token for every route but the probes."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        routes: Collection[str],
+        reviewer: Reviewer | None = None,
+        open_paths: Collection[str] = ("/readyz", "/livez"),
+    ) -> None:
+        self.app, self.routes = app, frozenset(routes)
+        self.reviewer, self.open_paths = reviewer, frozenset(open_paths)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or path not in self.routes:
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] != "GET":
+            # HEAD, TRACE and the rest alike: the contract is "non-GET: 405 with Allow: GET".
+            await _plain(send, 405, "method not allowed\n", [(b"allow", b"GET")])
+            return
+        if self.reviewer is not None and path not in self.open_paths:
+            token = bearer(scope)
+            if token is None:
+                await _plain(
+                    send,
+                    401,
+                    "unauthorized: a bearer token is required\n",
+                    [(b"www-authenticate", b'Bearer realm="devicemanager"')],
+                )
+                return
+            verdict = await self.reviewer.check(token, path)
+            if verdict.status != 200:
+                headers = [(b"retry-after", b"5")] if verdict.status == 503 else []
+                if verdict.status == 401:
+                    headers = [(b"www-authenticate", b'Bearer realm="devicemanager"')]
+                await _plain(send, verdict.status, verdict.reason + "\n", headers)
+                return
+        await self.app(scope, receive, send)

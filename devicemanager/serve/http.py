@@ -1,0 +1,312 @@
+"""Bounded HTTP: what one client may cost the agent in memory, file descriptors and time.
+
+uvicorn's HTTP/1.1 protocol (httptools) has no limit on the size of a request's header section
+(httptools buffers a header value until it ends), no deadline for a request to arrive (its
+keep-alive timer starts only after a first response) and no way to make room when too many
+clients connect: `limit_concurrency` answers 503 to every newcomer, probes included, and sheds
+nothing. h11's `h11_max_incomplete_event_size` bounds the header section but answers 400, and
+h11 has no deadline either. Measured against uvicorn 0.54 over TLS: with httptools, a 32 MiB
+unfinished header was taken whole (+33 MiB resident, no answer); with h11 and a 32 KiB
+`h11_max_incomplete_event_size` it was refused, as `400`; with either, 40 connections holding
+half a request were still open and unanswered after 8 s (`timeout_keep_alive` 5 s), and with
+`limit_concurrency` 24 a `/readyz` probe got `503`. So this module adds a thin layer over
+uvicorn's own protocol:
+
+- header section (request line and headers) at most `max_header_bytes`, and at most
+  `max_headers` fields: past either, `431` and the connection is closed, without the section
+  ever being held in memory;
+- a request must arrive whole (headers and body) within `request_timeout` of its first byte,
+  and a new connection must send one within `request_timeout`: else `408` (or, for a
+  connection that never sent a byte, a plain close);
+- at most `max_connections` connections: a newcomer past the cap first makes room by closing
+  the connection idle the longest (between requests, or never sent anything), then, if none
+  is idle, by answering `503` to the oldest one still sending an incomplete request. Only when
+  every connection is busy with a request being answered is the newcomer itself limited: its
+  request is answered `503` unless it is a probe (`/livez`, `/readyz`), which is always
+  answered, so the kubelet never restarts the agent for what a client did to it;
+- `CONNECT` is answered `405` with `Allow: GET` here (httptools treats it as a tunnel and
+  uvicorn would leave it hanging); every other method reaches the app, which says the same.
+
+TLS handshakes happen before a connection reaches the protocol; `new_event_loop` gives the
+listener a handshake deadline (`HANDSHAKE_TIMEOUT`) instead of asyncio's 60 s, and a closing
+deadline (`TLS_SHUTDOWN_TIMEOUT`) instead of 30 s, so a shed client that never acknowledges the
+close gives its descriptor back within seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+log = logging.getLogger("devicemanager.serve.http")
+
+HANDSHAKE_TIMEOUT = 10.0
+# A closed TLS connection waits for the peer's close_notify; a peer that never sends one would
+# hold its file descriptor for asyncio's default 30 s after being shed or timed out.
+TLS_SHUTDOWN_TIMEOUT = 2.0
+PROBES = frozenset({"/livez", "/readyz"})
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_connections: int = 128
+    request_timeout: float = 10.0
+    max_header_bytes: int = 32 * 1024  # a service-account token is ~1 KiB, an OIDC one a few
+    max_headers: int = 100
+
+
+@dataclass
+class Connections:
+    """Every open connection of one server, oldest first, and what the limits did to clients."""
+
+    limits: Limits
+    open: dict[BoundedHttpProtocol, None] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def count(self, what: str) -> None:
+        self.counts[what] = self.counts.get(what, 0) + 1
+
+    def admit(self, new: BoundedHttpProtocol) -> None:
+        self.open[new] = None
+        live = [c for c in self.open if not c.closing]
+        if len(live) <= self.limits.max_connections:
+            return
+        others = [c for c in live if c is not new]
+        idle = [c for c in others if c.idle]
+        if idle:
+            oldest = min(idle, key=lambda c: c.idle_since)
+            self.count("shed_idle")
+            oldest.close()
+            return
+        incomplete = [c for c in others if c.request_started is not None and not c.refused]
+        if incomplete:
+            oldest = min(incomplete, key=lambda c: c.request_started or 0.0)
+            self.count("shed_incomplete")
+            oldest.refuse(503, "server busy: too many connections\n")
+            return
+        new.probes_only = True  # every slot is answering a request: this one waits its turn
+
+    def remove(self, gone: BoundedHttpProtocol) -> None:
+        self.open.pop(gone, None)
+
+
+class BoundedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the limits above. Class attribute `registry` is set
+    by `protocol_for`, one registry per server."""
+
+    registry: Connections
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limits = self.registry.limits
+        self.opened = time.monotonic()
+        self.idle_since = self.opened
+        self.request_started: float | None = None  # monotonic time of the request's first byte
+        self.header_bytes = 0
+        self.header_count = 0
+        self.headers_done = False
+        self.too_many_headers = False
+        self.probes_only = False
+        self.refused = False
+        self.sent_any = False
+        self._deadline: asyncio.TimerHandle | None = None
+
+    # -- state ------------------------------------------------------------------------------
+
+    @property
+    def closing(self) -> bool:
+        return self.transport is None or self.transport.is_closing()
+
+    @property
+    def idle(self) -> bool:
+        """Between requests (or before the first): nothing received, nothing being answered."""
+        answering = self.cycle is not None and not self.cycle.response_complete
+        return self.request_started is None and not answering and not self.pipeline
+
+    def close(self) -> None:
+        self._cancel_deadline()
+        if not self.closing:
+            self.transport.close()
+
+    def _cancel_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _arm_deadline(self) -> None:
+        self._cancel_deadline()
+        self._deadline = self.loop.call_later(self.limits.request_timeout, self._expired)
+
+    def _expired(self) -> None:
+        self._deadline = None
+        if self.closing or self.refused:
+            return
+        if not self.sent_any:
+            self.registry.count("closed_silent")
+            self.close()  # connected and never said anything: nothing to answer
+            return
+        if self.request_started is None:
+            return
+        self.registry.count("timeout")
+        if self.cycle is not None and self.cycle.response_started:
+            self.close()  # answered already while its body still trickles in
+        else:
+            self.refuse(408, "request not received in time\n")
+
+    def refuse(self, status: int, text: str, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+        """Answer without the app and close: the limits' own replies."""
+        self.refused = True
+        self._cancel_deadline()
+        if self.closing:
+            return
+        body = text.encode()
+        content = [STATUS_LINE[status]]
+        for name, value in (*self.server_state.default_headers, *headers):
+            content.extend([name, b": ", value, b"\r\n"])
+        content.extend(
+            [
+                b"content-type: text/plain; charset=utf-8\r\n",
+                b"content-length: " + str(len(body)).encode() + b"\r\n",
+                b"connection: close\r\n\r\n",
+                body,
+            ]
+        )
+        self.transport.write(b"".join(content))
+        self.transport.close()
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.registry.admit(self)
+        self._arm_deadline()  # a first request must arrive within the deadline too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_deadline()
+        self.registry.remove(self)
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self.refused or self.closing:
+            return  # answered and closing: whatever else arrives is dropped unread
+        self.sent_any = True
+        super().data_received(data)
+        if self.refused or self.closing:
+            return
+        # Counted after parsing, so a chunk that finished the header section is not, and one
+        # that began a request is: a header section is never let grow past the limit by more
+        # than one read.
+        if not self.headers_done and self.request_started is not None:
+            self.header_bytes += len(data)
+            if self.header_bytes > self.limits.max_header_bytes:
+                self.registry.count("headers_too_large")
+                self.refuse(431, "request header section too large\n")
+
+    # -- httptools callbacks ----------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.request_started = time.monotonic()
+        self.header_bytes = 0
+        self.header_count = 0
+        self.too_many_headers = False
+        self.headers_done = False
+        if self._deadline is None:
+            self._arm_deadline()  # the whole request, headers and body, within the deadline
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self.refused:
+            return
+        self.header_count += 1
+        if self.header_count > self.limits.max_headers:
+            self.too_many_headers = True  # counted, not kept
+            return
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        if self.refused:
+            return
+        self.headers_done = True
+        if self.too_many_headers:
+            self.registry.count("too_many_headers")
+            self.refuse(431, "too many request header fields\n")
+            return
+        if self.parser.get_method() == b"CONNECT":
+            self.refuse(405, "method not allowed\n", ((b"allow", b"GET"),))
+            return
+        if self.probes_only:
+            try:
+                path = httptools.parse_url(self.url).path
+            except httptools.HttpParserInvalidURLError:
+                path = b""
+            if path.decode("ascii", "replace") not in PROBES:
+                self.registry.count("refused_busy")
+                self.refuse(503, "server busy: too many connections\n", ((b"retry-after", b"1"),))
+                return
+        super().on_headers_complete()
+
+    def _unsupported_upgrade_warning(self) -> None:
+        if not self.refused:  # CONNECT was answered already; nothing to warn about
+            super()._unsupported_upgrade_warning()
+
+    def on_body(self, body: bytes) -> None:
+        if self.refused or self.cycle is None:
+            return
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._cancel_deadline()
+        self.request_started = None
+        if self.refused or self.cycle is None:
+            return
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self.idle_since = time.monotonic()
+        # A connection let in at the cap gets one request; it is closed after it.
+        if self.probes_only and not self.closing:
+            self.close()
+
+
+def protocol_for(limits: Limits) -> tuple[type[BoundedHttpProtocol], Connections]:
+    """A protocol class bound to a fresh registry, for uvicorn.Config(http=...)."""
+    registry = Connections(limits)
+    cls = type("AgentHttpProtocol", (BoundedHttpProtocol,), {"registry": registry})
+    return cls, registry
+
+
+# -- the event loop: a TLS handshake deadline -----------------------------------------------------
+
+
+def _with_handshake_deadline(
+    create_server: Callable[..., Coroutine[Any, Any, asyncio.Server]],
+) -> Callable[..., Coroutine[Any, Any, asyncio.Server]]:
+    async def create(*args: Any, **kwargs: Any) -> asyncio.Server:
+        if kwargs.get("ssl") is not None:
+            kwargs.setdefault("ssl_handshake_timeout", HANDSHAKE_TIMEOUT)
+            kwargs.setdefault("ssl_shutdown_timeout", TLS_SHUTDOWN_TIMEOUT)
+        return await create_server(*args, **kwargs)
+
+    return create
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop (or asyncio) whose TLS listeners drop a client that has not finished its handshake
+    in HANDSHAKE_TIMEOUT seconds. uvicorn creates its listener without that argument, so the
+    loop supplies it: `uvicorn.Config(loop="devicemanager.serve.http:new_event_loop")`."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a Linux dependency of ours
+        loop: asyncio.AbstractEventLoop = asyncio.new_event_loop()
+    else:
+        loop = uvloop.new_event_loop()
+    loop.create_server = _with_handshake_deadline(loop.create_server)  # type: ignore[method-assign]
+    return loop
