@@ -122,9 +122,9 @@ def grants_of(pod: PodInfo) -> tuple[Grant, ...]:
         containers = tuple(dict.fromkeys(a.container for a in allocations))
         units = [a.units for a in allocations if a.units is not None]
         memory = [a.memory_mib for a in allocations if a.memory_mib is not None]
-        if first.cores_percent:  # HAMi states the cap itself; 0 means none
-            cap = float(min(first.cores_percent, 100))
-        else:
+        if first.cores_percent is not None and first.cores_percent > 0:
+            cap = float(min(first.cores_percent, 100))  # HAMi states the cap itself
+        else:  # HAMi's 0 means no cap; GPUStack states its cap as a container limit
             cap = cores_cap(pod, first.container)
         out.append(
             Grant(
@@ -196,5 +196,10 @@ def live(pod: PodInfo) -> bool:
 
 
 def ceil_restated(measured: float, cap: float) -> float:
-    """A slice's compute against its own allowance: ceil(measured * 100 / cap) (R-F4)."""
-    return float(math.ceil(round(measured * 100.0 / cap, 9)))
+    """A slice's compute against its own allowance: ceil(measured * 100 / cap) (R-F4).
+
+    A cap that is not a positive percentage is no cap: HAMi writes `Cores` 0 for a slice
+    without one, and a zero here would fail the whole round on a division.
+    """
+    allowance = cap if 0 < cap <= 100 else 100.0
+    return float(math.ceil(round(measured * 100.0 / allowance, 9)))
