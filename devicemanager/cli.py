@@ -96,10 +96,28 @@ def _partition(value: str) -> tuple[str, str]:
     return parent, partition
 
 
+def provenance(manufacturer: str, library: str | None, kind: str | None) -> dict[str, str]:
+    """What a recording may claim to be. Only a shipped backend on the vendor library the
+    system resolves is taken for hardware: a backend named `module:Class` or a library given
+    by path is a stand-in (the tests' fake libnvidia-ml) until the operator says otherwise."""
+    if kind is None:
+        kind = "recorded" if ":" not in manufacturer and library is None else "synthetic"
+    out = {"kind": kind}
+    if library is not None or ":" in manufacturer:
+        out["source"] = f"devicemanager record {manufacturer}" + (
+            f" --library {library}" if library else ""
+        )
+    return out
+
+
 def record(
-    manufacturer: str, library: str | None, processes: bool, partitions: Sequence[tuple[str, str]]
+    manufacturer: str,
+    library: str | None,
+    processes: bool,
+    partitions: Sequence[tuple[str, str]],
+    kind: str | None = None,
 ) -> dict[str, Any]:
-    """What a real backend's read() returns, wrapped with where and when it was recorded."""
+    """What a backend's read() returns, wrapped with where and when it was recorded."""
     cls = backend_class(manufacturer)
     backend = cls(library=library) if library else cls()  # type: ignore[call-arg]
     backend.open()
@@ -120,7 +138,7 @@ def record(
     except metadata.PackageNotFoundError:
         sdk_version = None
     meta = {
-        "kind": "recorded",
+        **provenance(manufacturer, library, kind),
         "manufacturer": backend.manufacturer,
         "recordedAt": datetime.now(UTC).isoformat(timespec="seconds"),
         "driver": reading.driver_version,
@@ -133,7 +151,9 @@ def record(
 
 def _cmd_record(args: argparse.Namespace) -> int:
     try:
-        doc = record(args.vendor, args.library, not args.no_processes, args.partition or [])
+        doc = record(
+            args.vendor, args.library, not args.no_processes, args.partition or [], args.kind
+        )
     except BackendUnavailable as exc:
         print(f"devicemanager record: {args.vendor} is not available here: {exc}", file=sys.stderr)
         return 2
@@ -259,6 +279,12 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("vendor", help="manufacturer (nvidia) or module:Class")
     rec.add_argument("--output", "-o", help="file to write (default: standard output)")
     rec.add_argument("--library", help="vendor library path to load")
+    rec.add_argument(
+        "--kind",
+        choices=["recorded", "synthetic"],
+        help="what meta.kind claims (default: recorded for a shipped backend on the library "
+        "the system resolves; synthetic for --library or a module:Class backend)",
+    )
     rec.add_argument(
         "--no-processes",
         action="store_true",
