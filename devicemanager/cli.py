@@ -130,15 +130,26 @@ def _library(value: str) -> tuple[str, str]:
 RECORD_PARTITION_GAP = 0.25
 
 
+def provenance(manufacturer: str, libraries: Mapping[str, str], kind: str | None) -> dict[str, str]:
+    """What a recording may claim to be. Only a shipped backend on the vendor library the
+    system resolves is taken for hardware: a backend named `module:Class` or a library given
+    by path is a stand-in (the tests' fake libraries) until the operator says otherwise."""
+    stand_in = ":" in manufacturer or bool(libraries)
+    out = {"kind": kind or ("synthetic" if stand_in else "recorded")}
+    if stand_in:
+        given = " ".join(f"--library {k + '=' if k else ''}{v}" for k, v in libraries.items())
+        out["source"] = f"devicemanager record {manufacturer} {given}".rstrip()
+    return out
+
+
 def record(
     manufacturer: str,
     libraries: Mapping[str, str],
     processes: bool,
     partitions: Sequence[tuple[str, str]],
-    provenance: str = "recorded",
+    kind: str | None = None,
 ) -> dict[str, Any]:
-    """What a real backend's read() returns, wrapped with where and when it was recorded.
-    `provenance` is "synthetic" when the library read was a fake, never "recorded"."""
+    """What a backend's read() returns, wrapped with where and when it was recorded."""
     backend = create_backend(manufacturer, libraries)
     backend.open()
     try:
@@ -164,7 +175,7 @@ def record(
     except metadata.PackageNotFoundError:
         sdk_version = None
     meta = {
-        "kind": provenance,
+        **provenance(manufacturer, libraries, kind),
         "manufacturer": backend.manufacturer,
         "recordedAt": datetime.now(UTC).isoformat(timespec="seconds"),
         "driver": reading.driver_version,
@@ -182,7 +193,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
             dict(args.library or []),
             not args.no_processes,
             args.partition or [],
-            "synthetic" if args.synthetic else "recorded",
+            args.kind,
         )
     except BackendUnavailable as exc:
         raise CliError(f"{args.vendor} is not available here: {exc}", ABSENT) from None
@@ -480,6 +491,12 @@ def build_parser() -> argparse.ArgumentParser:
         "libraries (default: its main one); repeatable",
     )
     rec.add_argument(
+        "--kind",
+        choices=["recorded", "synthetic"],
+        help="what meta.kind claims (default: recorded for a shipped backend on the library "
+        "the system resolves; synthetic for --library or a module:Class backend)",
+    )
+    rec.add_argument(
         "--no-processes",
         action="store_true",
         help="skip the per-process queries (by default every card is asked)",
@@ -490,11 +507,6 @@ def build_parser() -> argparse.ArgumentParser:
         type=_partition,
         metavar="PARENT:ID",
         help="also read this partition (e.g. GPU-…:MIG-…); repeatable",
-    )
-    rec.add_argument(
-        "--synthetic",
-        action="store_true",
-        help="the library read is a fake: the recording says synthetic, not recorded",
     )
     rec.set_defaults(func=_cmd_record)
 

@@ -114,7 +114,11 @@ def cores_cap(pod: PodInfo, container: str) -> float:
 
 def _grant(pod: PodInfo, a: Allocation) -> Grant:
     # HAMi states the cap itself (0: none); otherwise the container's cores-percentage limit.
-    cap = float(min(a.cores_percent, 100)) if a.cores_percent else cores_cap(pod, a.container)
+    cap = (
+        float(min(a.cores_percent, 100))
+        if a.cores_percent is not None and a.cores_percent > 0
+        else cores_cap(pod, a.container)
+    )
     partitioned = a.mode is Mode.PARTITIONED
     return Grant(
         pod_uid=pod.uid,
@@ -294,5 +298,10 @@ def live(pod: PodInfo) -> bool:
 
 
 def ceil_restated(measured: float, cap: float) -> float:
-    """A slice's compute against its own allowance: ceil(measured * 100 / cap) (R-F4)."""
-    return float(math.ceil(round(measured * 100.0 / cap, 9)))
+    """A slice's compute against its own allowance: ceil(measured * 100 / cap) (R-F4).
+
+    A cap that is not a positive percentage is no cap: HAMi writes `Cores` 0 for a slice
+    without one, and a zero here would fail the whole round on a division.
+    """
+    allowance = cap if 0 < cap <= 100 else 100.0
+    return float(math.ceil(round(measured * 100.0 / allowance, 9)))

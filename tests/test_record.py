@@ -28,7 +28,9 @@ def test_record_writes_meta_and_payload_that_replay_loads(tmp_path: Path) -> Non
     result = run("record", "tests.fakes:StaticBackend", "--output", str(out))
     assert result.returncode == 0, result.stderr
     meta, payload = load_recording(out)
-    assert meta["kind"] == "recorded" and meta["manufacturer"] == "fake"
+    # A module:Class backend is a stand-in: its recording never claims to be from hardware.
+    assert meta["kind"] == "synthetic" and meta["manufacturer"] == "fake"
+    assert meta["source"] == "devicemanager record tests.fakes:StaticBackend"
     assert meta["driver"] == "0.0" and meta["cards"] == ["Fake Card"]
     assert meta["recordedAt"].endswith("+00:00")
     # The second read, with every card carved, is the one kept.

@@ -63,10 +63,16 @@ def self_signed(hosts: Sequence[str], days: int = 365) -> tuple[bytes, bytes]:
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
+def _no_passphrase() -> bytes:
+    # Without a callback OpenSSL asks for a passphrase on the controlling terminal and waits:
+    # an encrypted key must be refused, not hang the start or the watcher.
+    return b""
+
+
 def server_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(cert_file, key_file)
+    ctx.load_cert_chain(cert_file, key_file, password=_no_passphrase)
     ctx.set_alpn_protocols(["http/1.1"])
     return ctx
 
@@ -150,7 +156,12 @@ class Certificates:
     def watch(self, interval: float = 2.0) -> threading.Thread:
         def loop() -> None:
             while not self._stop.wait(interval):
-                self.reload_if_changed()
+                try:
+                    self.reload_if_changed()
+                except Exception:
+                    # Whatever a half-written or odd file does, the previous pair keeps serving
+                    # and the next check tries again: a dead watcher would stop rotation for good.
+                    log.exception("certificate check failed; serving the previous one")
 
         thread = threading.Thread(target=loop, name="cert-watcher", daemon=True)
         thread.start()

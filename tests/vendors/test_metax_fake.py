@@ -544,7 +544,8 @@ def test_record_writes_what_the_live_backend_reads(
     assert result.returncode == 0, result.stderr
     doc = json.loads(out.read_text())
     meta, payload = doc["meta"], doc["payload"]
-    assert (meta["kind"], meta["driver"], meta["cards"]) == ("recorded", fake.DRIVER, ["MXC500"])
+    # A library given by path is a stand-in until the operator vouches for it (--kind).
+    assert (meta["kind"], meta["driver"], meta["cards"]) == ("synthetic", fake.DRIVER, ["MXC500"])
     assert payload["node"] == "c500-node"
     # Every card carved: per-process and sGPU answers for each, ready to become a scenario.
     assert all("mxSmlGetSingleGpuProcess_v3" in d and "sgpu" in d for d in payload["devices"])

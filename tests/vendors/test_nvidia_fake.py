@@ -479,7 +479,9 @@ def test_the_whole_agent_on_two_a100_slices_and_record(
     )
     assert result.returncode == 0, result.stderr
     doc = json.loads(out.read_text())
-    assert doc["meta"]["kind"] == "recorded" and doc["meta"]["driver"] == "550.90.07"
+    # Recorded from the fake library: it says so (issue 12), and names the library.
+    assert doc["meta"]["kind"] == "synthetic" and doc["meta"]["driver"] == "550.90.07"
+    assert doc["meta"]["source"].endswith(f"--library {libnvml}")
     assert doc["meta"]["sdk"].startswith("nvidia-ml-py ")
     (device,) = doc["payload"]["devices"]
     assert [p["pid"] for p in device["nvmlDeviceGetComputeRunningProcesses_v3"]] == [7101, 7201]

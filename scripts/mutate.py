@@ -1,0 +1,560 @@
+"""Mutation testing of the pure core: deliberate one-line breaks, and whether a test notices.
+
+Each mutant changes one thing in one module of the core: a comparison flipped or moved off its
+boundary (`<` to `<=`, `==` to `!=`, `is` to `is not`, `in` to `not in`), `and` swapped with
+`or`, a `not` dropped, an arithmetic operator swapped (`+`/`-`, `*`/`/`, `//` to `/`), a
+constant changed (0 and 1 swapped, other numbers plus one, True and False swapped), a rounding
+changed (`ceil`/`floor`, `min`/`max`, a `round()` dropped). Docstrings, strings, annotations,
+decorators and log calls are left alone: a break there changes no figure.
+
+Every mutant runs the module's own tests (ordered fastest-to-kill first, stopping at the first
+failure) in a private copy of the working tree, under a time limit; a mutant the tests pass is
+a survivor. Survivors judged equivalent (no input can tell them from the original) are listed
+in EQUIVALENT below, each with its reason, and counted out of the score.
+
+    scripts/mutate                       # every core module, one job
+    scripts/mutate -j 2 -m slices -m cgroup
+    scripts/mutate --list -m grants      # the mutants, without running anything
+    scripts/mutate --json report.json    # the outcome of every mutant
+
+Not part of CI: on the 2-core development machine the whole core takes about six minutes with
+-j 2 (540 mutants).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+# The pure core, and the tests that hold each module, most specific (and fastest) first.
+FIGURES_TESTS = [
+    "tests/test_figure_rules.py",
+    "tests/test_figures.py",
+    "tests/test_expected.py",
+    "tests/test_golden.py",
+    "tests/test_instance_metrics.py",
+]
+CORE_RULES = "tests/test_core_rules.py"
+TESTS: dict[str, list[str]] = {
+    "allocations": [CORE_RULES, "tests/test_allocations.py", *FIGURES_TESTS],
+    "grants": [CORE_RULES, *FIGURES_TESTS, "tests/test_allocations.py"],
+    "figures": [CORE_RULES, *FIGURES_TESTS, "tests/test_cluster_rules.py"],
+    "slices": [CORE_RULES, "tests/test_slices.py", *FIGURES_TESTS],
+    "snapshot": [
+        CORE_RULES,
+        "tests/test_snapshot.py",
+        "tests/test_expected.py",
+        "tests/test_golden.py",
+        "tests/test_instance_metrics.py",
+        "tests/test_serving_rules.py",
+        "tests/test_figure_rules.py",
+    ],
+    "exposition": [
+        CORE_RULES,
+        "tests/test_exposition.py",
+        "tests/test_figure_rules.py",
+        "tests/test_expected.py",
+        "tests/test_golden.py",
+        "tests/test_serving_rules.py",
+        "tests/test_monitor.py",
+    ],
+    "cgroup": [CORE_RULES, "tests/test_cgroup.py", "tests/test_attribution.py"],
+    "pods": [CORE_RULES, "tests/test_pods.py", *FIGURES_TESTS, "tests/test_allocations.py"],
+    "quantity": [CORE_RULES, "tests/test_instance_metrics.py"],
+    "attribution": [
+        CORE_RULES,
+        "tests/test_attribution.py",
+        "tests/test_figure_rules.py",
+        "tests/test_figures.py",
+        "tests/test_expected.py",
+    ],
+}
+
+# Survivors that no input can tell from the original, by key, with the reason.
+EQUIVALENT: dict[str, str] = {
+    "attribution:attribute_device:True  ->  False": (
+        "zip(strict=False): the outcomes are built from the rows, so the lengths always agree"
+    ),
+    "cgroup:parse_path:1  ->  0#2": (
+        "searching from the pod segment itself: a pod segment (pod<uid>, ...-pod<uid>.slice) "
+        "never matches a container id or a runtime scope"
+    ),
+    "exposition:render:False  ->  True": (
+        "auto_describe=True only collects once more at registration to look for duplicate "
+        "names; the families are the same and the bytes too"
+    ),
+    "exposition:Exposition.of:6  ->  7": (
+        "another compression level: other bytes, the same text when decompressed, still a "
+        "pure function of the text"
+    ),
+    "figures:newest_pods:(pod.created or '', pod.name) > (current[1].created or '', "
+    "current[...  ->  (pod.created or '', pod.name) >= (current[1].created or '', "
+    "current...": (
+        "two pods of one Instance with the same creation time and the same name: the rule "
+        "orders nothing between them"
+    ),
+    "figures:exported:0  ->  1": (
+        "sorting by the pod's namespace instead of the Instance's: they are the same "
+        "(instance_of takes the pod's namespace)"
+    ),
+    "figures:pod_level:0  ->  1": (
+        "sorting by the pod's namespace instead of the Instance's: they are the same"
+    ),
+    "grants:cores_cap:0 < cap <= 100  ->  0 < cap < 100": (
+        "a cap of exactly 100 then takes the other branch, which is 100.0 as well"
+    ),
+    "grants:ceil_restated:0 < cap <= 100  ->  0 < cap < 100": (
+        "a cap of exactly 100 then takes the other branch, which is 100.0 as well"
+    ),
+    "grants:ceil_restated:9  ->  10": (
+        "rounding to 10 places instead of 9 before ceil: both absorb the binary error of "
+        "x * 100 / cap (about 1e-14 of it); they differ only for inputs with 10 significant "
+        "decimals, which no vendor reports"
+    ),
+    "pods:pod_info:isinstance(spec, Mapping) and isinstance(status, Mapping)  ->  "
+    "isinstance(spec, Mapping) or isinstance(status, Mapping)": (
+        "an assert for the type checker: the two lines above make both Mappings always"
+    ),
+    "slices:_partition_entry:0  ->  1": (
+        "(total or 1) > parent: differs from (total or 0) only under a parent card of 0 MiB, "
+        "which no vendor reports (NVML's total is the card's physical memory)"
+    ),
+    "slices:_partition_entry:0  ->  1#2": "(used or 1) > parent: as above, a parent of 0 MiB",
+}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    module: str
+    number: int  # its place among the module's mutants
+    line: int
+    where: str  # the enclosing function or class
+    change: str  # what was broken, as source
+    key: str  # module:where:change, stable across unrelated edits
+
+
+def _short(node: ast.AST) -> str:
+    text = ast.unparse(node)
+    return text if len(text) <= 70 else text[:67] + "..."
+
+
+_COMPARE_FLIPS: dict[type[ast.cmpop], type[ast.cmpop]] = {
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+}
+_BINOP_SWAPS: dict[type[ast.operator], type[ast.operator]] = {
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+    ast.Mult: ast.Div,
+    ast.Div: ast.Mult,
+    ast.FloorDiv: ast.Div,
+}
+_CALL_SWAPS = {"ceil": "floor", "floor": "ceil", "min": "max", "max": "min"}
+_LOGGERS = {"log", "logger", "logging"}
+
+
+class Mutator(ast.NodeTransformer):
+    """Walks a module in a fixed order, numbering every possible mutation; applies the one
+    numbered `target` (or none, with -1) and records all of them."""
+
+    def __init__(self, target: int = -1) -> None:
+        self.target = target
+        self.count = 0
+        self.scope: list[str] = []
+        self.found: list[tuple[int, str, str]] = []
+        self.applied = False
+
+    def _offer(self, node: ast.AST, make: Callable[[], ast.AST]) -> ast.AST | None:
+        number = self.count
+        self.count += 1
+        mutated = make()
+        where = ".".join(self.scope) or "<module>"
+        change = f"{_short(node)}  ->  {_short(mutated)}"
+        self.found.append((getattr(node, "lineno", 0), where, change))
+        if number == self.target:
+            self.applied = True
+            return mutated
+        return None
+
+    # -- what is never mutated -------------------------------------------------------------
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        # Decorators and annotations are left alone; default values are figures too.
+        self.scope.append(node.name)
+        node.args.defaults = [self.visit(d) for d in node.args.defaults]
+        node.args.kw_defaults = [d if d is None else self.visit(d) for d in node.args.kw_defaults]
+        node.body = [self.visit(s) for s in node.body]
+        self.scope.pop()
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> ast.AST:
+        self.scope.append(node.name)
+        node.body = [self.visit(s) for s in node.body]
+        self.scope.pop()
+        return node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST:
+        if node.value is not None:
+            node.value = self.visit(node.value)
+        return node
+
+    def visit_Import(self, node: ast.Import) -> ast.AST:
+        return node
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST:
+        return node
+
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> ast.AST:
+        return node
+
+    def visit_If(self, node: ast.If) -> ast.AST:
+        if isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            return node
+        return self.generic_visit(node)
+
+    def visit_Expr(self, node: ast.Expr) -> ast.AST:
+        if isinstance(node.value, ast.Constant):
+            return node  # a docstring or a bare constant
+        return self.generic_visit(node)
+
+    # -- what is ---------------------------------------------------------------------------
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        func = node.func
+        if (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id in _LOGGERS
+        ):
+            return node  # a log line: no figure depends on it
+        node = self.generic_visit(node)  # type: ignore[assignment]
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if name in _CALL_SWAPS:
+
+            def swapped() -> ast.AST:
+                out = copy.deepcopy(node)
+                if isinstance(out.func, ast.Attribute):
+                    out.func.attr = _CALL_SWAPS[name]
+                else:
+                    out.func = ast.Name(_CALL_SWAPS[name], ast.Load())
+                return out
+
+            return self._offer(node, swapped) or node
+        if name == "round" and isinstance(func, ast.Name) and node.args:
+            return self._offer(node, lambda: copy.deepcopy(node.args[0])) or node
+        return node
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        node = self.generic_visit(node)  # type: ignore[assignment]
+        for i, op in enumerate(node.ops):
+            flip = _COMPARE_FLIPS.get(type(op))
+            if flip is None:
+                continue
+
+            def flipped(i: int = i, flip: type[ast.cmpop] = flip) -> ast.AST:
+                out = copy.deepcopy(node)
+                out.ops[i] = flip()
+                return out
+
+            found = self._offer(node, flipped)
+            if found is not None:
+                return found
+        return node
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> ast.AST:
+        node = self.generic_visit(node)  # type: ignore[assignment]
+
+        def swapped() -> ast.AST:
+            out = copy.deepcopy(node)
+            out.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
+            return out
+
+        return self._offer(node, swapped) or node
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+        node = self.generic_visit(node)  # type: ignore[assignment]
+        if isinstance(node.op, ast.Not):
+            return self._offer(node, lambda: copy.deepcopy(node.operand)) or node
+        return node
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        node = self.generic_visit(node)  # type: ignore[assignment]
+        swap = _BINOP_SWAPS.get(type(node.op))
+        if swap is None:
+            return node
+
+        def swapped() -> ast.AST:
+            out = copy.deepcopy(node)
+            out.op = swap()
+            return out
+
+        return self._offer(node, swapped) or node
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        value = node.value
+        if isinstance(value, bool):
+            new: object = not value
+        elif isinstance(value, int):
+            new = {0: 1, 1: 0}.get(value, value + 1)
+        elif isinstance(value, float):
+            new = value + 1.0
+        else:
+            return node
+        return self._offer(node, lambda: ast.Constant(new)) or node
+
+
+def enumerate_mutants(module: str) -> list[Mutant]:
+    source = (REPO / "devicemanager" / f"{module}.py").read_text()
+    mutator = Mutator()
+    mutator.visit(ast.parse(source))
+    seen: dict[str, int] = {}
+    out = []
+    for number, (line, where, change) in enumerate(mutator.found):
+        base = f"{module}:{where}:{change}"
+        seen[base] = seen.get(base, 0) + 1
+        key = base if seen[base] == 1 else f"{base}#{seen[base]}"
+        out.append(Mutant(module, number, line, where, change, key))
+    return out
+
+
+def mutated_source(module: str, number: int) -> str:
+    source = (REPO / "devicemanager" / f"{module}.py").read_text()
+    mutator = Mutator(number)
+    tree = mutator.visit(ast.parse(source))
+    if number >= 0 and not mutator.applied:
+        raise RuntimeError(f"{module}: mutant {number} was not applied")
+    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+
+
+# -- running --------------------------------------------------------------------------------
+
+
+def working_copy(into: Path) -> None:
+    """The working tree as `git status` sees it (tracked and untracked, not ignored)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for raw in filter(None, listed):
+        rel = raw.decode()
+        src = REPO / rel
+        if not src.is_file():
+            continue  # deleted in the working tree
+        dst = into / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+
+
+@dataclass
+class Outcome:
+    mutant: Mutant
+    status: str  # killed, survived, timeout
+    seconds: float
+    detail: str = ""
+
+
+def run_tests(workdir: Path, module: str, timeout: float) -> tuple[str, float, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEVICEMANAGER_", "PYTEST"))}
+    env.update(PYTHONPATH=str(workdir), PYTHONDONTWRITEBYTECODE="1")
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-x",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--no-header",
+        "--tb=line",
+        # A private base for tmp_path: pytest prunes old ones under a shared base, and two
+        # sessions pruning at once (other jobs, other suites) fail each other's tests.
+        f"--basetemp={workdir / '.pytest-tmp'}",
+        *TESTS[module],
+    ]
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return "timeout", time.monotonic() - started, ""
+    took = time.monotonic() - started
+    tail = (done.stdout + done.stderr).strip().splitlines()
+    detail = next((line for line in tail if line.startswith(("FAILED", "ERROR"))), "")
+    return ("survived" if done.returncode == 0 else "killed"), took, detail or tail[-1:][0]
+
+
+class Workspace:
+    """One private copy of the working tree per job; a mutant is written in, run, undone."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        working_copy(root)
+
+    def install(self, module: str, source: str) -> None:
+        target = self.root / "devicemanager" / f"{module}.py"
+        target.write_text(source)
+        for stale in (self.root / "devicemanager" / "__pycache__").glob(f"{module}.*.pyc"):
+            stale.unlink()
+
+    def restore(self, module: str) -> None:
+        self.install(module, (REPO / "devicemanager" / f"{module}.py").read_text())
+
+
+def baseline(ws: Workspace, module: str) -> float:
+    """The module's tests over the original, and over the original as the mutator writes it
+    back (ast.unparse): both must pass, or a 'kill' would mean nothing."""
+    for source in (
+        (REPO / "devicemanager" / f"{module}.py").read_text(),
+        mutated_source(module, -1),
+    ):
+        ws.install(module, source)
+        status, took, detail = run_tests(ws.root, module, timeout=600)
+        if status != "survived":
+            ws.restore(module)
+            raise SystemExit(f"mutate: {module}'s tests fail without any mutant: {detail}")
+    ws.restore(module)
+    return took
+
+
+def run(mutants: list[Mutant], jobs: int, report: Callable[[Outcome], None]) -> list[Outcome]:
+    modules = sorted({m.module for m in mutants})
+    with tempfile.TemporaryDirectory(prefix="devicemanager-mutate-") as tmp:
+        spaces = [Workspace(Path(tmp) / f"job{i}") for i in range(jobs)]
+        limits = {m: 3 * baseline(spaces[0], m) + 15 for m in modules}
+        work: queue.Queue[Mutant] = queue.Queue()
+        for m in mutants:
+            work.put(m)
+        outcomes: list[Outcome] = []
+        lock = threading.Lock()
+
+        def worker(ws: Workspace) -> None:
+            while True:
+                try:
+                    m = work.get_nowait()
+                except queue.Empty:
+                    return
+                ws.install(m.module, mutated_source(m.module, m.number))
+                status, took, detail = run_tests(ws.root, m.module, limits[m.module])
+                ws.restore(m.module)
+                outcome = Outcome(m, status, round(took, 2), detail)
+                with lock:
+                    outcomes.append(outcome)
+                    report(outcome)
+
+        threads = [threading.Thread(target=worker, args=(ws,)) for ws in spaces]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    return sorted(outcomes, key=lambda o: (o.mutant.module, o.mutant.number))
+
+
+def summary(outcomes: list[Outcome]) -> Iterator[str]:
+    by_module: dict[str, list[Outcome]] = {}
+    for o in outcomes:
+        by_module.setdefault(o.mutant.module, []).append(o)
+    total = killed = equivalent = 0
+    yield f"{'module':<12} {'mutants':>7} {'killed':>6} {'equiv.':>6} {'survived':>8} {'score':>6}"
+    for module, items in sorted(by_module.items()):
+        k = sum(o.status != "survived" for o in items)
+        e = sum(o.status == "survived" and o.mutant.key in EQUIVALENT for o in items)
+        s = len(items) - k - e
+        score = 100.0 * k / max(1, len(items) - e)
+        yield f"{module:<12} {len(items):>7} {k:>6} {e:>6} {s:>8} {score:>5.1f}%"
+        total, killed, equivalent = total + len(items), killed + k, equivalent + e
+    score = 100.0 * killed / max(1, total - equivalent)
+    raw = 100.0 * killed / max(1, total)
+    yield (
+        f"{'core':<12} {total:>7} {killed:>6} {equivalent:>6} "
+        f"{total - killed - equivalent:>8} {score:>5.1f}%   (killed/all: {raw:.1f}%)"
+    )
+    survivors = [o for o in outcomes if o.status == "survived"]
+    if survivors:
+        yield ""
+        yield "survivors:"
+        for o in survivors:
+            m = o.mutant
+            why = EQUIVALENT.get(m.key)
+            tag = f"equivalent: {why}" if why else "NOT KILLED"
+            yield f"  {m.module}.py:{m.line} in {m.where}: {m.change}\n      {tag}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-m", "--module", action="append", choices=sorted(TESTS))
+    parser.add_argument("-j", "--jobs", type=int, default=1)
+    parser.add_argument("--list", action="store_true", help="list the mutants, run nothing")
+    parser.add_argument("--only", help="run only mutants whose key contains this text")
+    parser.add_argument("--json", type=Path, help="write every mutant's outcome here")
+    args = parser.parse_args(argv)
+    modules = args.module or sorted(TESTS)
+    mutants = [m for module in modules for m in enumerate_mutants(module)]
+    if args.only:
+        mutants = [m for m in mutants if args.only in m.key]
+    unknown = set(EQUIVALENT) - {m.key for module in TESTS for m in enumerate_mutants(module)}
+    if unknown:
+        print(f"mutate: EQUIVALENT names mutants that no longer exist: {sorted(unknown)}")
+    if args.list:
+        for m in mutants:
+            print(f"{m.module}.py:{m.line} [{m.number}] {m.where}: {m.change}")
+        print(f"{len(mutants)} mutants")
+        return 0
+    print(f"mutate: {len(mutants)} mutants over {', '.join(modules)}; {args.jobs} job(s)")
+    started = time.monotonic()
+    done = [0]
+
+    def report(o: Outcome) -> None:
+        done[0] += 1
+        if o.status == "survived":
+            print(
+                f"  [{done[0]}/{len(mutants)}] SURVIVED {o.mutant.module}.py:{o.mutant.line} "
+                f"{o.mutant.change}",
+                flush=True,
+            )
+        elif done[0] % 25 == 0:
+            print(f"  [{done[0]}/{len(mutants)}] {time.monotonic() - started:.0f}s", flush=True)
+
+    outcomes = run(mutants, args.jobs, report)
+    print(f"\n{len(outcomes)} mutants in {time.monotonic() - started:.0f}s\n")
+    for line in summary(outcomes):
+        print(line)
+    if args.json:
+        rows = [
+            {**asdict(o.mutant), "status": o.status, "seconds": o.seconds, "detail": o.detail}
+            for o in outcomes
+        ]
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    survivors = [o for o in outcomes if o.status == "survived" and o.mutant.key not in EQUIVALENT]
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

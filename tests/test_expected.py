@@ -1,0 +1,152 @@
+"""Each replay scenario's hand-written figures, checked independently of the goldens (issue 12).
+
+`fixtures/nodes/<scenario>/expected.json` lists, with the arithmetic behind each, what a round
+over the scenario must publish: every card, every grant's entry (an absent figure is null and
+is named when it is not absent, or present when it should be), the Instances that publish
+nothing, and the per-process diagnostics. The goldens are rewritten by the code under test
+(UPDATE_GOLDEN=1); these are not.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import NODES, SCENARIOS, scenario_monitor
+
+# expected.json's field -> the family that publishes it.
+ENTRY_FAMILIES = {
+    "memoryTotalMiB": "gpustack_instance_accelerator_memory_total_mib",
+    "memoryUsedMiB": "gpustack_instance_accelerator_memory_used_mib",
+    "memoryUtilizationPercent": "gpustack_instance_accelerator_memory_utilization_percent",
+    "coresUtilizationPercent": "gpustack_instance_accelerator_cores_utilization_percent",
+    "temperatureCelsius": "gpustack_instance_accelerator_temperature_celsius",
+    "powerUsageWatts": "gpustack_instance_accelerator_power_usage_watts",
+    "unhealthy": "gpustack_instance_accelerator_unhealthy",
+}
+CARD_FIELDS = (
+    "id",
+    "memory",
+    "memoryUsage",
+    "memoryUtilization",
+    "coresUtilization",
+    "temperature",
+    "powerUsage",
+    "unhealthy",
+)
+
+
+def expected(scenario: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((NODES / scenario / "expected.json").read_text())
+    return doc
+
+
+@cache
+def round_of(scenario: str) -> tuple[dict[str, Any], list[tuple[str, dict[str, str], float]]]:
+    monitor = scenario_monitor(scenario)
+    published = monitor.run_round()
+    monitor.stop()
+    samples = [
+        (s.name, s.labels, s.value)
+        for f in text_string_to_metric_families(published.metrics.plain.decode())
+        for s in f.samples
+    ]
+    return json.loads(published.snapshot_json), samples
+
+
+# The scenarios whose expected.json this file reads. The vendor scenarios carry expected.json
+# of their own shape, checked by their own tests (tests/vendors/test_*_node*.py,
+# test_fake_scenarios.py, test_deviceplugins.py); every scenario has one.
+CHECKED_HERE = [s for s in SCENARIOS if "notPublished" in expected(s)]
+
+
+def test_every_scenario_has_its_hand_written_figures() -> None:
+    for scenario in SCENARIOS:
+        doc = expected(scenario)
+        assert doc.get("about") or doc.get("note"), (
+            f"{scenario}: expected.json says nothing of itself"
+        )
+        assert len(doc) > 1, scenario
+    assert {"h100-8gpu-mixed", "b200-per-process-unsupported"} <= set(CHECKED_HERE)
+    for scenario in CHECKED_HERE:
+        doc = expected(scenario)
+        assert doc["cards"] and doc["entries"], scenario
+        assert all(e.get("why") for e in doc["entries"]), f"{scenario}: an entry without its why"
+
+
+@pytest.mark.parametrize("scenario", CHECKED_HERE)
+def test_the_cards_read_as_written_by_hand(scenario: str) -> None:
+    document, _ = round_of(scenario)
+    (group,) = document["groups"]
+    got = {c["index"]: {k: c[k] for k in CARD_FIELDS} for c in group["accelerators"]}
+    want = {c["index"]: {k: c[k] for k in CARD_FIELDS} for c in expected(scenario)["cards"]}
+    assert got == want
+
+
+@pytest.mark.parametrize("scenario", CHECKED_HERE)
+def test_every_grant_publishes_the_figures_written_by_hand(scenario: str) -> None:
+    _, samples = round_of(scenario)
+    published: dict[tuple[str, str], dict[str, Any]] = {}
+    for name, labels, value in samples:
+        if name in ENTRY_FAMILIES.values():
+            key = (labels["instance_name"], labels["id"])
+            entry = published.setdefault(key, {"labels": labels, "figures": {}})
+            assert labels == entry["labels"], f"{key}: one grant, one label set"
+            entry["figures"][name] = value
+    want = {(e["instance"], e["id"]): e for e in expected(scenario)["entries"]}
+    assert sorted(published) == sorted(want)
+    for key, e in want.items():
+        labels, figures = published[key]["labels"], published[key]["figures"]
+        assert labels["instance_uid"] == e["instanceUID"], key
+        assert labels["namespace"] == e["namespace"], key
+        assert (labels["index"], labels["mode"]) == (str(e["index"]), e["mode"]), key
+        absent = {f for f, family in ENTRY_FAMILIES.items() if family not in figures}
+        # Named, not counted: which figure is absent is the rule.
+        assert absent == {f for f in ENTRY_FAMILIES if e[f] is None}, (key, "absent", absent)
+        for field, family in ENTRY_FAMILIES.items():
+            if e[field] is not None:
+                assert figures[family] == e[field], (key, field, figures[family], e[field])
+
+
+@pytest.mark.parametrize("scenario", CHECKED_HERE)
+def test_instances_that_must_publish_nothing_do_not(scenario: str) -> None:
+    _, samples = round_of(scenario)
+    for quiet in expected(scenario)["notPublished"]:
+        found = [(n, ls) for n, ls, _ in samples if ls.get("instance_name") == quiet["instance"]]
+        assert found == [], quiet["why"]
+
+
+@pytest.mark.parametrize("scenario", CHECKED_HERE)
+def test_the_per_process_diagnostics_read_as_written_by_hand(scenario: str) -> None:
+    document, samples = round_of(scenario)
+    want = expected(scenario)
+    devices = {d["deviceID"]: d for d in document["slices"]["devices"]}
+    assert sorted(devices) == sorted(d["deviceID"] for d in want["devices"])
+    for d in want["devices"]:
+        got = devices[d["deviceID"]]
+        assert (got.get("memoryReason"), got.get("coresReason")) == (
+            d["memoryReason"],
+            d["coresReason"],
+        ), d["why"]
+        assert (got["rowsReturned"], got["rowsAttributed"]) == (
+            d["rowsReturned"],
+            d["rowsAttributed"],
+        ), d["why"]
+        capability = {
+            ls["entry_point"]: (ls["reason"], v)
+            for n, ls, v in samples
+            if n == "gpustack_accelerator_process_capability" and ls["id"] == d["deviceID"]
+        }
+        assert capability == {
+            "memory": (d["memoryReason"] or "", 0.0 if d["memoryReason"] else 1.0),
+            "cores": (d["coresReason"] or "", 0.0 if d["coresReason"] else 1.0),
+        }
+    partitions = {p["id"]: p for p in document["slices"].get("partitions", [])}
+    assert sorted(partitions) == sorted(p["id"] for p in want["partitions"])
+    for p in want["partitions"]:
+        got = partitions[p["id"]]
+        assert {k: got.get(k) for k in p} == p
