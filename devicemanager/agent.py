@@ -35,6 +35,7 @@ from devicemanager.kube.kubelet import KubeletClient, Reading, SummaryPoller, ku
 from devicemanager.kube.podresources import (
     DEFAULT_SOCKET,
     PodResourcesClient,
+    PodResourcesPoller,
     RecordedPodResources,
 )
 from devicemanager.monitor import BackendWorker, Monitor
@@ -171,20 +172,22 @@ def connect(settings: Settings, node: Node) -> Cluster | None:
 
 def pod_resources(
     settings: Settings, node: Node, cluster: Cluster | None
-) -> PodResourcesClient | RecordedPodResources | None:
+) -> PodResourcesPoller | RecordedPodResources | None:
     """Where the kubelet's device-plugin allocations come from (R-X2): the socket named, the
-    scenario's recording in replay, the kubelet's own socket in a cluster; else nowhere."""
+    scenario's recording in replay, the kubelet's own socket in a cluster; else nowhere. A
+    socket is read beside the rounds, every period, so a round never waits on the kubelet."""
     choice = settings.pod_resources_socket
     if choice == "none":
         return None
-    if choice:
-        return PodResourcesClient(Path(choice), settings.pod_resources_timeout)
-    if node.scenario is not None:
+    if node.scenario is not None and not choice:
         recording = node.scenario.podresources_file
         return RecordedPodResources(recording) if recording is not None else None
-    if cluster is not None:
-        return PodResourcesClient(DEFAULT_SOCKET, settings.pod_resources_timeout)
-    return None
+    if not choice and cluster is None:
+        return None
+    socket = Path(choice) if choice else DEFAULT_SOCKET
+    return PodResourcesPoller(
+        PodResourcesClient(socket, settings.pod_resources_timeout), settings.monitor_period
+    )
 
 
 def access_reviewer(settings: Settings) -> tuple[Reviewer, KubeClient] | None:
@@ -208,7 +211,7 @@ def build_monitor(
     wall: Callable[[], float] = time.time,
     mono: Callable[[], float] = time.monotonic,
     cluster: Cluster | None = None,
-    kubelet: PodResourcesClient | RecordedPodResources | None = None,
+    kubelet: PodResourcesPoller | RecordedPodResources | None = None,
     build: tuple[tuple[str, str], ...] = (),
 ) -> Monitor:
     """The monitor `serve` runs; tests pass frozen clocks."""
@@ -254,7 +257,7 @@ class Stoppable:
     certs: Certificates
     cluster: Cluster | None = None
     access_client: KubeClient | None = None
-    podresources: PodResourcesClient | RecordedPodResources | None = None
+    podresources: PodResourcesPoller | RecordedPodResources | None = None
     _done: threading.Event = field(default_factory=threading.Event)
 
     def stop(self, timeout: float) -> None:
@@ -365,6 +368,8 @@ def serve(settings: Settings) -> int:
         cluster.informer.start()
         if cluster.kubelet is not None:
             cluster.kubelet.start()
+    if isinstance(kubelet, PodResourcesPoller):
+        kubelet.start()
     monitor.start()
     if settings.cert_dir is not None:
         certs.watch()

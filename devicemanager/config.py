@@ -103,15 +103,15 @@ SERVE_FLAGS: tuple[Flag, ...] = (
     Flag(
         "--pod-resources-socket",
         ("DEVICEMANAGER_POD_RESOURCES_SOCKET",),
-        "the kubelet's pod-resources socket, read each round for the device-plugin grants of "
-        "pods without an allocation annotation; 'none' turns it off (default: "
-        "/var/lib/kubelet/pod-resources/kubelet.sock with a cluster, the scenario's "
+        "the kubelet's pod-resources socket, read every period beside the rounds for the "
+        "device-plugin grants of pods without an allocation annotation; 'none' turns it off "
+        "(default: /var/lib/kubelet/pod-resources/kubelet.sock with a cluster, the scenario's "
         "podresources.json in replay)",
     ),
     Flag(
         "--pod-resources-timeout",
         ("DEVICEMANAGER_POD_RESOURCES_TIMEOUT",),
-        "seconds a round waits for the kubelet's pod-resources answer",
+        "seconds one read of the kubelet's pod-resources socket may take",
         str(DEFAULT_POD_RESOURCES_TIMEOUT),
     ),
     Flag(

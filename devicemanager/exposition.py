@@ -68,7 +68,8 @@ _CARD_FAMILIES: tuple[tuple[str, str], ...] = (
     ("power_usage_watts", "Card power draw, watts."),
     (
         "unhealthy",
-        "1 when the card is lost, has a pending or failed memory repair, or raised a fatal XID.",
+        "1 when the card is unhealthy: lost, a pending or failed memory repair, a fatal error "
+        "or alarm; the snapshot's unhealthyReason says which.",
     ),
 )
 

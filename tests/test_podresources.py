@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -161,7 +162,10 @@ def live_monitor(scenario: str, socket: Path, timeout: float = 2.0):  # type: ig
         str(timeout),
     ]
     settings = parse_serve(argv, env={})
-    return build_monitor(settings, resolve_node(settings), wall=lambda: FIXED_TIME)
+    monitor = build_monitor(settings, resolve_node(settings), wall=lambda: FIXED_TIME)
+    # The poller reads beside the rounds; here, once, before the round, as its thread would.
+    monitor.podresources.read_once()
+    return monitor
 
 
 def test_the_agent_reads_the_socket_and_publishes_what_replay_publishes(socket: Path) -> None:
@@ -199,6 +203,36 @@ def test_without_the_kubelet_annotation_grants_still_work(socket: Path) -> None:
         samples(text, "gpustack_instance_metrics_collector_success")[(("source", "podresources"),)]
         == 0.0
     )
+
+
+def test_a_round_never_waits_on_the_kubelet(socket: Path) -> None:
+    """The socket is read on a thread of its own: a kubelet that hangs for 30 s costs that
+    thread, and every round publishes on time with the kubelet's grants said to be missing."""
+    from devicemanager.agent import build_monitor, resolve_node
+    from devicemanager.config import parse_serve
+
+    behaviour = Behaviour(load(RECORDED), delay=30)
+    with serving(socket, behaviour):
+        argv = ["--replay", str(NODES / "a100-device-plugin-only")]
+        argv += ["--pod-resources-socket", str(socket), "--pod-resources-timeout", "20"]
+        settings = parse_serve(argv, env={})
+        monitor = build_monitor(settings, resolve_node(settings), wall=lambda: FIXED_TIME)
+        poller = monitor.podresources
+        poller.start()
+        try:
+            while not behaviour.calls:  # the poller is inside its (hanging) call now
+                time.sleep(0.01)
+            rounds = [monitor.run_round() for _ in range(3)]
+            asked = list(behaviour.calls)
+        finally:
+            poller.close()
+            monitor.stop()
+    assert asked == ["List"]  # the poller's one call; no round called the kubelet
+    for published in rounds:
+        text = published.metrics.plain.decode()
+        ok = samples(text, "gpustack_instance_metrics_collector_success")
+        assert ok[(("source", "podresources"),)] == 0.0
+        assert samples(text, "gpustack_accelerator_memory_total_mib")  # cards on time
 
 
 def test_without_the_kubelet_plain_pods_have_no_grants(socket: Path) -> None:

@@ -211,3 +211,38 @@ def test_an_encrypted_key_never_waits_on_a_terminal(tmp_path: Path) -> None:
         os.close(controller)
         os.close(terminal)
     assert "refused: SSLError" in output and "pass phrase" not in output
+
+
+def test_a_refused_pair_says_why_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    first_cert, first_key = self_signed(["localhost"])
+    second_cert, second_key = self_signed(["localhost"])
+    (tmp_path / "tls.crt").write_bytes(first_cert)
+    (tmp_path / "tls.key").write_bytes(first_key)
+    certs = Certificates(tmp_path)
+    try:
+        with caplog.at_level(logging.ERROR, logger="devicemanager.serve.tls"):
+            (tmp_path / "tls.crt").write_bytes(second_cert)  # the new certificate, the old key
+            for _ in range(5):  # the watcher checks every 2 s; a refusal is said once
+                assert certs.reload_if_changed() is False
+            (tmp_path / "tls.key").write_bytes(second_key[:50])
+            assert certs.reload_if_changed() is False
+        messages = [r.getMessage() for r in caplog.records]
+        assert messages == [
+            "new certificate rejected: tls.key is not the key of tls.crt (halfway through a "
+            "rotation?); serving the previous one",
+            "new certificate rejected: tls.key is not a PEM private key (or not whole yet); "
+            "serving the previous one",
+        ]
+        encrypted = serialization.load_pem_private_key(second_key, None).private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"secret"),
+        )
+        (tmp_path / "tls.key").write_bytes(encrypted)
+        assert "is encrypted" in tls.why_refused(tmp_path / "tls.crt", tmp_path / "tls.key")
+        (tmp_path / "tls.crt").write_bytes(b"-----BEGIN CERT")
+        assert "tls.crt is not a PEM certificate" in tls.why_refused(
+            tmp_path / "tls.crt", tmp_path / "tls.key"
+        )
+    finally:
+        certs.close()

@@ -15,6 +15,7 @@ both responses) through the same messages and the same conversion.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -169,6 +170,82 @@ class PodResourcesClient:
         if self._channel is not None:
             self._channel.close()
             self._channel = None
+
+
+class PodResourcesPoller:
+    """Reads the kubelet's socket every `interval` seconds on a thread of its own, so that a
+    round never waits on the kubelet (a round asks for the newest answer and gets it at once).
+
+    Until the first read has returned a round has no answer: the kubelet's grants are absent,
+    and the collector says why. A kubelet that stops answering leaves its last answer in use
+    (device-plugin allocations change only when pods do) while the self-report says how old it
+    is, and after `stale_after` seconds without a fresh answer, that it is not answering.
+    """
+
+    def __init__(
+        self,
+        client: PodResourcesClient,
+        interval: float,
+        stale_after: float | None = None,
+        mono: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client, self.interval, self._mono = client, interval, mono
+        self.stale_after = stale_after if stale_after is not None else 3 * interval
+        self._lock = threading.Lock()
+        self._latest: KubeletAnswer | None = None
+        self._good: tuple[float, KubeletAnswer] | None = None  # last answer with pods
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.reads = 0
+
+    def read_once(self) -> KubeletAnswer:
+        answer = self.client.read()
+        self.reads += 1
+        with self._lock:
+            self._latest = answer
+            if answer.pods is not None:
+                self._good = (self._mono(), answer)
+        return answer
+
+    def __call__(self) -> KubeletAnswer:
+        with self._lock:
+            latest, good = self._latest, self._good
+        if latest is None:
+            return KubeletAnswer(error="the kubelet's pod-resources have not been read yet")
+        if latest.pods is not None or good is None:
+            return latest
+        # This read failed: the last good answer stands, said to be old and why.
+        at, answer = good
+        age = self._mono() - at
+        if age > self.stale_after:
+            why = f"not answering for {age:.0f}s ({latest.error}); its last answer is in use"
+        else:
+            why = f"last read failed ({latest.error}); the answer of {age:.0f}s ago is in use"
+        return KubeletAnswer(
+            pods=answer.pods,
+            allocatable=answer.allocatable,
+            error=why,
+            allocatable_error=answer.allocatable_error,
+            duration_seconds=latest.duration_seconds,
+        )
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            started = self._mono()
+            try:
+                self.read_once()
+            except Exception as exc:  # read() never raises; a bug here must not end the loop
+                with self._lock:
+                    self._latest = KubeletAnswer(error=f"{type(exc).__name__}: {exc}")
+            self._stop.wait(max(0.0, self.interval - (self._mono() - started)))
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="pod-resources", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.client.close()
 
 
 RECORDING_KEYS = ("list", "allocatable")

@@ -77,6 +77,30 @@ def server_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
     return ctx
 
 
+def why_refused(cert_file: Path, key_file: Path) -> str:
+    """What is wrong with a pair OpenSSL refused, in words an operator acts on (OpenSSL's own
+    message is "[SSL] PEM lib"). Reads the files again; only called after a refusal."""
+    try:
+        certs = x509.load_pem_x509_certificates(cert_file.read_bytes())
+    except (OSError, ValueError):
+        return f"{cert_file.name} is not a PEM certificate (or not whole yet)"
+    try:
+        key = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
+    except TypeError:
+        return f"{key_file.name} is encrypted: the agent takes an unencrypted key"
+    except (OSError, ValueError):
+        return f"{key_file.name} is not a PEM private key (or not whole yet)"
+    if not certs:
+        return f"{cert_file.name} holds no certificate"
+    if certs[0].public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    ) != key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    ):
+        return f"{key_file.name} is not the key of {cert_file.name} (halfway through a rotation?)"
+    return "OpenSSL refused the pair"
+
+
 def _stamp(path: Path) -> tuple[int, int, int]:
     # Kubernetes swaps a Secret volume through a symlink; stat() follows it, so a rotation
     # changes inode and mtime even when the size stays the same.
@@ -103,6 +127,7 @@ class Certificates:
         self._stamps = (_stamp(self.cert_file), _stamp(self.key_file))
         self.current = server_context(self.cert_file, self.key_file)
         self.reloads = 0
+        self._refused: tuple[tuple[int, int, int], ...] | None = None  # the pair last refused
         self._stop = threading.Event()
         self._listener: ssl.SSLContext | None = None
         if self._tmp is not None:
@@ -143,10 +168,15 @@ class Certificates:
             fresh = server_context(self.cert_file, self.key_file)
         except (OSError, ssl.SSLError) as exc:
             # Halfway through a rotation the key may not match the certificate yet; try again
-            # at the next check rather than serve nothing.
-            log.error(
-                "new certificate rejected; serving the previous one", extra={"error": str(exc)}
-            )
+            # at the next check rather than serve nothing. Said once per pair of files, with
+            # why, not every check.
+            if stamps != self._refused:
+                self._refused = stamps
+                log.error(
+                    "new certificate rejected: %s; serving the previous one",
+                    why_refused(self.cert_file, self.key_file),
+                    extra={"error": str(exc), "cert_dir": str(self.cert_dir)},
+                )
             return False
         self._stamps, self.current = stamps, fresh
         self.reloads += 1
