@@ -2,8 +2,7 @@
 manufacturer (deploy/overlays/<manufacturer>), and their committed builds (deploy/rendered/, and
 daemonset.yaml for NVIDIA), which `kubectl apply -f` takes where kustomize is not at hand.
 
-Where kustomize 5 is found (kubectl or kustomize; `scripts/bootstrap test` installs kubectl 1.33
-on x86_64 where none is), scripts/manifests builds every overlay afresh and the committed files
+Where kustomize 5 is found (kubectl or kustomize on the PATH or in .venv/bin), scripts/manifests builds every overlay afresh and the committed files
 must be that build. Everywhere, the committed builds are validated against the schemas of a
 current Kubernetes and checked against the code and against what each vendor needs.
 """
@@ -108,7 +107,7 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if which.returncode == 3:
         pytest.skip(
             "no kustomize 5 to build the overlays with (kubectl or kustomize on the PATH or in "
-            ".venv/bin; scripts/bootstrap test installs kubectl 1.33 where it has npm on x86_64)"
+            ".venv/bin)"
         )
     assert which.returncode == 0, which.stderr
     out = tmp_path_factory.mktemp("manifests")
