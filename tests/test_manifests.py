@@ -2,9 +2,10 @@
 manufacturer (deploy/overlays/<manufacturer>), and their committed builds (deploy/rendered/, and
 daemonset.yaml for NVIDIA), which `kubectl apply -f` takes where kustomize is not at hand.
 
-Where kustomize 5 is found (kubectl or kustomize on the PATH or in .venv/bin), scripts/manifests builds every overlay afresh and the committed files
-must be that build. Everywhere, the committed builds are validated against the schemas of a
-current Kubernetes and checked against the code and against what each vendor needs.
+Where kustomize 5 is found (kubectl or kustomize on the PATH or in .venv/bin),
+scripts/manifests builds every overlay afresh and the committed files must be that build.
+Everywhere, the committed builds are validated against the schemas of a current Kubernetes and
+checked against the code and against what each vendor needs.
 """
 
 from __future__ import annotations
