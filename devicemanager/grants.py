@@ -198,7 +198,7 @@ class NodeGrants:
     by_pod: Mapping[str, tuple[Grant, ...]]
     errors: Mapping[str, str]  # pod UID -> what was wrong
     # pod UID -> how the kubelet's device-plugin view differs from the pod's annotation
-    disagreements: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    disagreements: Mapping[str, Disagreement] = field(default_factory=lambda: MappingProxyType({}))
 
     def all(self) -> Iterable[Grant]:
         for grants in self.by_pod.values():
@@ -217,7 +217,9 @@ class NodeGrants:
         if not identities.by_manufacturer:
             return self
         by_pod = {uid: resolved(grants, identities) for uid, grants in self.by_pod.items()}
-        return NodeGrants(MappingProxyType(by_pod), self.errors, self.disagreements)
+        # Two names of one card (the annotation's alias, the plugin's UUID) are no disagreement.
+        differ = {uid: d for uid, d in self.disagreements.items() if d.resolve(identities).differs}
+        return NodeGrants(MappingProxyType(by_pod), self.errors, MappingProxyType(differ))
 
     def request(self, manufacturer: str) -> ReadRequest:
         """Per-process queries only for carved cards (R-V3); partitions by recorded id (R-V4)."""
@@ -236,14 +238,40 @@ def annotated(pod: PodInfo) -> bool:
     return has_allocation_annotation(pod.annotations)
 
 
-def disagreement(annotation: Iterable[Grant], kubelet: Iterable[Grant]) -> str | None:
+@dataclass(frozen=True, slots=True)
+class Disagreement:
+    """The cards a pod's annotation names and those the kubelet's device plugins gave it, as
+    each recorded them: (manufacturer, device id) pairs."""
+
+    said: frozenset[tuple[str, str]]
+    seen: frozenset[tuple[str, str]]
+
+    @property
+    def differs(self) -> bool:
+        return self.said != self.seen
+
+    def resolve(self, identities: Identities) -> Disagreement:
+        """Both sides by canonical ids: what is left is a real difference."""
+
+        def canonical(ids: frozenset[tuple[str, str]]) -> frozenset[tuple[str, str]]:
+            return frozenset((m, identities.canonical(m, d)) for m, d in ids)
+
+        return Disagreement(canonical(self.said), canonical(self.seen))
+
+    def __str__(self) -> str:
+        said = sorted(d for _, d in self.said)
+        seen = sorted(d for _, d in self.seen)
+        return f"annotation: {said}; kubelet: {seen}"
+
+
+def disagreement(annotation: Iterable[Grant], kubelet: Iterable[Grant]) -> Disagreement | None:
     """How the kubelet's cards differ from the annotation's, or None. A kubelet partition whose
     card is not known yet says nothing either way."""
-    said = {g.device_id for g in annotation}
-    seen = {g.device_id for g in kubelet if g.device_id}
+    said = frozenset((g.manufacturer, g.device_id) for g in annotation)
+    seen = frozenset((g.manufacturer, g.device_id) for g in kubelet if g.device_id)
     if said == seen or not seen:
         return None
-    return f"annotation: {sorted(said)}; kubelet: {sorted(seen)}"
+    return Disagreement(said, seen)
 
 
 # What the kubelet's device plugins allocated one pod (R-X2), as a function of the pod, so
@@ -260,7 +288,7 @@ def node_grants(index: PodIndex, kubelet: KubeletGrants | None = None) -> NodeGr
     grants, a line in the log and a count in /metrics, and touches no other pod (R-G1). The
     kubelet's view does not stand in for a malformed annotation: it cannot tell a HAMi slice
     from a whole card."""
-    disagreements: dict[str, str] = {}
+    disagreements: dict[str, Disagreement] = {}
 
     def from_kubelet(pod: PodInfo) -> Sequence[Grant]:
         if kubelet is None:

@@ -27,7 +27,7 @@ from devicemanager.attribution import Attributor, boot_seconds
 from devicemanager.backend import Backend, BackendUnavailable
 from devicemanager.deviceplugins import KubeletAnswer
 from devicemanager.figures import View, exported
-from devicemanager.grants import NodeGrants, node_grants
+from devicemanager.grants import Disagreement, NodeGrants, node_grants
 from devicemanager.isolation import FaultLog, PodFault
 from devicemanager.model import (
     BackendState,
@@ -196,7 +196,7 @@ class Monitor:
         # Each manufacturer's aliases as its last reading named them: the round's requests ask
         # for cards by the library's own ids even when an allocator recorded another form.
         self._identities = Identities()
-        self._disagreements: dict[str, str] = {}
+        self._disagreements: dict[str, Disagreement] = {}
         self._kubelet_state: tuple[str | None, str | None] | None = None
         # (manufacturer, a device plugin's id) -> card id: indexes, partitions' parents, aliases.
         self._aliases: dict[tuple[str, str], str] = {}
@@ -393,7 +393,7 @@ class Monitor:
                     "the annotation is used",
                     pod.namespace if pod else "?",
                     pod.name if pod else uid,
-                    extra={"pod_uid": uid, "disagreement": differs},
+                    extra={"pod_uid": uid, "disagreement": str(differs)},
                 )
         self._disagreements = dict(grants.disagreements)
 

@@ -188,9 +188,28 @@ def test_the_annotation_wins_and_a_disagreement_is_noted() -> None:
     assert [(g.device_id, g.mode, g.containers) for g in plain] == [(G, Mode.SHARED, ("main",))]
     assert [(g.device_id, g.mode) for g in grants.by_pod["agree"]] == [(G, Mode.EXCLUSIVE)]
     assert [(g.device_id, g.mode) for g in grants.by_pod["differ"]] == [(G, Mode.EXCLUSIVE)]
-    assert set(grants.disagreements) == {"differ"} and G2 in grants.disagreements["differ"]
+    assert set(grants.disagreements) == {"differ"} and G2 in str(grants.disagreements["differ"])
     # A malformed annotation still gives no grants: the kubelet cannot tell a slice from a card.
     assert "broken" not in grants.by_pod and "broken" in grants.errors
+
+
+def test_two_names_of_one_card_are_no_disagreement() -> None:
+    # The annotation names the card by an alias (here its PCI address, as some allocators
+    # record it), the plugin by its UUID: one card, nothing to log once both are canonical.
+    from devicemanager.model import Identities
+
+    alias = "0000:1b:00.0"
+    index = PodIndex.of([pod("same", "same", annotations=gpustack(alias))])
+    answer = KubeletAnswer(pods=(devices("same", G),))
+    recorded = node_grants(index, node_kubelet_grants(answer, index, {}))
+    assert set(recorded.disagreements) == {"same"}  # as recorded, the names differ
+    identities = Identities().updated("nvidia", [Card(G, 0, aliases=(alias,))])
+    resolved = recorded.resolve(identities)
+    assert dict(resolved.disagreements) == {}
+    assert [g.device_id for g in resolved.by_pod["same"]] == [G]
+    # A real difference stays one after resolving.
+    other = Identities().updated("nvidia", [Card(G2, 1, aliases=(alias,)), Card(G, 0)])
+    assert set(recorded.resolve(other).disagreements) == {"same"}
 
 
 def test_a_pod_without_an_instance_is_its_own_instance() -> None:
