@@ -426,7 +426,7 @@ def render(families: Iterable[GaugeFamily]) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class Exposition:
-    """/metrics bytes ready to serve, plain and gzip-compressed."""
+    """Bytes ready to serve, plain and gzip-compressed: /metrics, and the snapshot's JSON."""
 
     plain: bytes
     gzipped: bytes

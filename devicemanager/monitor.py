@@ -27,7 +27,7 @@ from devicemanager.attribution import Attributor, boot_seconds
 from devicemanager.backend import Backend, BackendUnavailable
 from devicemanager.deviceplugins import KubeletAnswer
 from devicemanager.figures import View, exported
-from devicemanager.grants import Disagreement, NodeGrants, node_grants
+from devicemanager.grants import Disagreement, NodeGrants, RememberedGrants, node_grants
 from devicemanager.isolation import FaultLog, PodFault
 from devicemanager.model import (
     BackendState,
@@ -55,6 +55,7 @@ class Published:
 
     snapshot: Snapshot
     snapshot_json: bytes
+    snapshot_gzipped: bytes  # for a client that sends Accept-Encoding: gzip
     metrics: exposition.Exposition
     stale_metrics: exposition.Exposition  # the verdict alone, for when this round is too old
     published_at: float  # monotonic
@@ -64,9 +65,11 @@ def publish(
     snap: Snapshot, now_mono: float, extras: exposition.Extras = exposition.NO_EXTRAS
 ) -> Published:
     rendered = exposition.Rendered.of(snap, extras)
+    document = exposition.Exposition.of(snapshot.encode(snap))
     return Published(
         snapshot=snap,
-        snapshot_json=snapshot.encode(snap),
+        snapshot_json=document.plain,
+        snapshot_gzipped=document.gzipped,
         metrics=rendered.fresh,
         stale_metrics=rendered.stale,
         published_at=now_mono,
@@ -193,6 +196,7 @@ class Monitor:
         # The kubelet's device-plugin allocations (R-X2); None where there is no kubelet.
         self.podresources = podresources
         self._allocation_errors: dict[str, str] = {}
+        self._annotation_grants = RememberedGrants()
         # Each manufacturer's aliases as its last reading named them: the round's requests ask
         # for cards by the library's own ids even when an allocator recorded another form.
         self._identities = Identities()
@@ -382,7 +386,12 @@ class Monitor:
     def _grants(self, index: PodIndex | None, kubelet: KubeletAnswer | None) -> NodeGrants | None:
         if index is None:
             return None
-        return node_grants(index, deviceplugins.pod_kubelet_grants(kubelet, index, self._aliases))
+        self._annotation_grants.retain(index)
+        return node_grants(
+            index,
+            deviceplugins.pod_kubelet_grants(kubelet, index, self._aliases),
+            self._annotation_grants,
+        )
 
     def _log_disagreements(self, grants: NodeGrants, index: PodIndex) -> None:
         for uid, differs in grants.disagreements.items():
@@ -519,6 +528,8 @@ class Monitor:
         if self._thread is not None:
             self._thread.join(timeout)
         closed = [worker.stop() for worker in self.workers]
+        if self.attributor is not None:
+            self.attributor.close()
         return all(closed)
 
     # -- probes (R-O2) -----------------------------------------------------------------------

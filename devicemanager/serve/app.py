@@ -1,27 +1,42 @@
 """The HTTP surface: routes and probe semantics. Handlers only read what the monitor published.
 
-No handler performs I/O or computes a figure (R-E1): /metrics hands out bytes rendered when
-the round ended, already gzip-compressed for scrapers that ask for it. In front of the routes,
-access.Guard answers every method but GET with 405 and `Allow: GET`, and, when access control
-is on, reviews the bearer token of every request but the probes' (R-X4).
+No handler performs I/O or computes a figure (R-E1): /metrics and /monitor/snapshot hand out
+bytes made when the round ended, already gzip-compressed for clients that ask for it. Every
+answer is made by `Routes.answer`, whichever way the request came:
+
+- the fast path (`Routes` as `serve.http.FastRoutes`): a GET of one of the four paths is
+  answered by the connection's protocol the moment the request has arrived, without an ASGI
+  task, a Starlette request or a middleware stack, which cost more than serving the bytes
+  (bench/scrape.py: the gzip scrape, a 10 KB answer, is mostly that cost);
+- the ASGI app below, for everything else: other methods and paths, pipelined requests, and,
+  when access control is on, the two guarded routes. In front of its routes, access.Guard
+  answers every method but GET with 405 and `Allow: GET`, and, when access control is on,
+  reviews the bearer token of every request but the probes' (R-X4).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from devicemanager.exposition import CONTENT_TYPE
 from devicemanager.monitor import Published
 from devicemanager.serve.access import Guard, Reviewer
+from devicemanager.serve.http import Answer
 
 PATHS = ("/monitor/snapshot", "/metrics", "/readyz", "/livez")
+PROBES = ("/readyz", "/livez")
+
+_JSON = (b"content-type", b"application/json")
+_TEXT = (b"content-type", b"text/plain; charset=utf-8")
+_METRICS = (b"content-type", CONTENT_TYPE.encode())
+_VARY = (b"vary", b"Accept-Encoding")
+_GZIP = (b"content-encoding", b"gzip")
 
 
 class Source(Protocol):
@@ -37,46 +52,59 @@ class Source(Protocol):
     def readiness(self) -> tuple[bool, str]: ...
 
 
-Handler = Callable[[Request], Awaitable[Response]]
-
-
-def _accepts_gzip(request: Request) -> bool:
-    for part in request.headers.get("accept-encoding", "").split(","):
+def accepts_gzip(accept_encoding: str | None) -> bool:
+    """Whether an Accept-Encoding value admits gzip (`gzip`, or `*`, and not with q=0)."""
+    for part in (accept_encoding or "").split(","):
         coding, _, params = part.strip().partition(";")
         if coding.strip().lower() in ("gzip", "*") and params.replace(" ", "") != "q=0":
             return True
     return False
 
 
+class Routes:
+    """The four GET routes' answers, from what `source` published last."""
+
+    def __init__(self, source: Source, reviewer: Reviewer | None = None) -> None:
+        self.source = source
+        # With access control on, the guarded routes need the ASGI path (a review may wait on
+        # the API server); the probes stay open, and fast.
+        self.paths = frozenset(p.encode() for p in (PROBES if reviewer else PATHS))
+
+    def answer(self, path: str, gzip_ok: bool) -> Answer:
+        if path == "/metrics":
+            published = self.source.current
+            # A round older than three periods publishes its verdict and no figures (R-E4).
+            body = published.metrics if self.source.fresh(published) else published.stale_metrics
+            if gzip_ok:
+                return Answer(200, (_METRICS, _VARY, _GZIP), body.gzipped)
+            return Answer(200, (_METRICS, _VARY), body.plain)
+        if path == "/monitor/snapshot":
+            published = self.source.current
+            if gzip_ok:
+                return Answer(200, (_JSON, _VARY, _GZIP), published.snapshot_gzipped)
+            return Answer(200, (_JSON, _VARY), published.snapshot_json)
+        check = self.source.readiness if path == "/readyz" else self.source.liveness
+        ok, detail = check()
+        return Answer(200 if ok else 503, (_TEXT,), (detail + "\n").encode())
+
+    def fast(self, path: bytes, accept_encoding: bytes | None) -> Answer:
+        """serve.http.FastRoutes: `path` is one of `paths`."""
+        gzip_ok = accepts_gzip(accept_encoding.decode("latin-1")) if accept_encoding else False
+        return self.answer(path.decode("ascii"), gzip_ok)
+
+
 def create_app(source: Source, reviewer: Reviewer | None = None) -> Starlette:
-    async def snapshot(request: Request) -> Response:
-        return Response(source.current.snapshot_json, media_type="application/json")
+    routes_ = Routes(source, reviewer)
 
-    async def metrics(request: Request) -> Response:
-        published = source.current
-        # A round older than three periods publishes its verdict and no figures (R-E4).
-        body = published.metrics if source.fresh(published) else published.stale_metrics
-        headers = {"Content-Type": CONTENT_TYPE, "Vary": "Accept-Encoding"}
-        if _accepts_gzip(request):
-            headers["Content-Encoding"] = "gzip"
-            return Response(body.gzipped, headers=headers)
-        return Response(body.plain, headers=headers)
-
-    def probe(check: Callable[[], tuple[bool, str]]) -> Handler:
+    def route(path: str) -> Route:
         async def endpoint(request: Request) -> Response:
-            ok, detail = check()
-            return PlainTextResponse(detail + "\n", status_code=200 if ok else 503)
+            answer = routes_.answer(path, accepts_gzip(request.headers.get("accept-encoding")))
+            headers = {k.decode(): v.decode() for k, v in answer.headers}
+            return Response(answer.body, status_code=answer.status, headers=headers)
 
-        return endpoint
+        return Route(path, endpoint, methods=["GET"])
 
     # GET only; the Guard answers every other method before routing (starlette's own check
     # would admit HEAD and list every method a route has in Allow).
-    routes = [
-        Route("/monitor/snapshot", snapshot, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
-        Route("/readyz", probe(source.readiness), methods=["GET"]),
-        Route("/livez", probe(source.liveness), methods=["GET"]),
-    ]
-    assert {r.path for r in routes} == set(PATHS)
     guard = Middleware(Guard, routes=PATHS, reviewer=reviewer)
-    return Starlette(routes=routes, middleware=[guard])
+    return Starlette(routes=[route(p) for p in PATHS], middleware=[guard])

@@ -25,7 +25,11 @@ uvicorn's own protocol:
   request is answered `503` unless it is a probe (`/livez`, `/readyz`), which is always
   answered, so the kubelet never restarts the agent for what a client did to it;
 - `CONNECT` is answered `405` with `Allow: GET` here (httptools treats it as a tunnel and
-  uvicorn would leave it hanging); every other method reaches the app, which says the same.
+  uvicorn would leave it hanging); every other method reaches the app, which says the same;
+- the fast path: a GET of one of the `FastRoutes`' paths, with no request of the connection
+  still being answered, is answered here as soon as it has arrived, from bytes the monitor
+  made, without an ASGI task (see serve/app.py). Everything the limits above do applies to it
+  alike; anything else (other methods and paths, pipelined requests) goes to the app.
 
 TLS handshakes happen before a connection reaches the protocol; `new_event_loop` gives the
 listener a handshake deadline (`HANDSHAKE_TIMEOUT`) instead of asyncio's 60 s, and a closing
@@ -40,7 +44,7 @@ import logging
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
@@ -52,6 +56,23 @@ HANDSHAKE_TIMEOUT = 10.0
 # hold its file descriptor for asyncio's default 30 s after being shed or timed out.
 TLS_SHUTDOWN_TIMEOUT = 2.0
 PROBES = frozenset({"/livez", "/readyz"})
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A whole answer: status, headers (content-length is added), body."""
+
+    status: int
+    headers: tuple[tuple[bytes, bytes], ...]
+    body: bytes
+
+
+class FastRoutes(Protocol):
+    """Routes answered without the ASGI app: their paths, and the answer for one of them."""
+
+    paths: frozenset[bytes]
+
+    def fast(self, path: bytes, accept_encoding: bytes | None) -> Answer: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,10 +119,11 @@ class Connections:
 
 
 class BoundedHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with the limits above. Class attribute `registry` is set
-    by `protocol_for`, one registry per server."""
+    """uvicorn's httptools protocol with the limits above. Class attributes `registry` and
+    `routes` are set by `protocol_for`, one registry per server."""
 
     registry: Connections
+    routes: FastRoutes | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -117,6 +139,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self.refused = False
         self.sent_any = False
         self._deadline: asyncio.TimerHandle | None = None
+        # The request being taken by the fast path: (path, Accept-Encoding, keep-alive).
+        self._fast: tuple[bytes, bytes | None, bool] | None = None
 
     # -- state ------------------------------------------------------------------------------
 
@@ -250,21 +274,70 @@ class BoundedHttpProtocol(HttpToolsProtocol):
                 self.registry.count("refused_busy")
                 self.refuse(503, "server busy: too many connections\n", ((b"retry-after", b"1"),))
                 return
+        if self._take_fast():
+            return
         super().on_headers_complete()
+
+    def _take_fast(self) -> bool:
+        """Whether this request is the fast path's: a GET of one of its paths, on a connection
+        with nothing still being answered (else the app's queue keeps the order)."""
+        routes = self.routes
+        if routes is None or self.parser.get_method() != b"GET" or self.pipeline:
+            return False
+        if self.cycle is not None and not self.cycle.response_complete:
+            return False
+        if self.parser.should_upgrade():
+            return False
+        try:
+            path = httptools.parse_url(self.url).path
+        except httptools.HttpParserInvalidURLError:
+            return False
+        if path not in routes.paths:
+            return False
+        accept = next((v for n, v in self.headers if n == b"accept-encoding"), None)
+        keep_alive = self.parser.get_http_version() != "1.0" and self.parser.should_keep_alive()
+        self._fast = (path, accept, keep_alive)
+        return True
+
+    def _answer_fast(self, path: bytes, accept: bytes | None, keep_alive: bool) -> None:
+        assert self.routes is not None
+        try:
+            answer = self.routes.fast(path, accept)
+        except Exception:
+            log.exception("answering %s failed", path.decode("ascii", "replace"))
+            answer = Answer(500, ((b"content-type", b"text/plain; charset=utf-8"),), b"error\n")
+            keep_alive = False
+        content = [STATUS_LINE[answer.status]]
+        for name, value in (*self.server_state.default_headers, *answer.headers):
+            content.extend([name, b": ", value, b"\r\n"])
+        content.append(b"content-length: %d\r\n" % len(answer.body))
+        if not keep_alive:
+            content.append(b"connection: close\r\n")
+        content.append(b"\r\n")
+        self.transport.writelines([b"".join(content), answer.body])
+        if not keep_alive:
+            self.transport.close()
+        self.on_response_complete()
 
     def _unsupported_upgrade_warning(self) -> None:
         if not self.refused:  # CONNECT was answered already; nothing to warn about
             super()._unsupported_upgrade_warning()
 
     def on_body(self, body: bytes) -> None:
-        if self.refused or self.cycle is None:
-            return
+        if self.refused or self._fast is not None or self.cycle is None:
+            return  # a GET's body means nothing to the fast path: dropped
         super().on_body(body)
 
     def on_message_complete(self) -> None:
         self._cancel_deadline()
         self.request_started = None
-        if self.refused or self.cycle is None:
+        fast, self._fast = self._fast, None
+        if self.refused:
+            return
+        if fast is not None:
+            self._answer_fast(*fast)
+            return
+        if self.cycle is None:
             return
         super().on_message_complete()
 
@@ -276,10 +349,15 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             self.close()
 
 
-def protocol_for(limits: Limits) -> tuple[type[BoundedHttpProtocol], Connections]:
-    """A protocol class bound to a fresh registry, for uvicorn.Config(http=...)."""
+def protocol_for(
+    limits: Limits, routes: FastRoutes | None = None
+) -> tuple[type[BoundedHttpProtocol], Connections]:
+    """A protocol class bound to a fresh registry and the fast routes, for
+    uvicorn.Config(http=...)."""
     registry = Connections(limits)
-    cls = type("AgentHttpProtocol", (BoundedHttpProtocol,), {"registry": registry})
+    cls = type(
+        "AgentHttpProtocol", (BoundedHttpProtocol,), {"registry": registry, "routes": routes}
+    )
     return cls, registry
 
 
