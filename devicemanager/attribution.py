@@ -32,6 +32,7 @@ from pathlib import Path
 from devicemanager import cgroup, procfs
 from devicemanager.cgroup import CgroupIdentity
 from devicemanager.model import DeviceProcesses, ProcessRow, Reason
+from devicemanager.pidfds import PidFds
 from devicemanager.pods import PodIndex
 from devicemanager.procfs import ProcError
 
@@ -190,22 +191,89 @@ def started_after(start_ticks: int, read_at: float | None, ticks_per_second: int
     return read_at is not None and start_ticks / ticks_per_second > read_at
 
 
-class Resolver:
-    """Reads /proc under `proc_root`; caches identities by (PID, start time, cgroup text)."""
+@dataclass(slots=True)
+class _Known:
+    """A PID as /proc last showed it, and where it was placed against which pod index."""
 
-    def __init__(self, proc_root: Path | str, ticks_per_second: int | None = None) -> None:
+    start_ticks: int
+    cgroup: bytes  # the cgroup file's bytes as read: compared, never parsed again
+    identified: Identified
+    index: PodIndex | None = None
+    resolution: Resolution | None = None
+
+
+def _start_and_state(stat: bytes) -> tuple[int, bytes]:
+    """Start time and state from a stat line read as bytes (see procfs.parse_stat)."""
+    fields = stat[stat.rindex(b")") + 1 :].split(None, 20)
+    return int(fields[19]), fields[0]
+
+
+class Resolver:
+    """Reads /proc under `proc_root`; caches identities by (PID, start time, cgroup text).
+
+    With `pidfds` (the live /proc of this PID namespace), a placed process is also held by a
+    pidfd: while it has not ended, it is the process that was identified, so a steady round
+    reads only its cgroup (to notice a move)."""
+
+    def __init__(
+        self,
+        proc_root: Path | str,
+        ticks_per_second: int | None = None,
+        pidfds: PidFds | None = None,
+    ) -> None:
         self.proc_root = Path(proc_root)
+        self._root = str(self.proc_root)
         self.ticks_per_second = ticks_per_second or os.sysconf("SC_CLK_TCK")
-        self._cache: dict[int, tuple[int, str, Identified]] = {}
+        self.pidfds = pidfds
+        self._cache: dict[int, _Known] = {}
+        self._ended: set[int] = set()  # held PIDs whose process ended, as of this round
         self.reads = 0  # files read, for tests and the benchmark
 
     def _read(self, pid: int, name: str) -> str:
         self.reads += 1
         return procfs.read(self.proc_root, pid, name)
 
+    def _read_raw(self, pid: int, name: str) -> bytes:
+        self.reads += 1
+        return procfs.read_raw(self.proc_root, pid, name)
+
     def _stat(self, pid: int) -> procfs.Stat:
         self.reads += 1
         return procfs.read_stat(self.proc_root, pid)
+
+    def _steady(self, pid: int, read_at: float | None) -> _Known | None:
+        """The cache's answer when this PID's stat and cgroup say nothing changed: two plain
+        reads, the cgroup compared as bytes. None whenever anything differs or fails; the full
+        read then decides, with its reasons. This is the path of every PID from its second
+        round on, so it does no more than the reads and one comparison."""
+        known = self._cache.get(pid)
+        if known is None:
+            return None
+        if self.pidfds is not None and self.pidfds.holds(pid):
+            if pid in self._ended:
+                return None
+            self.reads += 1
+            try:
+                text = procfs.read_bytes(f"{self._root}/{pid}/cgroup")
+            except OSError:
+                return None
+            return known if text == known.cgroup else None
+        try:
+            stat = procfs.read_bytes(f"{self._root}/{pid}/stat")
+            text = procfs.read_bytes(f"{self._root}/{pid}/cgroup")
+            start, state = _start_and_state(stat)
+        except (OSError, ValueError, IndexError):
+            return None
+        finally:
+            self.reads += 2
+        if (
+            text != known.cgroup
+            or start != known.start_ticks
+            or state in (b"Z", b"X")
+            or started_after(start, read_at, self.ticks_per_second)
+        ):
+            return None
+        return known
 
     def identify(self, pid: int, read_at: float | None = None) -> Identified:
         """What /proc says of `pid`. `read_at`: when the vendor's answer naming it was taken
@@ -214,11 +282,8 @@ class Resolver:
         itself, a delegated cgroup can be named freely), so anything unforeseen in them makes
         this one row `unreadable`, which keeps its device's per-process figures absent rather
         than failing the round."""
-        try:
-            return self._identify(pid, read_at)
-        except Exception:
-            log.debug("identifying PID %d failed", pid, exc_info=True)
-            return Identified(reason=Reason.UNREADABLE)
+        known = self._steady(pid, read_at)
+        return known.identified if known is not None else self._full(pid, read_at)
 
     def _identify(self, pid: int, read_at: float | None = None) -> Identified:
         try:
@@ -228,13 +293,21 @@ class Resolver:
             if started_after(stat.start_ticks, read_at, self.ticks_per_second):
                 # The reported process is gone and its PID recycled: seen, but not that one.
                 return Identified(reason=Reason.UNSTABLE)
-            text = self._read(pid, "cgroup")
+            raw = self._read_raw(pid, "cgroup")
             cached = self._cache.get(pid)
-            if cached is not None and cached[:2] == (stat.start_ticks, text):
-                return cached[2]
-            first = cgroup.parse(text)
+            if (
+                cached is not None
+                and cached.start_ticks == stat.start_ticks
+                and cached.cgroup == raw
+            ):
+                return cached.identified
+            first = cgroup.parse(procfs.text_of(raw, pid, "cgroup"))
             comm = self._read(pid, "comm").strip()
             second = cgroup.parse(self._read(pid, "cgroup"))
+            # Held before the last stat: if that stat still shows the same start time, the
+            # handle is on the process identified here, not on a successor.
+            if self.pidfds is not None:
+                self.pidfds.open(pid)
             again = self._stat(pid)
         except ProcError as exc:
             return Identified(reason=exc.reason)
@@ -246,18 +319,52 @@ class Resolver:
         result = (
             Identified(reason=Reason.MEDIATED) if comm.startswith(MPS_COMM) else Identified(first)
         )
-        self._cache[pid] = (stat.start_ticks, text, result)
+        self._cache[pid] = _Known(stat.start_ticks, raw, result)
         return result
 
     def resolve(
         self, pids: Iterable[int], index: PodIndex, read_at: float | None = None
     ) -> dict[int, Resolution]:
-        """Each distinct PID once; the cache keeps only PIDs of this round."""
+        """Each distinct PID once; the cache keeps only PIDs of this round. A PID unchanged
+        since the last round, against the same (immutable) pod index, keeps its placement."""
         wanted = set(pids)
-        out = {pid: place(self.identify(pid, read_at), index) for pid in wanted}
+        self._ended = self.pidfds.ended() if self.pidfds is not None else set()
+        out = {}
+        for pid in wanted:
+            known = self._steady(pid, read_at)
+            if known is not None and known.index is index and known.resolution is not None:
+                out[pid] = known.resolution
+                continue
+            identified = known.identified if known is not None else self._full(pid, read_at)
+            resolution = out[pid] = place(identified, index)
+            known = self._cache.get(pid)
+            if known is not None and known.identified is identified:
+                known.index, known.resolution = index, resolution
         for stale in self._cache.keys() - wanted:
             del self._cache[stale]
+            self._release(stale)
         return out
+
+    def _release(self, pid: int) -> None:
+        if self.pidfds is not None:
+            self.pidfds.close(pid)
+
+    def close(self) -> None:
+        """Let go of every pidfd held."""
+        if self.pidfds is not None:
+            self.pidfds.close_all()
+        self._cache.clear()
+
+    def _full(self, pid: int, read_at: float | None) -> Identified:
+        try:
+            result = self._identify(pid, read_at)
+        except Exception:
+            log.debug("identifying PID %d failed", pid, exc_info=True)
+            result = Identified(reason=Reason.UNREADABLE)
+        known = self._cache.get(pid)
+        if known is None or known.identified is not result:
+            self._release(pid)  # only a process identified and cached is held
+        return result
 
 
 class Attributor:
@@ -265,12 +372,18 @@ class Attributor:
 
     `recycled_check`: compare each process's start time with the vendor's read. On for the live
     /proc; off where the /proc tree is a recording whose start times are not this machine's.
+    `pidfds`: hold each placed process by a pidfd (see devicemanager.pidfds); only for the live
+    /proc of this agent's own PID namespace.
     """
 
     def __init__(
-        self, proc_root: Path, limiter: LogLimiter | None = None, recycled_check: bool = False
+        self,
+        proc_root: Path,
+        limiter: LogLimiter | None = None,
+        recycled_check: bool = False,
+        pidfds: bool = False,
     ) -> None:
-        self.resolver = Resolver(proc_root)
+        self.resolver = Resolver(proc_root, pidfds=PidFds() if pidfds else None)
         self.limiter = limiter or LogLimiter()
         self.recycled_check = recycled_check
         self._seen: set[str] = set()  # devices some PID of which was ever found in /proc
@@ -303,6 +416,9 @@ class Attributor:
             self._log(manufacturer, verdict)
             out.append(verdict)
         return tuple(out)
+
+    def close(self) -> None:
+        self.resolver.close()
 
     def _log(self, manufacturer: str, verdict: DeviceAttribution) -> None:
         if verdict.reason is None:

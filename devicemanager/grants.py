@@ -279,7 +279,38 @@ def disagreement(annotation: Iterable[Grant], kubelet: Iterable[Grant]) -> Disag
 KubeletGrants = Callable[[PodInfo], Sequence[Grant]] | Mapping[str, Sequence[Grant]]
 
 
-def node_grants(index: PodIndex, kubelet: KubeletGrants | None = None) -> NodeGrants:
+class RememberedGrants:
+    """`grants_of`, remembered per pod object: a pod's annotations are parsed again when the
+    pod changed (the index then holds a new PodInfo), not every round. A malformed annotation
+    is remembered as its error, raised again each round inside the pod's boundary."""
+
+    def __init__(self) -> None:
+        self._by_uid: dict[str, tuple[PodInfo, tuple[Grant, ...] | Exception]] = {}
+
+    def __call__(self, pod: PodInfo) -> tuple[Grant, ...]:
+        known = self._by_uid.get(pod.uid)
+        if known is None or known[0] is not pod:
+            try:
+                outcome: tuple[Grant, ...] | Exception = grants_of(pod)
+            except Exception as exc:
+                outcome = exc
+            known = self._by_uid[pod.uid] = (pod, outcome)
+        if isinstance(known[1], Exception):
+            # Without its old traceback: one raised again every round would grow it for ever.
+            raise known[1].with_traceback(None)
+        return known[1]
+
+    def retain(self, index: PodIndex) -> None:
+        """Forget pods the index no longer holds."""
+        for uid in self._by_uid.keys() - index.pods.keys():
+            del self._by_uid[uid]
+
+
+def node_grants(
+    index: PodIndex,
+    kubelet: KubeletGrants | None = None,
+    annotation_grants: Callable[[PodInfo], tuple[Grant, ...]] = grants_of,
+) -> NodeGrants:
     """Every pod's grants. A pod's allocation annotation is its grant source; a pod without one
     holds what the kubelet's device plugins allocated it (R-X2).
 
@@ -287,7 +318,8 @@ def node_grants(index: PodIndex, kubelet: KubeletGrants | None = None) -> NodeGr
     malformed annotation, a device id nobody foresaw, a parser bug) leaves that pod with no
     grants, a line in the log and a count in /metrics, and touches no other pod (R-G1). The
     kubelet's view does not stand in for a malformed annotation: it cannot tell a HAMi slice
-    from a whole card."""
+    from a whole card. `annotation_grants` reads a pod's annotations (`grants_of`, or a
+    RememberedGrants)."""
     disagreements: dict[str, Disagreement] = {}
 
     def from_kubelet(pod: PodInfo) -> Sequence[Grant]:
@@ -301,7 +333,7 @@ def node_grants(index: PodIndex, kubelet: KubeletGrants | None = None) -> NodeGr
         plugin = tuple(from_kubelet(pod))
         if not annotated(pod):
             return plugin
-        grants = grants_of(pod)
+        grants = annotation_grants(pod)
         if plugin and (differs := disagreement(grants, plugin)):
             disagreements[pod.uid] = differs
         return grants

@@ -265,6 +265,40 @@ def as_number(value: Any) -> float | None:
 
 
 _Node = TypeVar("_Node")
+# Each dataclass's field names, looked up once per class: the check runs over every process
+# row of every round, where dataclasses.fields() per row costs more than the check itself.
+_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...] | None:
+    try:
+        return _FIELD_NAMES[cls]
+    except KeyError:
+        dataclass_ = dataclasses.is_dataclass(cls)
+        names = tuple(f.name for f in dataclasses.fields(cls)) if dataclass_ else None
+        _FIELD_NAMES[cls] = names
+        return names
+
+
+def _all_finite(node: object) -> bool:
+    """Whether no float anywhere in `node` is NaN or infinite: the common case, checked without
+    building a path per value."""
+    kind = type(node)
+    if kind is float:
+        return math.isfinite(node)  # type: ignore[arg-type]
+    if kind is tuple:
+        return all(map(_all_finite, node))  # type: ignore[call-overload]
+    names = _field_names(kind)
+    if names is None:
+        return True
+    for name in names:
+        value = getattr(node, name)
+        if type(value) is float:
+            if not math.isfinite(value):
+                return False
+        elif value is not None and not _all_finite(value):
+            return False
+    return True
 
 
 def _finite_node(node: _Node, path: str, dropped: list[str]) -> _Node:
@@ -294,6 +328,8 @@ def finite_reading(reading: VendorReading) -> tuple[VendorReading, tuple[str, ..
 
     The monitor applies it to every reading a backend's parse() returns, so no vendor module
     has to remember it and an encoder never meets a float JSON cannot carry."""
+    if _all_finite(reading):
+        return reading, ()
     dropped: list[str] = []
     fixed = _finite_node(reading, "", dropped)
     return fixed, tuple(dropped)

@@ -35,29 +35,24 @@ MAX_READ = 64 * 1024
 
 def read_bytes(path: str, limit: int = MAX_READ) -> bytes:
     """The file's first `limit` + 1 bytes at most, with plain system calls: this runs twice
-    per PID per round, and an io object per read costs more than the read."""
+    per PID per round, and an io object per read costs more than the read.
+
+    One read is the whole file: /proc's stat, cgroup and comm are made in one piece when first
+    read (single_open seq files) and handed out up to the size asked for, and a regular file
+    of a fixture tree reads whole too. So a /proc read is one open, one read and one close;
+    every system call also hands the interpreter lock to the HTTP server and back."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        chunks = []
-        size = 0
-        while size <= limit:
-            chunk = os.read(fd, limit + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks)
+        return os.read(fd, limit + 1)
     finally:
         os.close(fd)
 
 
-def read(root: Path | str, pid: int, name: str) -> str:
+def read_raw(root: Path | str, pid: int, name: str) -> bytes:
+    """`<root>/<pid>/<name>` as bytes, a failure as the reason its row gets."""
     try:
         # A formatted string, not Path arithmetic: this runs once per PID per round.
         data = read_bytes(f"{root}/{pid}/{name}")
-        if len(data) > MAX_READ:
-            raise ProcError(Reason.UNREADABLE, f"{name} of {pid} is larger than {MAX_READ} bytes")
-        return data.decode()
     except (FileNotFoundError, ProcessLookupError, NotADirectoryError) as exc:
         # The normal race: the process ended between the vendor's answer and this read.
         raise ProcError(Reason.EXITED, str(exc)) from exc
@@ -67,8 +62,20 @@ def read(root: Path | str, pid: int, name: str) -> str:
         # ESRCH surfaces as an OSError on some kernels when the task is being reaped.
         reason = Reason.EXITED if exc.errno == errno.ESRCH else Reason.UNREADABLE
         raise ProcError(reason, str(exc)) from exc
+    if len(data) > MAX_READ:
+        raise ProcError(Reason.UNREADABLE, f"{name} of {pid} is larger than {MAX_READ} bytes")
+    return data
+
+
+def text_of(data: bytes, pid: int, name: str) -> str:
+    try:
+        return data.decode()
     except UnicodeDecodeError as exc:
         raise ProcError(Reason.UNREADABLE, f"{name} of {pid} is not text") from exc
+
+
+def read(root: Path | str, pid: int, name: str) -> str:
+    return text_of(read_raw(root, pid, name), pid, name)
 
 
 def parse_stat(text: str) -> Stat:

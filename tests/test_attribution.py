@@ -137,13 +137,21 @@ class Recycling(Resolver):
         super().__init__(root)
         self.name, self.after, self.swap, self.count = name, after, swap, 0
 
-    def _read(self, pid: int, name: str) -> str:
-        text = super()._read(pid, name)
+    def _counted(self, name: str) -> None:
         if name == self.name:
             self.count += 1
             if self.count == self.after:
                 self.swap()  # type: ignore[operator]
+
+    def _read(self, pid: int, name: str) -> str:
+        text = super()._read(pid, name)
+        self._counted(name)
         return text
+
+    def _read_raw(self, pid: int, name: str) -> bytes:
+        data = super()._read_raw(pid, name)
+        self._counted(name)
+        return data
 
 
 def test_a_pid_recycled_into_another_pod_between_reads_is_unstable(tmp_path: Path) -> None:

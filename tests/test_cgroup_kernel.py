@@ -21,7 +21,9 @@ import pytest
 from devicemanager.attribution import Attributor, Placement, Resolver, boot_seconds
 from devicemanager.model import DeviceProcesses, Payload, ProcessRow, Reason, VendorReading
 from devicemanager.monitor import BackendWorker, Monitor
+from devicemanager.pidfds import PidFds
 from devicemanager.pods import PodIndex
+from devicemanager.procfs import read_bytes
 
 # cpuset needs cpus and mems set before a task may join; memory here may hold the sandbox's
 # own accounting. Neither is needed to show a kubelet-shaped path.
@@ -241,8 +243,9 @@ def test_a_process_started_after_the_vendor_read_is_not_charged(cgroups: Cgroups
     assert verdict.reason is Reason.UNSTABLE and verdict.counts.unreadable == 1
 
 
+@pytest.mark.parametrize("pidfds", [False, True])
 def test_the_monitor_charges_no_process_that_started_after_its_vendor_read(
-    cgroups: Cgroups,
+    cgroups: Cgroups, pidfds: bool
 ) -> None:
     """The whole round: the worker notes when read() returned, the attributor compares. The
     backend's parse runs after read() and starts the process it then reports, as if the PID
@@ -274,7 +277,7 @@ def test_the_monitor_charges_no_process_that_started_after_its_vendor_read(
         liveness_timeout=60,
         node="n",
         pods=lambda: index,
-        attributor=Attributor(Path("/proc"), recycled_check=True),
+        attributor=Attributor(Path("/proc"), recycled_check=True, pidfds=pidfds),
     )
     published = monitor.run_round()
     monitor.stop()
@@ -282,3 +285,135 @@ def test_the_monitor_charges_no_process_that_started_after_its_vendor_read(
     assert section is not None and section.usages == ()
     (device,) = section.devices
     assert device.memory_reason is Reason.UNSTABLE and device.rows_unreadable == 1
+
+
+# -- pidfds: a placed process held by the kernel's handle on it ------------------------------
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def pidfd_resolver(budget: int | None = None) -> Resolver:
+    if not hasattr(os, "pidfd_open"):
+        pytest.skip("this Python has no os.pidfd_open")
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError as exc:
+        pytest.skip(f"pidfd_open is not available here: {exc}")
+    return Resolver(Path("/proc"), pidfds=PidFds(budget))
+
+
+def test_a_held_process_is_read_by_its_cgroup_alone_and_its_exit_is_seen(
+    cgroups: Cgroups,
+) -> None:
+    mounts = [m for _, m in hierarchies()]
+    uid, cid = ids()
+    child = cgroups.spawn()
+    for mount in mounts:
+        join(cgroups.make(mount, f"kubepods/pod{uid}/{cid}"), child.pid)
+    pods = index(uid, cid)
+    resolver = pidfd_resolver()
+    assert resolver.resolve([child.pid], pods)[child.pid].placement == Placement(uid, "main")
+    assert resolver.pidfds is not None and resolver.pidfds.holds(child.pid)
+    first = resolver.reads  # stat, cgroup, comm, cgroup, stat
+    assert first == 5
+    assert resolver.resolve([child.pid], pods)[child.pid].placement == Placement(uid, "main")
+    assert resolver.reads - first == 1  # the cgroup alone: the pidfd says it is the same process
+    child.kill()
+    child.wait()  # reaped: the PID may now be handed to anyone
+    assert resolver.resolve([child.pid], pods)[child.pid].reason is Reason.EXITED
+    assert not resolver.pidfds.holds(child.pid)  # let go with the process
+
+
+def test_a_zombie_behind_a_held_pidfd_is_a_zombie(cgroups: Cgroups) -> None:
+    mounts = [m for _, m in hierarchies()]
+    uid, cid = ids()
+    child = cgroups.spawn()
+    for mount in mounts:
+        join(cgroups.make(mount, f"kubepods/pod{uid}/{cid}"), child.pid)
+    resolver = pidfd_resolver()
+    pods = index(uid, cid)
+    assert resolver.resolve([child.pid], pods)[child.pid].placement == Placement(uid, "main")
+    os.kill(child.pid, 9)
+    for _ in range(100):  # not reaped: a zombie until wait()
+        if Path(f"/proc/{child.pid}/stat").read_text().split(") ")[1][0] == "Z":
+            break
+        time.sleep(0.01)
+    assert resolver.resolve([child.pid], pods)[child.pid].reason is Reason.ZOMBIE
+
+
+def test_a_held_process_moved_to_another_pod_is_placed_again(cgroups: Cgroups) -> None:
+    mounts = [m for _, m in hierarchies()]
+    (uid_a, cid_a), (uid_b, cid_b) = ids(), ids()
+    child = cgroups.spawn()
+    for mount in mounts:
+        join(cgroups.make(mount, f"kubepods/pod{uid_a}/{cid_a}"), child.pid)
+    both = PodIndex.of_infos(
+        [*index(uid_a, cid_a).pods.values(), *index(uid_b, cid_b).pods.values()]
+    )
+    resolver = pidfd_resolver()
+    assert resolver.resolve([child.pid], both)[child.pid].placement == Placement(uid_a, "main")
+    for mount in mounts:
+        join(cgroups.make(mount, f"kubepods/pod{uid_b}/{cid_b}"), child.pid)
+    assert resolver.resolve([child.pid], both)[child.pid].placement == Placement(uid_b, "main")
+
+
+def test_pidfds_stay_within_their_budget_and_are_all_given_back(cgroups: Cgroups) -> None:
+    mounts = [m for _, m in hierarchies()]
+    uid, cid = ids()
+    children = [cgroups.spawn() for _ in range(5)]
+    for child in children:
+        for mount in mounts:
+            join(cgroups.make(mount, f"kubepods/pod{uid}/{cid}"), child.pid)
+    pids = [c.pid for c in children]
+    before = open_fds()
+    resolver = pidfd_resolver(budget=3)
+    found = resolver.resolve(pids, index(uid, cid))
+    assert all(found[p].placement == Placement(uid, "main") for p in pids)
+    assert resolver.pidfds is not None and len(resolver.pidfds) == 3
+    assert open_fds() == before + 3
+    # Past the budget a process is checked by its stat, as without pidfds: still placed.
+    again = resolver.resolve(pids, index(uid, cid))
+    assert all(again[p].placement == Placement(uid, "main") for p in pids)
+    # PIDs the vendor no longer reports are let go, and close() lets go of the rest.
+    resolver.resolve(pids[:1], index(uid, cid))
+    assert open_fds() <= before + 1
+    resolver.close()
+    assert open_fds() == before
+
+
+def test_without_pidfd_open_the_stat_decides_as_before(
+    cgroups: Cgroups, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mounts = [m for _, m in hierarchies()]
+    uid, cid = ids()
+    child = cgroups.spawn()
+    for mount in mounts:
+        join(cgroups.make(mount, f"kubepods/pod{uid}/{cid}"), child.pid)
+
+    def unsupported(pid: int, flags: int = 0) -> int:
+        raise OSError(38, "Function not implemented")  # ENOSYS: a kernel before 5.3
+
+    monkeypatch.setattr(os, "pidfd_open", unsupported)
+    resolver = Resolver(Path("/proc"), pidfds=PidFds())
+    pods = index(uid, cid)
+    assert resolver.resolve([child.pid], pods)[child.pid].placement == Placement(uid, "main")
+    assert resolver.pidfds is not None and not resolver.pidfds.available
+    first = resolver.reads
+    assert resolver.resolve([child.pid], pods)[child.pid].placement == Placement(uid, "main")
+    assert resolver.reads - first == 2  # stat and cgroup
+    child.kill()
+    child.wait()
+    assert resolver.resolve([child.pid], pods)[child.pid].reason is Reason.EXITED
+
+
+def test_one_read_takes_a_whole_proc_file(cgroups: Cgroups) -> None:
+    # read_bytes reads once: /proc's files are made whole at the first read and handed out up
+    # to the size asked for; stat's counters move between two reads, so its shape is shown.
+    child = cgroups.spawn()
+    for name in ("cgroup", "comm", "environ", "cmdline", "mountinfo"):
+        whole = Path(f"/proc/{child.pid}/{name}").read_bytes()
+        assert read_bytes(f"/proc/{child.pid}/{name}") == whole, name
+    stat = read_bytes(f"/proc/{child.pid}/stat")
+    assert stat.endswith(b"\n") and len(stat.rpartition(b")")[2].split()) == 50

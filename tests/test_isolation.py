@@ -235,3 +235,54 @@ def test_finite_reading_drops_every_non_finite_float_and_says_where() -> None:
 def test_json_nan_and_infinity_are_not_numbers() -> None:
     doc = json.loads('{"a": NaN, "b": Infinity, "c": -Infinity, "d": 1.5}')
     assert [as_number(doc[k]) for k in "abcd"] == [None, None, None, 1.5]
+
+
+# -- a pod's annotations are parsed again only when the pod changed -------------------------------
+
+
+def test_remembered_grants_parse_a_pod_once_and_again_when_it_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from devicemanager import grants as grants_module
+    from devicemanager.grants import RememberedGrants
+
+    calls: list[str] = []
+    real = grants_module.grants_of
+
+    def counted(info: PodInfo) -> tuple[Grant, ...]:
+        calls.append(info.uid)
+        return real(info)
+
+    monkeypatch.setattr(grants_module, "grants_of", counted)
+    first = PodIndex.of([pod("a", {"main": [accel(0, 3, 400_000)]})])
+    remembered = RememberedGrants()
+    (info,) = first.pods.values()
+    (grant,) = remembered(info)
+    assert remembered(info) == (grant,) and calls == [info.uid]  # the same pod: not parsed again
+    changed = PodIndex.of([pod("a", {"main": [accel(0, 3, 800_000)]})])
+    (new_info,) = changed.pods.values()
+    (new_grant,) = remembered(new_info)
+    assert (grant.units, new_grant.units) == (400_000, 800_000) and len(calls) == 2
+    remembered.retain(PodIndex())
+    remembered(new_info)
+    assert len(calls) == 3  # forgotten with its pod
+
+
+def test_a_remembered_malformed_annotation_fails_its_pod_every_round_alike() -> None:
+    from devicemanager.grants import RememberedGrants
+
+    bad = pod("bad", {})
+    bad["metadata"]["annotations"] = {HAMI_KEY: "GPU-x,NVIDIA,²,0:;"}
+    (info,) = PodIndex.of([bad]).pods.values()
+    remembered = RememberedGrants()
+    depths = []
+    for _ in range(3):
+        with pytest.raises(AllocationError) as raised:
+            remembered(info)
+        depth, tb = 0, raised.value.__traceback__
+        while tb is not None:
+            depth, tb = depth + 1, tb.tb_next
+        depths.append(depth)
+    assert depths[0] == depths[1] == depths[2]  # raised again, its traceback never growing
+    grants = node_grants(PodIndex.of([bad, pod("good", {"main": [accel(1, 1)]})]), None, remembered)
+    assert set(grants.errors) == {info.uid} and len(grants.by_pod) == 1
