@@ -9,6 +9,9 @@ unless `--debug`, and one set of exit codes:
        a vendor library not on this node)
     2  usage: a flag, argument or file given is wrong
     3  cannot reach or read: the agent, the cluster or a source did not answer as it should
+
+`--debug` adds the traceback of an unexpected failure and keeps its exit code. A standard output
+closed by its reader (`devicemanager snapshot | head -1`) ends the command quietly, exit 0.
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ import argparse
 import json
 import os
 import platform
+import select
 import sys
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
@@ -275,7 +280,9 @@ def whois(
 
 
 def _cmd_whois(args: argparse.Namespace) -> int:
-    if (args.pid is None) == (args.cgroup_file is None):
+    if args.pid is None and args.cgroup_file is None:
+        raise CliError("give a PID or --cgroup-file (one of them)", USAGE)
+    if args.pid is not None and args.cgroup_file is not None:
         raise CliError("give a PID or --cgroup-file, not both", USAGE)
     doc = whois(args.pid, args.cgroup_file, args.proc_root, args.pods)
     print(json.dumps(doc, indent=2))
@@ -295,30 +302,46 @@ def _pid(value: str) -> int:
 # -- instance-metrics -----------------------------------------------------------------------------
 
 
+def kubeconfig_from(environ: Mapping[str, str] = os.environ) -> tuple[Path, str] | None:
+    """As kubectl: $KUBECONFIG (its first file), else ~/.kube/config where it exists; with
+    where it came from, for the messages that name it."""
+    if environ.get("KUBECONFIG"):
+        return Path(environ["KUBECONFIG"].split(os.pathsep)[0]), "$KUBECONFIG"
+    home = Path(environ.get("HOME", "~")).expanduser() / ".kube" / "config"
+    return (home, "~/.kube/config") if home.is_file() else None
+
+
 def default_kubeconfig(environ: Mapping[str, str] = os.environ) -> Path | None:
     """As kubectl: $KUBECONFIG (its first file), else ~/.kube/config where it exists."""
-    if environ.get("KUBECONFIG"):
-        return Path(environ["KUBECONFIG"].split(os.pathsep)[0])
-    home = Path(environ.get("HOME", "~")).expanduser() / ".kube" / "config"
-    return home if home.is_file() else None
+    found = kubeconfig_from(environ)
+    return None if found is None else found[0]
 
 
 def _cmd_instance_metrics(args: argparse.Namespace) -> int:
     from devicemanager.figures import InstanceMetricsUnavailable, metrics_json
     from devicemanager.kube.client import KubeClient, KubeError, config_from
-    from devicemanager.kube.sampler import InstanceSampler
 
-    if args.kubeconfig is not None and not args.kubeconfig.is_file():
-        raise CliError(f"--kubeconfig: {args.kubeconfig} is not a file", USAGE)
+    # The file and what to call it: the flag when given, else where kubectl would look.
+    given = (args.kubeconfig, "--kubeconfig") if args.kubeconfig is not None else None
+    kubeconfig, label = given or kubeconfig_from() or (None, "--kubeconfig")
+    if kubeconfig is not None and not kubeconfig.is_file():
+        raise CliError(f"{label}: {kubeconfig} is not a file", USAGE)
     try:
-        config = config_from(args.kubeconfig, args.service_account_dir)
+        config = config_from(kubeconfig, args.service_account_dir)
         client = KubeClient(config) if config is not None else None
     except KubeError as exc:
-        raise CliError(f"--kubeconfig: {exc}", USAGE) from None
+        raise CliError(f"{label}: {kubeconfig}: {exc}", USAGE) from None
+    except KeyError as exc:  # lightkube indexes the file's sections without checking them
+        raise CliError(
+            f"{label}: {kubeconfig} cannot be used: it has no {exc.args[0]!r} section",
+            USAGE,
+        ) from None
     except Exception as exc:  # lightkube raises its own errors, and YAML's, on a bad file
-        raise CliError(f"--kubeconfig: {args.kubeconfig} cannot be used: {exc}", USAGE) from None
+        raise CliError(f"{label}: {kubeconfig} cannot be used: {exc}", USAGE) from None
     if client is None:
         raise CliError("no cluster: not in a pod, no --kubeconfig and no ~/.kube/config", USAGE)
+    from devicemanager.kube.sampler import InstanceSampler
+
     sampler = InstanceSampler(
         client, agent_namespace=args.agent_namespace, snapshot_url=args.snapshot_url
     )
@@ -366,7 +389,9 @@ def _agent_flags(parser: argparse.ArgumentParser, default_url: str, env: str) ->
     parser.add_argument(
         "--cacert", help="verify the agent against this CA (default: no verification)"
     )
-    parser.add_argument("--timeout", type=float, default=10.0, help="seconds (default: 10)")
+    parser.add_argument(
+        "--timeout", type=_positive_float, default=10.0, help="seconds (default: 10)"
+    )
 
 
 def _positive_int(text: str) -> int:
@@ -518,7 +543,6 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument(
         "--kubeconfig",
         type=Path,
-        default=default_kubeconfig(),
         help="(default: $KUBECONFIG, else ~/.kube/config; in a pod the service account)",
     )
     im.add_argument(
@@ -568,24 +592,53 @@ def _fail(command: str, message: str, code: int) -> NoReturn:
     raise SystemExit(code)
 
 
+def _stdout_closed() -> bool:
+    """Whether our standard output is a pipe whose reader has gone (`| head -1`): the kernel
+    reports an error condition (POLLERR) on the writing end of a pipe with no reader left."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)  # POLLERR and POLLHUP are always reported
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def _quiet_stdout() -> None:
+    """What is still buffered for a closed standard output goes nowhere, and no error about it
+    is printed at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)  # usage errors: argparse's message, exit 2
     command = args.command
     try:
         result: int = args.func(args)
+        sys.stdout.flush()  # here, where a closed standard output is seen, not at exit
     except CliError as exc:
         _fail(command, str(exc), exc.code)
     except KeyboardInterrupt:
         _fail(command, "interrupted", 130)
+    except BrokenPipeError as exc:
+        if not _stdout_closed():  # a broken pipe of some other file: unexpected
+            _unexpected(command, exc, args.debug)
+        # The reader took what it wanted, as `head` does: not a failure of ours.
+        _quiet_stdout()
+        return OK
     except Exception as exc:
-        if args.debug:
-            raise
-        _fail(
-            command,
-            f"{type(exc).__name__}: {exc} (run with --debug for the traceback)",
-            UNREACHABLE,
-        )
+        _unexpected(command, exc, args.debug)
     return result
+
+
+def _unexpected(command: str, exc: Exception, debug: bool) -> NoReturn:
+    """A failure no command foresaw: one line, exit 3; with --debug its traceback first, and
+    the same exit code, so a script sees the same outcome either way."""
+    if debug:
+        traceback.print_exception(exc)
+    hint = "" if debug else " (run with --debug for the traceback)"
+    _fail(command, f"{type(exc).__name__}: {exc}{hint}", UNREACHABLE)
 
 
 if __name__ == "__main__":

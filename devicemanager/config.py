@@ -313,12 +313,16 @@ def settings_from(args: argparse.Namespace) -> Settings:
     if args.access_control not in ACCESS_CONTROL:
         raise SystemExit(f"--access-control: {' or '.join(ACCESS_CONTROL)}")
     manufacturers = tuple(m.strip() for m in (args.manufacturer or "").split(",") if m.strip())
+    cert_dir = Path(args.cert_dir) if args.cert_dir else None
+    if cert_dir is not None and not cert_dir.is_dir():
+        # Said here, before anything starts, rather than as the first reload's FileNotFoundError.
+        raise SystemExit(f"--cert-dir: {cert_dir} is not a directory")
     return Settings(
         manufacturers=manufacturers,
         replay=Path(args.replay) if args.replay else None,
         bind_address=args.bind_address,
         secure_port=port,
-        cert_dir=Path(args.cert_dir) if args.cert_dir else None,
+        cert_dir=cert_dir,
         monitor_period=period,
         backend_timeout=timeout,
         liveness_timeout=liveness,

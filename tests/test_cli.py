@@ -5,6 +5,7 @@ traceback without --debug, and clean structured logs."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from tests.conftest import NODES, REPO, Agent, agent_env
 from tests.kube_server import FakeApiServer
 from tests.world import cid, uid
 
-COMMANDS = ("serve", "snapshot", "metrics", "whois", "record", "instance-metrics")
+COMMANDS = ("serve", "snapshot", "metrics", "whois", "record", "instance-metrics", "summarize")
 H100 = NODES / "h100-8gpu-mixed"
 
 
@@ -48,6 +49,51 @@ def test_every_command_says_its_version(command: str) -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith(f"devicemanager {__version__} (Python 3.")
     assert "nvidia-ml-py 13." in out.stdout  # the vendor SDK the image carries
+
+
+def test_debug_adds_the_traceback_and_keeps_the_exit_code() -> None:
+    # An unexpected failure (a backend whose read raises RuntimeError) is exit 3 either way;
+    # --debug only adds the traceback, so a script sees the same outcome with it.
+    plain = dm("record", "tests.fakes:FailingBackend")
+    assert plain.returncode == 3
+    assert one_line(plain, "record") == (
+        "devicemanager record: RuntimeError: driver said no (run with --debug for the traceback)"
+    )
+    debug = dm("record", "tests.fakes:FailingBackend", "--debug")
+    assert debug.returncode == 3
+    assert debug.stderr.startswith("Traceback (most recent call last):")
+    assert 'tests/fakes.py", line' in debug.stderr
+    assert (
+        debug.stderr.strip().splitlines()[-1]
+        == "devicemanager record: RuntimeError: driver said no"
+    )
+
+
+def test_serve_with_a_cert_dir_that_is_not_a_directory_is_a_usage_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nonexistent"
+    out = dm("serve", "--cert-dir", str(missing), "--replay", str(H100))
+    assert out.returncode == 2
+    assert (
+        one_line(out, "serve") == f"devicemanager serve: --cert-dir: {missing} is not a directory"
+    )
+    a_file = tmp_path / "tls.crt"
+    a_file.write_text("")
+    from_env = dm("serve", "--replay", str(H100), env={"DEVICEMANAGER_CERT_DIR": str(a_file)})
+    assert from_env.returncode == 2
+    assert f"--cert-dir: {a_file} is not a directory" in one_line(from_env, "serve")
+
+
+@pytest.mark.parametrize("command", ("snapshot", "metrics"))
+@pytest.mark.parametrize("timeout", ("-1", "0"))
+def test_a_timeout_that_is_not_positive_is_a_usage_error(command: str, timeout: str) -> None:
+    # Refused by the parser before any connection, as summarize refuses it; never a raw
+    # ValueError from the HTTP client with exit 3.
+    out = dm(command, "--url", "https://127.0.0.1:1/", "--timeout", timeout)
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr and "ValueError" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"devicemanager {command}: error: argument --timeout: must be positive"
+    )
 
 
 # -- whois ------------------------------------------------------------------------------------
@@ -94,6 +140,19 @@ def test_whois_tells_placed_from_no_such_process_and_refuses_bad_input(tmp_path:
     assert negative.returncode == 2 and "is not a PID" in negative.stderr
     root = dm("whois", "10", "--proc-root", str(tmp_path / "nonexistent"))
     assert root.returncode == 2 and "is not a directory" in one_line(root, "whois")
+
+
+def test_whois_asks_for_one_of_a_pid_or_a_cgroup_file(tmp_path: Path) -> None:
+    neither = dm("whois")
+    assert neither.returncode == 2
+    assert one_line(neither, "whois") == (
+        "devicemanager whois: give a PID or --cgroup-file (one of them)"
+    )
+    saved = tmp_path / "cgroup"
+    saved.write_text("0::/\n")
+    both = dm("whois", "10", "--cgroup-file", str(saved))
+    assert both.returncode == 2
+    assert one_line(both, "whois") == "devicemanager whois: give a PID or --cgroup-file, not both"
 
 
 def test_whois_honours_pods_for_a_saved_cgroup_file(tmp_path: Path) -> None:
@@ -154,6 +213,45 @@ def test_snapshot_pointed_at_metrics_says_so(replay: Agent) -> None:
     assert missing_ca.returncode == 2 and "--cacert" in one_line(missing_ca, "snapshot")
 
 
+def _into_a_closed_pipe(*args: str) -> subprocess.CompletedProcess[str]:
+    """The command with its standard output a pipe whose reader has already gone, as
+    `devicemanager snapshot | head -1` once head has its line: every write fails with EPIPE."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "devicemanager", *args],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=agent_env(),
+            cwd=REPO,
+            check=False,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+
+
+@pytest.mark.parametrize(
+    "args",
+    (
+        ("snapshot", "--metrics-url", ""),
+        ("snapshot", "--json"),
+        ("metrics",),
+    ),
+    ids=("snapshot", "snapshot-json", "metrics"),
+)
+def test_a_closed_standard_output_ends_the_command_quietly(
+    replay: Agent, args: tuple[str, ...]
+) -> None:
+    # Like most Unix tools behind `| head`: exit 0, nothing on stderr (no BrokenPipeError, no
+    # "Exception ignored" at exit).
+    path = "/metrics" if args[0] == "metrics" else "/monitor/snapshot"
+    out = _into_a_closed_pipe(*args, "--url", replay.url(path))
+    assert (out.returncode, out.stderr) == (0, "")
+
+
 def test_metrics_prints_the_agents_exposition(replay: Agent) -> None:
     out = dm("metrics", "--url", replay.url("/metrics"))
     assert out.returncode == 0, out.stderr
@@ -189,6 +287,48 @@ def test_instance_metrics_with_a_bad_kubeconfig_is_one_line(tmp_path: Path) -> N
     broken.write_text("apiVersion: v1\nclusters: [this is: not: yaml\n")
     bad = dm("instance-metrics", "ns", "x", "--kubeconfig", str(broken))
     assert bad.returncode == 2 and "cannot be used" in one_line(bad, "instance-metrics")
+
+
+NO_CONTEXTS = "apiVersion: v1\nkind: Config\nclusters: []\nusers: []\n"
+
+
+def test_a_kubeconfig_without_contexts_is_named_as_such(tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    config.write_text(NO_CONTEXTS)
+    out = dm("instance-metrics", "ns", "x", "--kubeconfig", str(config))
+    assert out.returncode == 2
+    assert one_line(out, "instance-metrics") == (
+        f"devicemanager instance-metrics: --kubeconfig: {config} cannot be used: "
+        "it has no 'contexts' section"
+    )
+
+
+def test_a_kubeconfig_found_as_kubectl_would_is_named_by_where_it_came_from(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "config"
+    config.write_text(NO_CONTEXTS)
+    from_env = dm("instance-metrics", "ns", "x", env={"KUBECONFIG": str(config)})
+    assert from_env.returncode == 2
+    assert one_line(from_env, "instance-metrics") == (
+        f"devicemanager instance-metrics: $KUBECONFIG: {config} cannot be used: "
+        "it has no 'contexts' section"
+    )
+    gone = tmp_path / "gone"
+    missing = dm("instance-metrics", "ns", "x", env={"KUBECONFIG": f"{gone}:{config}"})
+    assert missing.returncode == 2
+    assert one_line(missing, "instance-metrics") == (
+        f"devicemanager instance-metrics: $KUBECONFIG: {gone} is not a file"
+    )
+    home = tmp_path / "home"
+    (home / ".kube").mkdir(parents=True)
+    (home / ".kube" / "config").write_text(NO_CONTEXTS)
+    from_home = dm("instance-metrics", "ns", "x", env={"KUBECONFIG": "", "HOME": str(home)})
+    assert from_home.returncode == 2
+    assert one_line(from_home, "instance-metrics") == (
+        f"devicemanager instance-metrics: ~/.kube/config: {home / '.kube' / 'config'} "
+        "cannot be used: it has no 'contexts' section"
+    )
 
 
 def test_instance_metrics_reads_the_home_kubeconfig_like_kubectl(tmp_path: Path) -> None:

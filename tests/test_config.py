@@ -104,3 +104,15 @@ def test_the_bounds_and_the_kubelet_from_the_environment() -> None:
     defaults = parse_serve([], env={})
     assert defaults.access_control == "off" and defaults.kubelet_host is None
     assert defaults.kubelet_insecure_tls is False
+
+
+def test_a_cert_dir_must_be_a_directory_when_given(tmp_path: Path) -> None:
+    missing = tmp_path / "nonexistent"
+    with pytest.raises(SystemExit) as refused:
+        parse_serve(["--cert-dir", str(missing)], env={})
+    assert refused.value.code == f"--cert-dir: {missing} is not a directory"
+    a_file = tmp_path / "tls.crt"
+    a_file.write_text("")
+    with pytest.raises(SystemExit, match="is not a directory"):
+        parse_serve([], env={"DEVICEMANAGER_CERT_DIR": str(a_file)})
+    assert parse_serve(["--cert-dir", str(tmp_path)], env={}).cert_dir == tmp_path
