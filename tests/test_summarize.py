@@ -26,6 +26,7 @@ from devicemanager.report import summarize_texts, to_json, to_text
 from devicemanager.report.model import Report
 from devicemanager.serve.tls import self_signed
 from tests.conftest import FIXTURES, NODES, REPO, SCENARIOS, Agent, agent_env, scenario_monitor
+from tests.kube_server import issue_ca, issue_leaf
 
 SUMMARIZE = FIXTURES / "summarize"
 GOLDEN = SUMMARIZE / "golden"
@@ -49,6 +50,7 @@ CASES: dict[str, tuple[str, ...]] = {
         "synthetic-cluster-scheduler.prom",
         "synthetic-cluster-monitor-gpu-a.prom",
     ),
+    "synthetic-mig": ("synthetic-mig-scheduler.prom", "synthetic-mig-monitor.prom"),
 }
 MIB = 1048576
 REDACTED = "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
@@ -111,10 +113,11 @@ def test_every_fixture_is_in_a_case_and_in_the_readme() -> None:
     files = {p.name for p in SUMMARIZE.glob("*.prom")}
     used = {name for names in CASES.values() for name in names}
     assert files == used
-    readme = (FIXTURES / "README.md").read_text()
+    # fixtures/README.md's table, and this directory's own for the fixtures added since.
+    readme = (FIXTURES / "README.md").read_text() + (SUMMARIZE / "README.md").read_text()
     for name in files:
         row = next((line for line in readme.splitlines() if f"`{name}`" in line), None)
-        assert row is not None, f"{name} has no provenance row in fixtures/README.md"
+        assert row is not None, f"{name} has no provenance row in a fixtures README"
         provenance = row.split("|")[2].strip()
         assert provenance in ("synthetic", "copied from public docs",
                               "copied from public source", "pasted by a user"), row  # fmt: skip
@@ -286,6 +289,293 @@ def test_monitor_breakdown_above_total_is_an_inconsistency() -> None:
     assert d["basis"] == "usage"
     assert "not measured compute" not in to_text(run("hami-docs-real-time-device-usage"))
     assert "not measured compute" in to_text(run("hami-docs-device-allocation"))
+
+
+# --- Findings each rule makes, on text written for it --------------------------------------
+
+
+def scheduler_device(
+    uuid: str, index: int, cores: tuple[int, int], memory_mib: tuple[int, int], shared: int
+) -> str:
+    """One device's five scheduler families (current names), limits then allocations, as
+    HAMi publishes them together: (limit, allocated) cores on the share scale, memory in MiB
+    written as bytes."""
+    labels = f'device_index="{index}",device_type="NVIDIA",device_uuid="{uuid}",node="n1"'
+    return "".join(
+        f"{name}{{{labels}}} {value}\n"
+        for name, value in (
+            ("hami_gpu_core_limit_ratio", cores[0]),
+            ("hami_gpu_core_allocated_ratio", cores[1]),
+            ("hami_gpu_memory_limit_bytes", memory_mib[0] * MIB),
+            ("hami_gpu_memory_allocated_bytes", memory_mib[1] * MIB),
+            ("hami_gpu_shared_count", shared),
+        )
+    )
+
+
+def test_device_allocation_above_its_capacity() -> None:
+    text = scheduler_device("GPU-over", 0, (100, 120), (15360, 16384), 3) + scheduler_device(
+        "GPU-at", 1, (100, 100), (15360, 15360), 2
+    )
+    d = doc_of_text(text)
+    # 120 of 100 cores and 16384 of 15360 MiB on GPU-over; GPU-at is at its limits, not above.
+    assert messages(d, "capacity") == [
+        "GPU-over (n1 #0): 120 cores allocated of 100: allocation above capacity "
+        "(oversubscribed, or a stale scheduler cache)",
+        "GPU-over (n1 #0): 16384 MiB memory allocated of 15360 MiB: allocation above capacity "
+        "(oversubscribed, or a stale scheduler cache)",
+    ]
+    assert kinds(d) == ["capacity", "capacity"]
+    over = device(d, "n1", 0)
+    assert (over["cores_allocated"], over["memory_allocated_mib"]) == (120, 16384)
+    assert over["core_allocation_percent"] == 120 and over["memory_allocation_percent"] == 106.67
+    # Free capacity is per device and never negative: 0 + 0 cores, 0 + 0 MiB.
+    assert d["capacity"]["cores_free"] == 0 and d["capacity"]["memory_free_mib"] == 0
+
+
+def test_one_series_twice_with_different_values_is_a_duplicate() -> None:
+    again = 'hami_gpu_core_allocated_ratio{device_index="0",device_type="NVIDIA",device_uuid="GPU-d",node="n1"}'  # noqa: E501
+    same = scheduler_device("GPU-d", 0, (100, 30), (8192, 2048), 1)
+    # The same series again with its value: nothing to say.
+    assert doc_of_text(same + f"{again} 30\n")["findings"] == []
+    d = doc_of_text(same + f"{again} 40\n")
+    assert d["findings"] == [
+        {
+            "kind": "duplicate",
+            "message": "hami_gpu_core_allocated_ratio appears more than once with different "
+            "values (metrics line 2 30 vs metrics line 6 40); the first read is used",
+        }
+    ]
+    assert device(d, "n1", 0)["cores_allocated"] == 30
+
+
+def test_memory_without_cores_and_cores_without_memory_are_to_investigate() -> None:
+    text = scheduler_device("GPU-m", 0, (100, 0), (8192, 4096), 1) + scheduler_device(
+        "GPU-c", 1, (100, 50), (8192, 0), 1
+    )
+    d = doc_of_text(text)
+    assert d["findings"] == [
+        {
+            "kind": "investigate",
+            "message": "GPU-m (n1 #0): 4096 MiB allocated with no core share: its containers "
+            "did not ask for gpucores and are not compute-capped",
+        },
+        {"kind": "investigate", "message": "GPU-c (n1 #1): 50 cores allocated with no memory"},
+    ]
+    # Nothing allocated at all is idle, not a finding.
+    assert doc_of_text(scheduler_device("GPU-i", 0, (100, 0), (8192, 0), 0))["findings"] == []
+
+
+def test_containers_using_more_memory_than_the_card_is_an_inconsistency() -> None:
+    card = 'device_index="0",device_type="NVIDIA-A10",device_uuid="GPU-card",node="n1"'
+    ctr = 'device_uuid="GPU-card",namespace="ns",vdevice_index="0"'
+
+    def monitor(p2_mib: int) -> str:
+        return (
+            f"hami_host_gpu_utilization_ratio{{{card}}} 40\n"
+            f"hami_host_gpu_memory_used_bytes{{{card}}} {4096 * MIB}\n"
+            f'hami_vgpu_memory_used_bytes{{container="a",{ctr},pod="p1"}} {3072 * MIB}\n'
+            f'hami_vgpu_memory_used_bytes{{container="b",{ctr},pod="p2"}} {p2_mib * MIB}\n'
+        )
+
+    d = doc_of_text(monitor(2048))
+    # 3072 + 2048 = 5120 MiB in the containers, 4096 MiB in use on the card.
+    assert d["findings"] == [
+        {
+            "kind": "inconsistency",
+            "message": "GPU-card (n1 #0): its containers use 5120 MiB together, more than the "
+            "4096 MiB in use on the card",
+        }
+    ]
+    assert device(d, "n1", 0)["containers"] == 2
+    # 3072 + 1024 = 4096: they fit.
+    assert doc_of_text(monitor(1024))["findings"] == []
+
+
+# --- MIG -------------------------------------------------------------------------------------
+
+MIG_3G = {
+    "uuid": "MIG-7c1e9a40-2d5b-5f83-9e06-b4a2c8d1f763",
+    "profile": "3g.20gb",
+    "gpu_instance_id": "2",
+    "compute_instance_id": "0",
+}
+MIG_2G = {
+    "uuid": "MIG-e05b3d82-6f14-5a97-8c3e-1d9f07a2b648",
+    "profile": "2g.10gb",
+    "gpu_instance_id": "5",
+    "compute_instance_id": "0",
+}
+
+
+def test_mig_instances_on_the_device_and_in_its_containers() -> None:
+    d = doc("synthetic-mig")
+    gpu = device(d, "mig-node-a", 0)
+    # The scheduler's two realized instances, by MIG UUID; the legacy nodeGPUMigInstance names
+    # the same two (3g.20gb-2, 2g.10gb-5) and adds none.
+    assert gpu["mig_instances"] == [MIG_3G, MIG_2G]
+    assert device(d, "mig-node-a", 1)["mig_instances"] is None  # not in MIG mode
+    # 40 + 30 cores, 20480 + 10240 MiB of 40960: the device's own figures.
+    assert (gpu["cores_allocated"], gpu["memory_allocated_mib"]) == (70, 30720)
+    assert gpu["memory_allocation_percent"] == 75 and gpu["containers"] == 2
+    # The monitor's hami_mig_device_info names each container's instance in full; MigInfo's
+    # instanceid (the GPU instance) agrees. Each is one row with the scheduler's slot.
+    train = container(d, "research", "train-3g")
+    assert train["mig_instance"] == MIG_3G
+    assert (train["container"], train["container_index"]) == ("trainer", "0")
+    assert (train["cores_allocated"], train["memory_allocated_mib"]) == (40, 20480)
+    assert train["device"] == "GPU-3f2c8a71-5b9e-4d06-8c4a-e1d7b6a90f35"
+    assert container(d, "serving", "infer-2g")["mig_instance"] == MIG_2G
+    assert d["findings"] == [] and d["unrecognised"] == []
+    text = to_text(run("synthetic-mig"))
+    assert f"MIG instance      3g.20gb GI 2 CI 0 {MIG_3G['uuid']}" in text
+    assert f"MIG        2g.10gb {MIG_2G['uuid']}" in text
+
+
+def test_legacy_mig_slots_free_ones_and_disagreeing_twins() -> None:
+    # Before the runtime identity (HAMi 2.5 to 2.9) the scheduler published one series per
+    # MIG template slot, 1 in use and 0 free, and the monitor's MigInfo only the instance id.
+    slots = "\n".join(
+        [
+            'nodeGPUMigInstance{deviceidx="0",deviceuuid="GPU-m",migname="1g.10gb-0",nodeid="n1"} 1',  # noqa: E501
+            'nodeGPUMigInstance{deviceidx="0",deviceuuid="GPU-m",migname="1g.10gb-1",nodeid="n1"} 0',  # noqa: E501
+            'nodeGPUMigInstance{deviceidx="0",deviceuuid="GPU-m",migname="1g.10gb-2",nodeid="n1"} 1',  # noqa: E501
+            'nodeGPUMigInstance{deviceidx="1",deviceuuid="GPU-n",migname="1g.10gb-0",nodeid="n1"} 0',  # noqa: E501
+            'MigInfo{ctrname="c",deviceuuid="GPU-m",instanceid="3",podname="p",podnamespace="ns",vdeviceid="0"} 1',  # noqa: E501
+        ]
+    )
+    d = doc_of_text(slots + "\n")
+    in_use = [m["profile"] for m in device(d, "n1", 0)["mig_instances"]]
+    assert in_use == ["1g.10gb-0", "1g.10gb-2"]
+    assert all(m["uuid"] is None for m in device(d, "n1", 0)["mig_instances"])
+    assert device(d, "n1", 1)["mig_instances"] == []  # MIG mode, every slot free
+    row = container(d, "ns", "p")
+    assert row["device"] == "GPU-m" and row["device_index"] == 0
+    assert row["mig_instance"] == {
+        "uuid": None,
+        "profile": None,
+        "gpu_instance_id": "3",
+        "compute_instance_id": None,
+    }
+    assert d["findings"] == [] and d["unrecognised"] == []
+    # The current families win over their legacy twins, which are compared with them.
+    g = 'device_index="0",device_uuid="GPU-x",node="n1"'
+    c = 'namespace="ns",pod="p",vdevice_index="0",device_uuid="GPU-x",container="c"'
+    twins = "\n".join(
+        [
+            f'hami_node_gpu_mig_instance_info{{compute_instance_id="0",{g},gpu_instance_id="2",'
+            'mig_uuid="MIG-a",placement_size="4",placement_start="0",profile="3g.20gb"} 1',
+            f'hami_node_gpu_mig_instance_info{{compute_instance_id="0",{g},gpu_instance_id="5",'
+            'mig_uuid="MIG-b",placement_size="2",placement_start="4",profile="2g.10gb"} 1',
+            'nodeGPUMigInstance{deviceidx="0",deviceuuid="GPU-x",migname="3g.20gb-2",nodeid="n1"} 1',  # noqa: E501
+            f'hami_mig_device_info{{compute_instance_id="0",{c},gpu_instance_id="2",'
+            'mig_uuid="MIG-a",profile="3g.20gb"} 1',
+            'MigInfo{ctrname="c",deviceuuid="GPU-x",instanceid="4",podname="p",podnamespace="ns",vdeviceid="0"} 1',  # noqa: E501
+        ]
+    )
+    d = doc_of_text(twins + "\n")
+    assert [m["uuid"] for m in device(d, "n1", 0)["mig_instances"]] == ["MIG-a", "MIG-b"]
+    assert container(d, "ns", "p")["mig_instance"]["gpu_instance_id"] == "2"
+    assert messages(d, "inconsistency") == [
+        "hami_mig_device_info and MigInfo disagree on 1 series (ns/p/c MIG GPU instance: "
+        "2 vs 4); hami_mig_device_info is used",
+        "hami_node_gpu_mig_instance_info and nodeGPUMigInstance disagree on 1 series "
+        "(GPU-x (n1 #0) MIG instances in use: 2 vs 1); hami_node_gpu_mig_instance_info is used",
+    ]
+
+
+# --- Names HAMi used before ----------------------------------------------------------------
+
+
+def test_legacy_and_early_names() -> None:
+    # HAMi's monitor before 2023-08 (e027397c): the card's index in `deviceid`.
+    early = doc_of_text(
+        'HostGPUMemoryUsage{deviceid="3",deviceuuid="GPU-old"} 2.147483648e+09\n'
+        'HostCoreUtilization{deviceid="3",deviceuuid="GPU-old"} 37\n'
+        'vGPU_device_memory_usage_in_bytes{ctrname="c",deviceuuid="GPU-old",podname="p",'
+        'podnamespace="ns",vdeviceid="0"} 1.073741824e+09\n'
+    )
+    old = early["devices"][0]
+    assert (old["uuid"], old["index"], old["node"]) == ("GPU-old", 3, None)
+    assert old["host_memory_used_mib"] == 2048 and old["host_cores_utilization_percent"] == 37
+    assert container(early, "ns", "p", container="c")["memory_used_mib"] == 1024
+    assert early["findings"] == [] and early["unrecognised"] == []
+    # --legacy-metrics: the monitor's seconds since the container's last kernel.
+    who = 'ctrname="c",deviceuuid="GPU-old",podname="p",podnamespace="ns",vdeviceid="0"'
+    legacy = doc_of_text(f"Device_last_kernel_of_container{{{who}}} 12\n")
+    assert container(legacy, "ns", "p")["last_kernel_seconds"] == 12
+    assert legacy["unrecognised"] == [] and legacy["basis"] is None
+    # The snake-case names of 2026-02 (71dce667), scheduler and monitor.
+    dev = 'deviceidx="1",devicetype="NVIDIA",deviceuuid="GPU-snake",nodeid="n1"'
+    snake = doc_of_text(
+        f"gpu_device_core_limit{{{dev}}} 100\n"
+        f"gpu_device_core_allocated{{{dev}}} 25\n"
+        f"gpu_device_memory_limit_bytes{{{dev}}} {8192 * MIB}\n"
+        f"gpu_device_memory_allocated_bytes{{{dev}}} {2048 * MIB}\n"
+        f"container_device_last_kernel_seconds{{{who.replace('GPU-old', 'GPU-snake')}}} 30\n"
+    )
+    gpu = device(snake, "n1", 1)
+    assert (gpu["cores_limit"], gpu["cores_allocated"]) == (100, 25)
+    assert (gpu["memory_limit_mib"], gpu["memory_allocated_mib"]) == (8192, 2048)
+    row = container(snake, "ns", "p")
+    assert row["last_kernel_seconds"] == 30 and row["device"] == "GPU-snake"
+    assert snake["findings"] == [] and snake["unrecognised"] == []
+
+
+# --- Implausible units -----------------------------------------------------------------------
+
+
+def test_a_core_limit_above_100_is_a_unit_finding() -> None:
+    # An MI300X's 304 compute units under a legacy name.
+    d = doc_of_text('GPUDeviceCoreLimit{deviceidx="0",deviceuuid="GPU-amd",nodeid="n1"} 304\n')
+    assert messages(d, "unit") == [
+        "GPUDeviceCoreLimit (metrics): 1 value(s): a core limit above 100 is not on HAMi's "
+        "share scale (100 = one card); it may be compute units (AMD in legacy names) or a core "
+        "scaling; shown as published. E.g. 304 on GPU-amd n1"
+    ]
+    assert device(d, "n1", 0)["cores_limit"] == 304  # as published
+    assert "unit" not in kinds(doc_of_text(scheduler_device("GPU-a", 0, (100, 0), (8192, 0), 0)))
+
+
+def test_a_mib_figure_of_2_to_the_30_or_more_is_a_unit_finding() -> None:
+    card = 'gpustack_accelerator_info{{id="{0}",index="{1}",name="NVIDIA H100",node="n2"}} 1\n'
+    total = 'gpustack_accelerator_memory_total_mib{{id="{0}",index="{1}",node="n2"}} {2}\n'
+    cards = [
+        ("GPU-bytes", 85899345920),  # 80 GiB written in bytes
+        ("GPU-mib", 81559),  # an H100's MiB
+        ("GPU-edge", 2**30),  # 2^30 MiB, an exbibyte: bytes
+        ("GPU-under", 2**30 - 1),
+    ]
+    text = "".join(
+        card.format(uuid, i) + total.format(uuid, i, value) for i, (uuid, value) in enumerate(cards)
+    )
+    d = doc_of_text(text)
+    assert messages(d, "unit") == [
+        "gpustack_accelerator_memory_total_mib (metrics): 2 value(s): values this large cannot "
+        "be MiB (they look like bytes); shown as published. E.g. 85899345920 on GPU-bytes n2; "
+        "1073741824 on GPU-edge n2"
+    ]
+    # Every figure as published.
+    assert [x["memory_limit_mib"] for x in d["devices"]] == [v for _, v in cards]
+
+
+def test_a_ratio_above_1_is_a_unit_finding() -> None:
+    where = 'device_index="0",device_type="NVIDIA",device_uuid="GPU-r",node="n1"'
+    text = scheduler_device("GPU-r", 0, (100, 50), (8192, 4096), 1)
+    # 4096 / 8192 = 0.5, published as 50.
+    d = doc_of_text(text + f"hami_node_gpu_memory_allocated_ratio{{{where}}} 50\n")
+    assert d["findings"] == [
+        {
+            "kind": "unit",
+            "message": "hami_node_gpu_memory_allocated_ratio (metrics): 1 value(s): a 0 to 1 "
+            "ratio above 1: this one looks like a percentage; shown as published. E.g. 50 on "
+            "GPU-r n1",
+        }
+    ]
+    assert (
+        doc_of_text(text + f"hami_node_gpu_memory_allocated_ratio{{{where}}} 0.5\n")["findings"]
+        == []
+    )
 
 
 # --- The JSON contract -------------------------------------------------------------------
@@ -526,6 +816,31 @@ def test_command_reads_the_running_agent_over_https(launch: Any, tmp_path: Path)
     unreadable = summarize_cli(agent.url("/metrics"), "--cacert", str(junk))
     assert unreadable.returncode == 3
     one_line_error(unreadable)
+
+
+def test_command_verifies_the_agent_against_its_ca(launch: Any, tmp_path: Path) -> None:
+    """An agent serving a certificate from --cert-dir signed by a CA; --cacert with that CA
+    verifies it, and one that did not sign it does not."""
+    ca = issue_ca("devicemanager-test-ca")
+    cert, key = issue_leaf(ca, ["127.0.0.1"])
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    (certs / "tls.crt").write_bytes(cert)
+    (certs / "tls.key").write_bytes(key)
+    (tmp_path / "ca.pem").write_bytes(ca.pem())
+    (tmp_path / "other-ca.pem").write_bytes(issue_ca("another-ca").pem())
+    agent: Agent = launch(
+        "--replay", str(NODES / "h100-8gpu-mixed"), "--cert-dir", str(certs),
+        "--monitor-period", "1",
+    )  # fmt: skip
+    agent.wait_for("/readyz", 200)
+    good = summarize_cli(agent.url("/metrics"), "--cacert", str(tmp_path / "ca.pem"),
+                         "--format", "json")  # fmt: skip
+    assert good.returncode == 0, good.stderr
+    d = json.loads(good.stdout)
+    assert len(d["devices"]) == 8 and d["unrecognised"] == []
+    bad = summarize_cli(agent.url("/metrics"), "--cacert", str(tmp_path / "other-ca.pem"))
+    assert bad.returncode == 3 and "CERTIFICATE_VERIFY_FAILED" in one_line_error(bad)
 
 
 # --- The docs ------------------------------------------------------------------------------

@@ -223,8 +223,12 @@ def read_device(state: State, obs: Observation) -> None:
     d.device_series = True
     d.families[obs.source].add(family.name)
     if family.figure is F.MIG_PLACEMENT:
-        m = mig_of(sample, labels)
-        d.mig[(m.uuid, m.profile, m.gpu_instance_id, m.compute_instance_id)] = m
+        placed = d.mig.setdefault((family.rank, family.name), {})
+        # Releases before the runtime identity published one series per MIG template slot,
+        # 1 in use and 0 free; a free slot is not an instance placed on the device.
+        if sample.value != 0:
+            m = mig_of(sample, labels)
+            placed[(m.uuid, m.profile, m.gpu_instance_id, m.compute_instance_id)] = m
         return
     for figure, value in figures_of(state, family, sample, obs.source):
         d.figures[figure].append(Value(family.rank, value, family.name, obs.source))
@@ -262,7 +266,7 @@ def read_container(state: State, obs: Observation) -> None:
         row.mig = MigInstance(mig_uuid, None, None, None)
     row.mode = row.mode or mode
     if family.figure is F.MIG_INSTANCE:
-        row.mig = mig_of(sample, labels)
+        keep_mig(state, row, mig_of(sample, labels), (family.rank, family.name))
         return
     own: Figure | None = None
     if family.figure is F.CORES_USED and mode is not None and mode not in CARD_WIDE:
@@ -273,6 +277,48 @@ def read_container(state: State, obs: Observation) -> None:
         if family.surface is Surface.ALLOCATION:
             state.container_allocation = True
         row.figures[figure].append(Value(family.rank, value, family.name, obs.source))
+
+
+def keep_mig(state: State, row: Row, m: MigInstance, origin: tuple[int, str]) -> None:
+    """A container's MIG identity: the best-ranked family's (the current one names the MIG
+    UUID and profile, the legacy one only the GPU instance), completed from the others; a
+    GPU instance two families name differently is a disagreement."""
+    if row.mig is None or row.mig_from is None:
+        row.mig, row.mig_from = m, origin
+        return
+    better, worse = (m, row.mig) if origin < row.mig_from else (row.mig, m)
+    best_origin, other_origin = min(origin, row.mig_from), max(origin, row.mig_from)
+    if (
+        better.gpu_instance_id is not None
+        and worse.gpu_instance_id is not None
+        and better.gpu_instance_id != worse.gpu_instance_id
+    ):
+        how = "duplicate" if best_origin[1] == other_origin[1] else "disagree"
+        state.disagreements.setdefault((best_origin[1], other_origin[1], how), []).append(
+            f"{row.label()} MIG GPU instance: {better.gpu_instance_id} vs {worse.gpu_instance_id}"
+        )
+    row.mig = MigInstance(
+        better.uuid or worse.uuid,
+        better.profile or worse.profile,
+        better.gpu_instance_id or worse.gpu_instance_id,
+        better.compute_instance_id or worse.compute_instance_id,
+    )
+    row.mig_from = best_origin
+
+
+def mig_placements(state: State, d: DeviceAcc) -> tuple[MigInstance, ...] | None:
+    """The MIG instances placed on a device, as its best-ranked family lists them; another
+    family that counts a different number in use is a disagreement."""
+    if not d.mig:
+        return None
+    best = min(d.mig)
+    for other in sorted(d.mig):
+        if other != best and len(d.mig[other]) != len(d.mig[best]):
+            state.disagreements.setdefault((best[1], other[1], "disagree"), []).append(
+                f"{d.label()} MIG instances in use: {len(d.mig[best])} vs {len(d.mig[other])}"
+            )
+    chosen = d.mig[best]
+    return tuple(chosen[k] for k in sorted(chosen, key=str))  # () when every slot is free
 
 
 def read_quota(state: State, obs: Observation) -> None:

@@ -80,7 +80,11 @@ class DeviceAcc:
     type: str | None
     figures: dict[Figure, list[Value]] = field(default_factory=lambda: defaultdict(list))
     device_series: bool = False  # named by a device-level family, not only by containers
-    mig: dict[tuple[str | None, ...], MigInstance] = field(default_factory=dict)
+    # MIG instances placed on it, per family that named them ((rank, family name)): the
+    # best-ranked family's list is the device's, the others are compared with it.
+    mig: dict[tuple[int, str], dict[tuple[str | None, ...], MigInstance]] = field(
+        default_factory=dict
+    )
     # Which families named it (for the cut-off check), per source.
     families: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
 
@@ -105,6 +109,7 @@ class Row:
     mode: str | None = None
     figures: dict[Figure, list[Value]] = field(default_factory=lambda: defaultdict(list))
     mig: MigInstance | None = None
+    mig_from: tuple[int, str] | None = None  # (rank, family) of the MIG identity kept
     unresolved: list[tuple[str, str]] = field(default_factory=list)  # (source, series)
 
     def label(self) -> str:

@@ -55,6 +55,7 @@ from devicemanager.report.read import (
     family_of,
     label_of,
     merge_rows,
+    mig_placements,
     read_container,
     read_device,
     read_quota,
@@ -352,7 +353,7 @@ def _device(b: Built, state: State) -> Device:
         state=b.state(),
         core_allocation_percent=percent(b.cores_allocated, b.cores_limit),
         memory_allocation_percent=percent(b.memory_allocated, b.memory_limit),
-        mig_instances=tuple(d.mig[k] for k in sorted(d.mig, key=str)) if d.mig else None,
+        mig_instances=mig_placements(state, d),
     )
 
 
