@@ -57,13 +57,23 @@ def reasons(
     return reason_for
 
 
-def load(library: Library, configured: Mapping[str, str]) -> ctypes.CDLL:
-    """dlopen one of a backend's libraries, privately (RTLD_LOCAL): two libraries exporting the
-    same symbols (Hygon's MIG library speaks NVML's names) never answer for each other. The
-    error names the library, not where it was looked for on the host."""
+# glibc's RTLD_DEEPBIND; 0 where the C library has none (musl), which then binds as usual.
+DEEPBIND: int = getattr(os, "RTLD_DEEPBIND", 0)
+
+
+def load(library: Library, configured: Mapping[str, str], *, deep: bool = False) -> ctypes.CDLL:
+    """dlopen one of a backend's libraries, privately (RTLD_LOCAL): its symbols never enter the
+    process's global namespace, so a library loaded after it (pynvml's libnvidia-ml) never
+    binds its own calls to ours; two libraries exporting the same names (Hygon's MIG library
+    speaks NVML's) never answer for each other. `deep` adds RTLD_DEEPBIND for a library that
+    exports another library's names: its calls to its own exported functions then bind to
+    itself even when that other library was loaded into the global namespace before it (by
+    another component, RTLD_GLOBAL). The error names the library, not where it was looked for
+    on the host."""
     target = library.locate(configured.get(library.name))
+    mode = os.RTLD_LOCAL | os.RTLD_NOW | (DEEPBIND if deep else 0)
     try:
-        return ctypes.CDLL(target, mode=os.RTLD_LOCAL | os.RTLD_NOW)
+        return ctypes.CDLL(target, mode=mode)
     except OSError:
         raise BackendUnavailable(f"{library.sonames[0]} cannot be loaded") from None
 

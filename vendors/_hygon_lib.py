@@ -280,9 +280,9 @@ MIG_PROTOTYPES: Mapping[str, Sequence[Any]] = {
 class Bound:
     """One loaded library's entry points, each a ctypes function or None when not exported.
 
-    Functions are looked up on this library's own handle (it was dlopened RTLD_LOCAL), so a
-    name another library in the process also exports (libhydmi_mig's `nvml*`) is always this
-    library's."""
+    Functions are looked up on this library's own handle (it was dlopened RTLD_LOCAL, and
+    libhydmi_mig RTLD_DEEPBIND too, so its own internal calls stay its own), so a name another
+    library in the process also exports (libhydmi_mig's `nvml*`) is always this library's."""
 
     def __init__(self, lib: ctypes.CDLL, prototypes: Mapping[str, Sequence[Any]]) -> None:
         self.lib = lib

@@ -712,6 +712,15 @@ def xcp_platform_devices(sysfs: str | os.PathLike[str]) -> dict[str, str]:
     return out
 
 
+# What a processor answers about itself, kept across rounds: the name each has in `known`.
+_IDENTITY = {
+    "uuid": "amdsmi_get_gpu_device_uuid",
+    "bdf": "amdsmi_get_gpu_device_bdf",
+    "asic": "amdsmi_get_gpu_asic_info",
+    "enumeration": "amdsmi_get_gpu_enumeration_info",
+}
+
+
 class AmdBackend:
     """amdsmi through the `amdsmi` wheel, imported in open() only; ROCm SMI through our ctypes
     declarations where amdsmi's process list is known broken (BROKEN_PROCESS_LIST)."""
@@ -841,15 +850,24 @@ class AmdBackend:
         }
 
     def _remember(self, key: tuple[int, int], device: dict[str, Any]) -> None:
-        if isinstance(_text(device["amdsmi_get_gpu_device_uuid"]), str):
-            self._known[key] = {
-                "uuid": device["amdsmi_get_gpu_device_uuid"],
-                "bdf": device["amdsmi_get_gpu_device_bdf"],
-                "asic": device["amdsmi_get_gpu_asic_info"],
-                "enumeration": device["amdsmi_get_gpu_enumeration_info"],
-            }
-        elif key in self._known:
-            device["known"] = self._known[key]
+        """Keep what the processor answered about itself, field by field: one that falls off
+        the bus between two calls of a read answers its UUID and then NOT_FOUND, and the
+        identity it gave before (its serial, its PCI address) must survive that read. A
+        processor whose identity call failed carries what was known of it (`known`)."""
+        uuid = _text(device["amdsmi_get_gpu_device_uuid"])
+        known = self._known.get(key, {})
+        if uuid is not None and _text(known.get("uuid")) != uuid:
+            known = {}  # another processor at this position: nothing of the old one is its
+        answered = {
+            name: device[entry]
+            for name, entry in _IDENTITY.items()
+            if error_code(device[entry]) is None
+        }
+        if uuid is not None:
+            known = {**known, **answered}
+            self._known[key] = known
+        if known and len(answered) < len(_IDENTITY):
+            device["known"] = known
 
     def _figures(self, handle: Any, device: dict[str, Any], board: bool) -> None:
         smi = self._smi

@@ -434,9 +434,22 @@ def _vnpu_reading(
     activity = entry.get(VDEV_ACTIVITY)
     code = _error(activity)
     if code is not None or not isinstance(activity, Mapping):
-        # Where the driver does not serve the activity query, neither figure has a source:
-        # process rows carry no vNPU id, so they cannot stand in for it.
+        # Where the driver does not serve the activity query, used memory and AI cores have no
+        # source: process rows carry no vNPU id, so they cannot stand in for it.
         reason = reason_for(code) if code is not None else Reason.TRANSIENT_DRIVER_ERROR
+        template = _template_mib(resource)
+        if reason is Reason.UNSUPPORTED and template is not None:
+            # The vNPU's capacity is still its template's, which the resource query gave
+            # (`memory_size`, DCMI's MB: 2^20 bytes, MiB as they stand). Used stays absent; a
+            # memory reason would void the total too, so none is given (it is this driver's
+            # standing answer, as the cores' `unsupported` says).
+            return PartitionReading(
+                id=base.id,
+                parent_id=base.parent_id,
+                memory_total_mib=template,
+                cores_reason=reason,
+                aliases=base.aliases,
+            )
         return _absent(base, reason, reason)
     total_kb = _int(activity.get("vdev_memory_total"))  # KB
     free_kb = _int(activity.get("vdev_memory_free"))  # KB
@@ -458,6 +471,15 @@ def _vnpu_reading(
         cores_reason=None if cores is not None else Reason.INVALID_DATA,
         aliases=base.aliases,
     )
+
+
+def _template_mib(resource: Any) -> int | None:
+    """The vNPU's memory as its template gives it (the resource query's `memory_size`, MB of
+    2^20 bytes), or None where that query failed or answered no size."""
+    if not isinstance(resource, Mapping) or _error(resource) is not None:
+        return None
+    size = _int(resource.get("memory_size"))
+    return size if size is not None and size > 0 else None
 
 
 def _absent(p: PartitionReading, memory: Reason, cores: Reason) -> PartitionReading:

@@ -1,7 +1,8 @@
 """Hygon DCUs through Hygon's own libraries, by our ctypes declarations (vendors/_hygon_lib.py):
 its fork of ROCm SMI (`librocm_smi64.so`: cards and per-process rows), `libhydmi.so` (virtual
 DCUs) and `libhydmi_mig.so` (multi-instance partitions, under NVML's symbol names, loaded
-privately so it never answers for a libnvidia-ml in the same process, nor the other way).
+privately and deep-bound so it never answers for a libnvidia-ml in the same process, nor the
+other way).
 
 `read()` asks the libraries and writes down what each entry point answered under its C name; a
 failed call is {"error": <status name>, "code": <status>}. `parse()` is pure. Facts used here:
@@ -718,11 +719,15 @@ class HygonBackend:
         # The vDCU and multi-instance libraries are optional: a node without them has no such
         # partitions, and its cards are read all the same.
         self._dmi = self._optional(HYDMI, lib.DMI_PROTOTYPES)
-        self._mig = self._optional(HYDMI_MIG, lib.MIG_PROTOTYPES)
+        # libhydmi_mig exports NVML's names: deep-bound, so its calls to its own nvml*
+        # functions stay its own even where a libnvidia-ml sits in the global namespace.
+        self._mig = self._optional(HYDMI_MIG, lib.MIG_PROTOTYPES, deep=True)
 
-    def _optional(self, library: Library, prototypes: Mapping[str, Any]) -> lib.Bound | None:
+    def _optional(
+        self, library: Library, prototypes: Mapping[str, Any], *, deep: bool = False
+    ) -> lib.Bound | None:
         try:
-            return lib.Bound(load(library, self.configured), prototypes)
+            return lib.Bound(load(library, self.configured, deep=deep), prototypes)
         except BackendUnavailable:
             return None
 

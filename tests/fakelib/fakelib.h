@@ -17,6 +17,9 @@
  *   hang.<entry> <seconds>              <entry> blocks that long (0: until the process ends)
  *   devices.<n>.lost 1                  the device answers every call with "lost"
  *   devices.<n>.lost_after <k>          … after answering k identity reads (lost mid-read)
+ *   devices.<n>.lost_within <k>         … right after answering its k-th identity read, so the
+ *                                       rest of that same read answers "lost" (a fake that
+ *                                       honours it calls fl_identity_answered)
  *   devices.<n>.gone_after <k>          the device leaves enumeration after k enumerations
  *   devices.<n>.grow <k>                k processes start between a size probe and the read
  *   devices.<n>.grow_always 1           … and again before every read (never fits)
@@ -55,6 +58,7 @@ static int fl_entries;
 static int fl_identity_reads[FL_MAX_DEVICES];
 static int fl_enumerations;
 static int fl_grown[FL_MAX_DEVICES];
+static int fl_fallen[FL_MAX_DEVICES];
 
 FL_API int fl_compare(const void *a, const void *b) {
     return strcmp(((const fl_entry_t *)a)->key, ((const fl_entry_t *)b)->key);
@@ -69,6 +73,7 @@ FL_API void fl_clear(void) {
     fl_enumerations = 0;
     memset(fl_identity_reads, 0, sizeof fl_identity_reads);
     memset(fl_grown, 0, sizeof fl_grown);
+    memset(fl_fallen, 0, sizeof fl_fallen);
 }
 
 /* Read the scenario named by $FL_SCENARIO_ENV. 0: loaded; -1: no variable; -2: unreadable. */
@@ -191,10 +196,21 @@ FL_API void fl_identity_read(int dev) {
         fl_identity_reads[dev]++;
 }
 
-/* Whether device `dev` has fallen off: "lost", or answered more identity reads than allowed. */
+/* Device `dev` has just answered an identity read: with `lost_within` k, the k-th such answer
+ * is its last, and every call after it (in the same read too) answers "lost". */
+FL_API void fl_identity_answered(int dev) {
+    long long within = fl_int(0, "devices.%d.lost_within", dev);
+    if (dev >= 0 && dev < FL_MAX_DEVICES && within > 0 && fl_identity_reads[dev] >= within)
+        fl_fallen[dev] = 1;
+}
+
+/* Whether device `dev` has fallen off: "lost", answered more identity reads than allowed, or
+ * fell off inside a read (`lost_within`). */
 FL_API int fl_lost(int dev) {
     long long after = fl_int(0, "devices.%d.lost_after", dev);
     if (fl_int(0, "devices.%d.lost", dev))
+        return 1;
+    if (dev >= 0 && dev < FL_MAX_DEVICES && fl_fallen[dev])
         return 1;
     return dev >= 0 && dev < FL_MAX_DEVICES && after > 0 && fl_identity_reads[dev] > after;
 }

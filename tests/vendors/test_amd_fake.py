@@ -155,6 +155,71 @@ def test_a_device_lost_mid_read_keeps_its_name_and_is_unhealthy(node) -> None:  
     assert [c.unhealthy for i, c in enumerate(cards) if i != 2] == [False] * 3
 
 
+def test_a_device_lost_inside_one_read_is_lost_with_its_figures_absent(node) -> None:  # type: ignore[no-untyped-def]
+    # Card 1 answers its UUID in the second read, then NOT_FOUND to the rest of that read;
+    # card 2 does the same in the first read. Both are carved (their processes asked for).
+    wanted = carved(fake.uuid_of(0), fake.gpustack_id(1), fake.uuid_of(2))
+    first, second = rounds(node(scenarios.device_lost_within_read()), wanted, 2)
+    parse = AmdBackend().parse
+    before = by_id(parse(first))
+    assert before[fake.uuid_of(1)].unhealthy is False
+    assert before[fake.uuid_of(1)].memory_used_mib == 2_000
+    cards = by_id(parse(second))
+    lost = cards[fake.uuid_of(1)]
+    assert (lost.index, lost.unhealthy, lost.unhealthy_reason) == (1, True, "device_lost")
+    figures = (
+        lost.memory_total_mib,
+        lost.memory_used_mib,
+        lost.cores_utilization_percent,
+        lost.temperature_celsius,
+        lost.power_usage_watts,
+    )
+    assert figures == (None,) * 5
+    # What it said of itself the round before survives the read it fell off in: its name and
+    # the ids allocators recorded, so its grant still finds it (and sees it unhealthy).
+    assert lost.name == "AMD Instinct MI300X"
+    assert lost.aliases == (fake.gpustack_id(1), "0000:15:00.0")
+    processor = second["sockets"][1]["processors"][0]
+    assert processor["amdsmi_get_gpu_device_uuid"] == fake.uuid_of(1)
+    assert processor["amdsmi_get_gpu_asic_info"] == {"error": "AmdSmiLibraryException", "code": 31}
+    # Lost in its first read: only its UUID was ever answered.
+    never = cards[fake.uuid_of(2)]
+    assert (never.unhealthy_reason, never.name, never.aliases) == ("device_lost", None, ())
+    assert (never.memory_total_mib, never.cores_utilization_percent) == (None, None)
+    assert parse(first).cards[2].unhealthy_reason == "device_lost"
+    # Its process list answered NOT_FOUND: "could not", never an empty list.
+    answers = {a.device_id: a for a in parse(second).processes}
+    assert answers[fake.uuid_of(1)].rows == ()
+    assert answers[fake.uuid_of(1)].memory_reason is Reason.TRANSIENT_DRIVER_ERROR
+    assert [r.pid for r in answers[fake.uuid_of(0)].rows] == [9500]
+    assert cards[fake.uuid_of(0)].unhealthy is False
+
+
+def test_uncorrectable_ecc_makes_the_card_or_its_board_unhealthy(node) -> None:  # type: ignore[no-untyped-def]
+    (payload,) = rounds(node(scenarios.ecc_uncorrectable()), ReadRequest(), 1)
+    cards = by_id(AmdBackend().parse(payload))
+    assert (cards[fake.uuid_of(0)].unhealthy, cards[fake.uuid_of(0)].unhealthy_reason) == (
+        True,
+        "ecc_uncorrectable",
+    )
+    # Correctable errors alone are no fault of the card.
+    assert (cards[fake.uuid_of(1)].unhealthy, cards[fake.uuid_of(1)].unhealthy_reason) == (
+        False,
+        None,
+    )
+    # CPX: the board's count is read on XCP 0, and the physical card carries the verdict (a
+    # grant on any of its XCPs reads its board's health).
+    physical = cards[fake.gpustack_id(2)]
+    assert (physical.unhealthy, physical.unhealthy_reason) == (True, "ecc_uncorrectable")
+    assert cards[fake.uuid_of(2, 0)].unhealthy_reason == "ecc_uncorrectable"
+    assert [cards[fake.uuid_of(2, k)].unhealthy for k in range(1, 8)] == [False] * 7
+    processors = payload["sockets"][2]["processors"]
+    assert processors[0]["amdsmi_get_gpu_total_ecc_count"]["uncorrectable_count"] == 1
+    assert ["amdsmi_get_gpu_total_ecc_count" in p for p in processors] == [True] + [False] * 7
+    # A count on a secondary XCP is never read: the board answers on XCP 0 alone.
+    assert cards[fake.gpustack_id(3)].unhealthy is False
+
+
 def test_a_card_that_leaves_enumeration_is_gone_next_round(node) -> None:  # type: ignore[no-untyped-def]
     doc = scenarios.spx_pair()
     doc["devices"][0]["gone_after"] = 1  # round one's enumeration, then gone
@@ -277,6 +342,74 @@ def test_an_unknown_rocm_release_reads_amdsmi(node) -> None:  # type: ignore[no-
     backend = node(scenarios.spx_pair(), rocm_core="/nonexistent/librocm-core.so.1")
     (payload,) = rounds(backend, ReadRequest(), 1)
     assert payload["rocmVersion"] is None and payload["processPath"] == VIA_AMDSMI
+
+
+# -- through the monitor round ------------------------------------------------------------------
+
+
+def sliced_round(backend: AmdBackend, tmp: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One monitor round over `backend` with two GPUStack slices on card 0 (PIDs 9601, 9602):
+    the snapshot as served, and each Instance's per-grant figures as /metrics publishes them."""
+    from devicemanager.attribution import Attributor
+    from devicemanager.monitor import BackendWorker, Monitor
+    from devicemanager.pods import PodIndex
+    from tests.world import pod, process
+
+    key = "device.gpustack.ai/accelerator.allocated"
+    slot = {"id": fake.gpustack_id(0), "index": 0, "mode": 3, "allocated": 800_000}
+    pods = [
+        pod(name, instance=name, annotations={key: gpustack("amd", [slot])})
+        for name in ("big", "even")
+    ]
+    process(tmp / "proc", 9601, "big")
+    process(tmp / "proc", 9602, "even")
+    index = PodIndex.of(pods)
+    monitor = Monitor(
+        [BackendWorker(backend)],
+        period=15,
+        deadline=10,
+        liveness_timeout=60,
+        node="n1",
+        pods=lambda: index,
+        attributor=Attributor(tmp / "proc"),
+    )
+    try:
+        published = monitor.run_round()
+    finally:
+        monitor.stop()
+    figures: dict[str, Any] = {}
+    for family in text_string_to_metric_families(published.metrics.plain.decode()):
+        if family.name.startswith("gpustack_instance_accelerator_"):
+            field = family.name.removeprefix("gpustack_instance_accelerator_")
+            for sample in family.samples:
+                figures.setdefault(sample.labels["instance_name"], {})[field] = sample.value
+    return json.loads(published.snapshot_json), figures
+
+
+@pytest.mark.parametrize(
+    ("rocm", "rocm_smi", "via"),
+    [
+        ("7.0.2", None, "amdsmi"),
+        ("7.2.0", None, "rocm_smi"),
+        ("7.2.0", "/nonexistent/librocm_smi64.so.7", "amdsmi; process list withheld"),
+    ],
+)
+def test_the_snapshot_says_which_path_answered_and_mib_round_up(
+    node, tmp_path: Path, rocm: str, rocm_smi: str | None, via: str
+) -> None:  # type: ignore[no-untyped-def]
+    libraries = {"rocm_smi": rocm_smi} if rocm_smi else {}
+    backend = node(scenarios.unaligned_process_bytes(rocm=rocm), **libraries)
+    snap, figures = sliced_round(backend, tmp_path)
+    (status,) = snap["backends"]
+    assert (status["manufacturer"], status["state"], status["via"]) == ("amd", "ok", via)
+    if via == "amdsmi; process list withheld":
+        # The broken list is not read: the slices' memory is absent, never 0 or a guess.
+        assert "memory_used_mib" not in figures["big"]
+        assert "memory_used_mib" not in figures["even"]
+        return
+    # 10 GiB and one byte is 10,241 MiB (rounded up, once); exactly 2 GiB stays 2,048 MiB.
+    assert figures["big"]["memory_used_mib"] == 10_241.0
+    assert figures["even"]["memory_used_mib"] == 2_048.0
 
 
 # -- the library, once per process ---------------------------------------------------------------

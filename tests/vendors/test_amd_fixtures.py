@@ -107,6 +107,34 @@ TABLE: dict[str, tuple[Callable[[], dict[str, Any]], ReadRequest, int, dict[str,
         2,
         {"cards": 4, "unhealthy": {fake.uuid_of(2): "device_lost"}},
     ),
+    "mi300x-device-lost-within-read": (
+        scenarios.device_lost_within_read,
+        carved(fake.uuid_of(0), fake.gpustack_id(1), fake.uuid_of(2)),
+        2,
+        {
+            "cards": 3,
+            "unhealthy": {fake.uuid_of(1): "device_lost", fake.uuid_of(2): "device_lost"},
+            # Card 0's one process: engine time still, CUs not available.
+            "rows": {fake.uuid_of(0): [(9500, GIB, None)], fake.uuid_of(1): []},
+            "reasons": {
+                fake.uuid_of(0): (None, None),
+                fake.uuid_of(1): (Reason.TRANSIENT_DRIVER_ERROR, Reason.TRANSIENT_DRIVER_ERROR),
+            },
+        },
+    ),
+    "mi300x-ecc-uncorrectable": (
+        scenarios.ecc_uncorrectable,
+        ReadRequest(),
+        1,
+        {
+            "cards": 2 + 2 * (1 + 8),
+            "unhealthy": {
+                fake.uuid_of(0): "ecc_uncorrectable",
+                fake.gpustack_id(2): "ecc_uncorrectable",
+                fake.uuid_of(2, 0): "ecc_uncorrectable",  # the XCP the board is read on
+            },
+        },
+    ),
     "mi300x-rocm720-rocm-smi": (
         scenarios.rocm_720,
         ALL_720,

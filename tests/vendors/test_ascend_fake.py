@@ -19,8 +19,7 @@ from tests.conftest import Agent
 from tests.fakelib import ascend as fake_dcmi
 from tests.fakelib.ascend import scenarios
 from tests.world import pod, process, uid
-from vendors import ascend as lib
-from vendors.ascend import AscendBackend, gpustack_id, hami_id
+from vendors.ascend import VDEV_TOTAL, AscendBackend, gpustack_id, hami_id
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -263,7 +262,13 @@ def test_each_dcmi_code_from_the_vnpu_activity_query_is_its_reason(
     devices[0]["faults"] = {fake_dcmi.VDEV_ACTIVITY: code}
     scenario(devices)
     (part,) = reading(libdcmi, ReadRequest(partition_ids=frozenset({(npu(0), "100")}))).partitions
-    assert (part.id, part.memory_reason, part.cores_reason) == ("vdavinci100", reason, reason)
+    assert (part.id, part.cores_reason, part.cores_percent) == ("vdavinci100", reason, None)
+    assert part.memory_used_mib is None
+    if reason is Reason.UNSUPPORTED:
+        # The driver's standing answer: the capacity is still the template's (vir04, 16384 MB).
+        assert (part.memory_total_mib, part.memory_reason) == (16384, None)
+    else:
+        assert (part.memory_total_mib, part.memory_reason) == (None, reason)
 
 
 # -- vNPUs ----------------------------------------------------------------------------------------
@@ -293,15 +298,32 @@ def test_vnpus_found_by_every_recorded_form(libdcmi: Path, scenario) -> None:  #
     assert [v["vdev_id"] for v in payload["devices"][0]["vnpus"]] == [100, 101]
 
 
-def test_vnpus_without_the_activity_query_are_absent_unsupported(libdcmi: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+def test_vnpus_without_activity_keep_their_templates_memory(libdcmi: Path, scenario) -> None:  # type: ignore[no-untyped-def]
     scenario(scenarios.vnpus(activity=False))
+    wanted = {(npu(0), "100"), (npu(1), "vdavinci102")}
+    (payload,) = payloads(libdcmi, ReadRequest(partition_ids=frozenset(wanted)))
+    got = {p.id: p for p in AscendBackend().parse(payload).partitions}
+    small, big = got["vdavinci100"], got["vdavinci102"]
+    # The resource query's memory_size is DCMI's MB (2^20 bytes): MiB as it stands, so a vir04
+    # is 16384 and a vir08 32768. Used and AI cores have no source without the activity query.
+    assert (small.memory_total_mib, small.memory_used_mib, small.cores_percent) == (
+        16384,
+        None,
+        None,
+    )
+    assert (big.memory_total_mib, big.memory_used_mib, big.cores_percent) == (32768, None, None)
+    assert (small.memory_reason, small.cores_reason) == (None, Reason.UNSUPPORTED)
+    assert small.aliases == ("100", "Ascend910-4c-100-0")  # the resource query still named it
+    # A resource query that failed too leaves nothing to publish: both absent, unsupported.
+    devices = scenarios.vnpus(activity=False)
+    devices[0]["faults"][fake_dcmi.VDEV_RESOURCE] = fake_dcmi.NOT_SUPPORTED
+    scenario(devices)
     (payload,) = payloads(libdcmi, ReadRequest(partition_ids=frozenset({(npu(0), "100")})))
     # Only the NPU the request names as the parent is asked for its vNPUs.
-    assert [lib.VDEV_TOTAL in d for d in payload["devices"]] == [True, False]
+    assert [VDEV_TOTAL in d for d in payload["devices"]] == [True, False]
     (part,) = AscendBackend().parse(payload).partitions
-    assert (part.memory_total_mib, part.memory_used_mib, part.cores_percent) == (None, None, None)
-    assert (part.memory_reason, part.cores_reason) == (Reason.UNSUPPORTED, Reason.UNSUPPORTED)
-    assert part.aliases == ("100", "Ascend910-4c-100-0")  # the resource query still named it
+    assert (part.memory_total_mib, part.memory_reason) == (None, Reason.UNSUPPORTED)
+    assert part.cores_reason is Reason.UNSUPPORTED
 
 
 def test_a_driver_without_vnpus_answers_unsupported(libdcmi: Path, scenario) -> None:  # type: ignore[no-untyped-def]

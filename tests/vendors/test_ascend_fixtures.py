@@ -91,7 +91,8 @@ TABLE: dict[str, tuple[Callable[[], list[dict[str, Any]]], ReadRequest, int, dic
         lambda: scenarios.vnpus(activity=False),
         vnpus((0, "100")),
         1,
-        {"cards": 2, "partitions": {"vdavinci100": (None, None, None, Reason.UNSUPPORTED)}},
+        # The template's 16384 MB (2^20 bytes) from the resource query; used has no source.
+        {"cards": 2, "partitions": {"vdavinci100": (16384, None, None, None)}},
     ),
     "910b2-one-of-eight-lost": (
         scenarios.lost_one_of_eight,

@@ -290,8 +290,8 @@ def test_a_vnpu_reads_its_own_memory_in_kb_and_its_ai_cores() -> None:
         (activity(40, 1024, 2048), Reason.INVALID_DATA, None),  # free past total
         (activity(40, 0, 0), Reason.INVALID_DATA, None),
         (activity(140, 1024, 0), None, Reason.INVALID_DATA),  # not a percent
-        (err(-8255), Reason.UNSUPPORTED, Reason.UNSUPPORTED),
         (err(-8001), Reason.TRANSIENT_DRIVER_ERROR, Reason.TRANSIENT_DRIVER_ERROR),
+        (err(-8002), Reason.PERMISSION, Reason.PERMISSION),
         ("junk", Reason.TRANSIENT_DRIVER_ERROR, Reason.TRANSIENT_DRIVER_ERROR),
     ],
 )
@@ -302,6 +302,34 @@ def test_a_vnpu_answer_the_driver_contradicts_is_refused(
     assert (p.memory_reason, p.cores_reason) == (memory, cores)
     if memory is not None:
         assert (p.memory_total_mib, p.memory_used_mib) == (None, None)
+
+
+@pytest.mark.parametrize("code", [-8255, -8013, -99998])
+def test_a_vnpu_without_the_activity_query_keeps_its_template_memory(code: int) -> None:
+    (p,) = partitions(vnpu_device(err(code)), "100").values()
+    # memory_size 16384 is DCMI's MB, 2^20 bytes each: 16384 MiB as it stands, not 16000.
+    assert (p.memory_total_mib, p.memory_used_mib, p.cores_percent) == (16384, None, None)
+    assert (p.memory_reason, p.cores_reason) == (None, Reason.UNSUPPORTED)
+
+
+@pytest.mark.parametrize(
+    "resource",
+    [
+        err(-8255),
+        {"vdev_id": 100, "name": "vir04", "memory_size": 0},
+        {"vdev_id": 100, "name": "vir04"},
+        {"vdev_id": 100, "name": "vir04", "memory_size": "16384"},
+    ],
+)
+def test_without_activity_or_a_template_size_the_memory_is_absent(resource: Any) -> None:
+    device = vnpu_device(err(-8255))
+    device["vnpus"][0][ascend.VDEV_RESOURCE] = resource
+    (p,) = partitions(device, "100").values()
+    assert (p.memory_total_mib, p.memory_reason, p.cores_reason) == (
+        None,
+        Reason.UNSUPPORTED,
+        Reason.UNSUPPORTED,
+    )
 
 
 def test_a_vnpu_list_longer_than_its_array_is_not_trusted() -> None:

@@ -386,40 +386,89 @@ def test_mig_partitions_held_by_pods_through_the_monitor_round(
 # -- NVML's names in two libraries --------------------------------------------------------------
 
 
-def test_libhydmi_mig_and_libnvidia_ml_in_one_process_never_answer_for_each_other(
-    libs: dict[str, str], libnvml: Path, scenario, registry: Path, tmp_path: Path, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]
-    from vendors.nvidia import NvidiaBackend
+# Each order runs in a fresh interpreter: a library's calls to its own exported functions are
+# bound once, when it is loaded, against whatever is in the global namespace then.
+BOTH = """
+import json, sys
+from devicemanager.model import ReadRequest
+from vendors.hygon import HygonBackend
+from vendors.nvidia import NvidiaBackend
+order, nvml, libs, registry, wanted = sys.argv[1], sys.argv[2], *map(json.loads, sys.argv[3:6])
+hy = HygonBackend(libs, mig_config=registry)
+nv = NvidiaBackend({"nvml": nvml} if nvml else None)  # None: pynvml's own loader finds it
+opened = [hy, nv] if order == "hygon-first" else [nv, hy]
+for backend in opened:
+    backend.open()
+hp = hy.read(ReadRequest(partition_ids=frozenset({tuple(wanted)})))
+np = nv.read(ReadRequest())
+(part,) = hy.parse(hp).partitions
+print(json.dumps({
+    "hygon": [hp["mig"]["nvmlDeviceGetCount"], part.memory_total_mib, part.memory_used_mib],
+    "nvidia": [np["nvmlDeviceGetCount"], [d["nvmlDeviceGetMemoryInfo_v2"] for d in np["devices"]],
+               [(c.id, c.memory_used_mib) for c in nv.parse(np).cards]],
+}))
+"""
 
-    scenario(scenarios.k100ai_mig())  # eight Hygon cards, two MIG-carved
+
+@pytest.mark.parametrize(
+    ("order", "nvml_loader"),
+    [
+        ("hygon-first", "pynvml"),  # the agent's default: pynvml dlopens libnvidia-ml itself
+        ("hygon-first", "configured"),
+        ("nvidia-first", "configured"),
+    ],
+)
+def test_libhydmi_mig_and_libnvidia_ml_in_one_process_never_answer_for_each_other(
+    libs: dict[str, str],
+    libnvml: Path,
+    scenario,
+    registry: Path,
+    tmp_path: Path,
+    order: str,
+    nvml_loader: str,
+) -> None:  # type: ignore[no-untyped-def]
+    """Both fakes answer one entry point through another of their own exported names (NVIDIA's
+    memory v2 through its v1, Hygon's MIG memory through its instance-id getters). Were
+    libhydmi_mig loaded into the global namespace, a libnvidia-ml loaded after it would bind
+    that call to Hygon's, which refuses NVIDIA's handle, and v2 would fail."""
+    env = scenario(scenarios.k100ai_mig())  # eight Hygon cards, two MIG-carved
     nvml = fake_nvml.write(
-        tmp_path / "nvml.txt", "550.90.07", [fake_nvml.device(gpu(n)) for n in range(3)]
+        tmp_path / "nvml.txt",
+        "550.90.07",
+        [fake_nvml.device(gpu(n), used_mib=1024, reserved=512 * MIB) for n in range(3)],
     )
-    monkeypatch.setenv(fake_nvml.SCENARIO_ENV, str(nvml))
-    request = partitions((dcu(0), f"MIG-{mig_uuid(0)}"))
-    for order in ("hygon-first", "nvidia-first"):
-        hy = HygonBackend(libs, mig_config=registry)
-        nv = NvidiaBackend({"nvml": str(libnvml)})
-        opened = [hy, nv] if order == "hygon-first" else [nv, hy]
-        for backend in opened:
-            backend.open()
-        try:
-            hy_payload, nv_payload = hy.read(request), nv.read(ReadRequest())
-        finally:
-            for backend in opened:
-                backend.close()
-        assert hy_payload["mig"]["nvmlDeviceGetCount"] == 8, order  # Hygon's nvmlDeviceGetCount
-        assert nv_payload["nvmlDeviceGetCount"] == 3, order  # NVIDIA's
-        (part,) = hy.parse(hy_payload).partitions
-        assert part.memory_total_mib == 16380, order
-        assert [c.id for c in nv.parse(nv_payload).cards] == [gpu(n) for n in range(3)], order
+    extra = {**env, fake_nvml.SCENARIO_ENV: str(nvml)}
+    configured = str(libnvml) if nvml_loader == "configured" else ""
+    if not configured:
+        extra["LD_LIBRARY_PATH"] = str(libnvml.parent)
+    args = (libs, str(registry), [dcu(0), f"MIG-{mig_uuid(0)}"])
+    out = subprocess.run(
+        [sys.executable, "-c", BOTH, order, configured, *map(json.dumps, args)],
+        capture_output=True,
+        text=True,
+        env=agent_env(extra),
+        cwd=REPO,
+        check=False,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    # Hygon's nvmlDeviceGetCount and its 2g.15gb instance's own memory (16380 MiB, 12 GiB used).
+    assert got["hygon"] == [8, 16380, 12288]
+    count, v2, cards = got["nvidia"]
+    assert count == 3  # NVIDIA's
+    # NVIDIA's v2 answered (through its own v1): used leaves the 512 MiB reservation out.
+    assert all("error" not in answer for answer in v2), v2
+    assert cards == [[gpu(n), 1024] for n in range(3)]
 
 
 def test_a_libnvidia_ml_loaded_into_the_global_namespace_does_not_shadow_hygons(
     libs: dict[str, str], libnvml: Path, scenario, registry: Path, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
     """Another component of the process dlopens NVML with RTLD_GLOBAL first: its nvml* names
-    are then what a bare lookup finds, and our private handle still reaches Hygon's."""
+    are then what a bare lookup finds, and our private handle still reaches Hygon's. The fake
+    libhydmi_mig answers MIG memory through its own exported nvmlDeviceGetGpuInstanceId, which
+    only RTLD_DEEPBIND keeps from binding to NVIDIA's (which refuses Hygon's handle)."""
     env = scenario(scenarios.k100ai_mig())
     nvml = fake_nvml.write(
         tmp_path / "nvml.txt", "550.90.07", [fake_nvml.device(gpu(n)) for n in range(3)]

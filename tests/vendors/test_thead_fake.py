@@ -168,6 +168,33 @@ def test_several_samples_per_pid_the_newest_counts_and_a_listed_pid_without_one_
     assert all("hgmlDeviceGetProcessesUtilizationInfo" not in d for d in payload["devices"])
 
 
+def test_permission_refused_is_permission_never_idle_nor_transient(libhgml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    listing, samples = "hgmlDeviceGetComputeRunningProcesses_v3", "hgmlDeviceGetProcessUtilization"
+    refused = {"error": "HGML_ERROR_NO_PERMISSION", "code": scenarios.NO_PERMISSION}
+    both = scenarios.slices_one_busy()
+    both["faults"] = dict.fromkeys((listing, samples), scenarios.NO_PERMISSION)
+    scenario([both])
+    (payload,) = read(libhgml, ReadRequest(carved_device_ids=frozenset({card_id(41)})))
+    assert payload["devices"][0][listing] == refused
+    (answer,) = TheadBackend().parse(payload).processes
+    assert (answer.memory_reason, answer.cores_reason) == (Reason.PERMISSION, Reason.PERMISSION)
+    assert answer.rows == ()
+    # Only the samples refused: memory is still each process's, compute is `permission`.
+    only = scenarios.slices_one_busy()
+    only["faults"] = {samples: scenarios.NO_PERMISSION}
+    scenario([only])
+    (payload,) = read(libhgml, ReadRequest(carved_device_ids=frozenset({card_id(41)})))
+    assert payload["devices"][0][samples] == refused
+    (answer,) = TheadBackend().parse(payload).processes
+    assert (answer.memory_reason, answer.cores_reason) == (None, Reason.PERMISSION)
+    assert [(r.pid, r.memory_bytes, r.cores_percent) for r in answer.rows] == [
+        (8101, 40 * GIB, None),
+        (8201, 6 * GIB, None),
+    ]
+    # Card figures do not depend on per-process permission.
+    assert TheadBackend().parse(payload).cards[0].cores_utilization_percent == 55.0
+
+
 def test_the_memory_sentinel_is_absent_not_zero(libhgml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
     scenario(scenarios.memory_sentinel())
     (payload,) = read(libhgml, ReadRequest(carved_device_ids=frozenset({card_id(41)})))

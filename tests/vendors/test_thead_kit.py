@@ -52,6 +52,7 @@ STRUCTS: dict[str, tuple[Any, list[str]]] = {
         ["pid", "timeStamp", "smUtil", "memUtil", "encUtil", "decUtil"],
     ),
     "hgmlGpmSupport_t": (hgml.hgmlGpmSupport_t, ["version", "isSupportedDevice"]),
+    "hgmlGpmMetricInfo_t": (hgml.hgmlGpmMetricInfo_t, ["shortName", "longName", "unit"]),
     "hgmlGpmMetric_t": (hgml.hgmlGpmMetric_t, ["metricId", "hgmlReturn", "value", "metricInfo"]),
     "hgmlGpmMetricsGet_t": (
         hgml.hgmlGpmMetricsGet_t,
@@ -63,8 +64,14 @@ STRUCTS: dict[str, tuple[Any, list[str]]] = {
 def test_our_ctypes_structs_are_laid_out_as_gcc_lays_out_our_header(tmp_path: Path) -> None:
     if why := gcc_missing():
         pytest.skip(why)
+    # hgml.h (as nvml.h) declares a metric's info as an anonymous struct: named here by its
+    # member's type, so its own fields are laid out by gcc, not only its place in the metric.
+    header = (
+        '#include "hgml.h"\n'
+        "typedef __typeof__(((hgmlGpmMetric_t *)0)->metricInfo) hgmlGpmMetricInfo_t;"
+    )
     got = layout(
-        '#include "hgml.h"',
+        header,
         {name: fields for name, (_, fields) in STRUCTS.items()},
         includes=[fake.HERE],
         directory=tmp_path,
@@ -76,6 +83,9 @@ def test_our_ctypes_structs_are_laid_out_as_gcc_lays_out_our_header(tmp_path: Pa
     assert got["hgmlProcessUtilizationSample_t"].size == 32
     # Room for HGML_GPM_METRIC_MAX (2052) metrics, not NVML's maximum.
     assert got["hgmlGpmMetricsGet_t"].size == 24 + 2052 * 40
+    # A metric's info is three string pointers after its 16-byte head (LP64).
+    assert got["hgmlGpmMetricInfo_t"].offsets == {"shortName": 0, "longName": 8, "unit": 16}
+    assert got["hgmlGpmMetric_t"].offsets["metricInfo"] == 16
 
 
 def test_the_versioned_memory_struct_carries_its_size_and_version() -> None:

@@ -166,7 +166,8 @@ def card(
     **options: Any,
 ) -> dict[str, Any]:
     """One whole MI300X (SPX): one socket, one processor. Options pass through as scenario
-    keys (faults, lost, lost_after, gone_after, grow, grow_always, ecc, cus, vram, …)."""
+    keys (faults, lost, lost_after, lost_within, gone_after, grow, grow_always, ecc, cus,
+    vram, …)."""
     doc: dict[str, Any] = {
         "socket": index,
         "uuid": uuid_of(index, 0, node),
@@ -209,7 +210,7 @@ def cpx_card(
     function, KFD partition id and render node. Board power and temperature are answered by
     the first XCP only; the others answer N/A (0xFFFF) for activity and power and have no
     temperature sensor, as amdsmi#132 shows for a secondary partition. `xcps` (up to eight)
-    gives each one's used_mib, gfx (None: N/A) and processes."""
+    gives each one's used_mib, gfx (None: N/A), processes, ecc and the kit's fault keys."""
     specs = list(xcps) + [{}] * (8 - len(list(xcps)))
     out = []
     for k, spec in enumerate(specs[:8]):
@@ -241,7 +242,8 @@ def cpx_card(
         }
         if k == 0:
             doc["temp"] = {"hotspot": hotspot}
-        doc.update({key: v for key, v in spec.items() if key in ("faults", "lost", "lost_after")})
+        passed = ("faults", "lost", "lost_after", "lost_within", "ecc")
+        doc.update({key: v for key, v in spec.items() if key in passed})
         out.append(doc)
     return out
 

@@ -15,7 +15,8 @@
  *     answers OUT_OF_RESOURCES with the real count; engine time in cumulative ns that advances
  *     by `gfx_step` at each list call on that device;
  *   - the ROCm 7.2.0 defect (`process_list_ignores_handle`): every process under every device;
- *   - a device lost mid-read (the kit's lost / lost_after): every call answers NOT_FOUND.
+ *   - a device lost mid-read (the kit's lost / lost_after): every call answers NOT_FOUND;
+ *     with lost_within, right after it answered its UUID, so the rest of that read fails.
  *
  * Scenario (JSON; see tests/fakelib/amd/__init__.py): lib_version{major, minor, release, build},
  * driver, process_list_ignores_handle, call_log, and devices[] of {socket, uuid, domain, bus,
@@ -216,6 +217,7 @@ amdsmi_status_t amdsmi_get_gpu_device_uuid(amdsmi_processor_handle h, uint32_t *
         return AMDSMI_STATUS_INSUFFICIENT_SIZE;
     strcpy(uuid, value);
     *len = (uint32_t)strlen(value);
+    fl_identity_answered(d); /* `lost_within`: every later call answers NOT_FOUND */
     return AMDSMI_STATUS_SUCCESS;
 }
 

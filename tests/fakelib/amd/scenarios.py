@@ -120,6 +120,59 @@ def device_lost_mid_read() -> dict[str, Any]:
     return scenario(cards)
 
 
+def ecc_uncorrectable() -> dict[str, Any]:
+    """Card 0 whole with 3 uncorrectable ECC errors; card 1 whole with correctable ones only
+    (healthy); card 2 in CPX mode whose XCP 0 (where the board is read) counts 1 uncorrectable
+    error; card 3 in CPX mode whose XCP 3 alone counts one (the board's count is read on XCP 0
+    only, so nothing of it is read)."""
+    return scenario(
+        [
+            card(0, used_mib=2_000, gfx=12, ecc={"correctable": 0, "uncorrectable": 3}),
+            card(1, used_mib=1_000, gfx=5, ecc={"correctable": 7, "uncorrectable": 0}),
+            *cpx_card(
+                2,
+                render_base=130,
+                xcps=[{"used_mib": 500, "gfx": 4, "ecc": {"correctable": 2, "uncorrectable": 1}}],
+            ),
+            *cpx_card(
+                3,
+                bus=0x75,
+                render_base=138,
+                xcps=[{}, {}, {}, {"ecc": {"correctable": 0, "uncorrectable": 1}}],
+            ),
+        ]
+    )
+
+
+def device_lost_within_read() -> dict[str, Any]:
+    """Three whole cards, every one with a process: card 1 answers its UUID in the second read
+    and then NOT_FOUND to every other call of that same read (it fell off the bus between two
+    calls); card 2 does the same in the very first read, so nothing else of it was ever known."""
+    cards = [
+        card(i, used_mib=1_000 * (i + 1), gfx=10 * (i + 1), processes=[process(9500 + i, GIB)])
+        for i in range(3)
+    ]
+    cards[1]["lost_within"] = 2
+    cards[2]["lost_within"] = 1
+    return scenario(cards)
+
+
+def unaligned_process_bytes(**top: Any) -> dict[str, Any]:
+    """One whole card with one process holding 10 GiB and one byte of VRAM, and one holding
+    exactly 2 GiB; `rocm` picks the release (7.2.0: ROCm SMI answers the same rows)."""
+    return scenario(
+        [
+            card(
+                0,
+                used_mib=12_300,
+                gfx=40,
+                processes=[process(9601, 10 * GIB + 1, cu=152), process(9602, 2 * GIB, cu=38)],
+            )
+        ],
+        **top,
+    )
+
+
 def rocm_720(**top: Any) -> dict[str, Any]:
     """ROCm 7.2.0, where amdsmi's per-device process list ignores the handle (every process
     under every GPU): two whole cards and one in CPX, processes on each; ROCm SMI enumerates

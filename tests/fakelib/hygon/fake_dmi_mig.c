@@ -13,10 +13,17 @@
  *   - no UUID query at all; memory (bytes) and utilization (percent) on a MIG handle are that
  *     instance's own.
  *
+ * Two things make it a fair test of how it is loaded: a handle it did not hand out (another
+ * library's) is INVALID_ARGUMENT, and nvmlDeviceGetMemoryInfo finds a MIG instance through this
+ * library's own exported nvmlDeviceGetGpuInstanceId, a call through the PLT (gcc -fPIC keeps
+ * exported functions interposable). Where a libnvidia-ml is in the global namespace and this
+ * library is not deep-bound, that call binds to NVIDIA's, which refuses this handle.
+ *
  * Scenario: mode{current, pending}, devices[] of {bus_id, index, pci_info (what the PCI query
  * writes; "" by default), max_mig, total, used, util, migs[] of {global, gi, ci, total, used
  * (bytes), util (percent; absent: NOT_SUPPORTED), faults{}}, faults{}}, faults.<entry>, hang.
  */
+#include <stdint.h>
 #include <strings.h>
 
 #include "fake_scenario.h"
@@ -41,10 +48,17 @@ static int begin(const char *entry) {
     return fl_fault(entry, -1);
 }
 
+/* Whether `h` is a handle this library handed out. */
+static int ours(nvmlDevice_t h) {
+    uintptr_t p = (uintptr_t)h;
+    return (p >= (uintptr_t)cards && p < (uintptr_t)(cards + FL_MAX_DEVICES)) ||
+           (p >= (uintptr_t)migs && p < (uintptr_t)migs + sizeof migs);
+}
+
 /* The card behind a handle, or -1 with *rc set. */
 static int handle(nvmlDevice_t h, const char *entry, nvmlReturn_t *rc) {
     int code = begin(entry);
-    if (!code && (!h || h->dev < 0 || h->dev >= fl_count("devices")))
+    if (!code && (!ours(h) || h->dev < 0 || h->dev >= fl_count("devices")))
         code = NVML_ERROR_INVALID_ARGUMENT;
     if (!code && h->mig >= 0)
         code = (int)fl_int(0, M "faults.%s", h->dev, h->mig, entry);
@@ -152,13 +166,25 @@ nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device,
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
+    unsigned int gi, ci;
+    int m = -1;
     HANDLE("nvmlDeviceGetMemoryInfo");
     if (device->mig < 0) {
         memory->total = fl_u64(0, D "total", d);
         memory->used = fl_u64(0, D "used", d);
     } else {
-        memory->total = fl_u64(0, M "total", d, device->mig);
-        memory->used = fl_u64(0, M "used", d, device->mig);
+        /* The instance by its GPU and compute instance ids, asked of this library's own
+         * exported getters. */
+        if ((rc = nvmlDeviceGetGpuInstanceId(device, &gi)) != NVML_SUCCESS ||
+            (rc = nvmlDeviceGetComputeInstanceId(device, &ci)) != NVML_SUCCESS)
+            return rc;
+        for (int k = 0; k < fl_count(D "migs", d) && k < MAX_MIG && m < 0; k++)
+            if (fl_int(-1, M "gi", d, k) == gi && fl_int(-1, M "ci", d, k) == ci)
+                m = k;
+        if (m < 0)
+            return NVML_ERROR_NOT_FOUND;
+        memory->total = fl_u64(0, M "total", d, m);
+        memory->used = fl_u64(0, M "used", d, m);
     }
     memory->free = memory->total > memory->used ? memory->total - memory->used : 0;
     return NVML_SUCCESS;

@@ -85,6 +85,24 @@ WHOLE_AND_VDCU: list[Pod] = [
         "pids": [53118],
     },
     {
+        "name": "chatglm3-6b-0",
+        "namespace": "llm",
+        "container": "vllm",
+        "instance": "chatglm3-6b",
+        # GPUStack on a static vDCU: allocatedPhysicalID names it by its own id.
+        "annotation": ("gpustack", [gpustack(5, 4, 400_000, allocatedPhysicalID="vDCU-1")]),
+        "pids": [55012],
+    },
+    {
+        "name": "paddle-ocr-0",
+        "namespace": "doc",
+        "container": "ocr",
+        "instance": "paddle-ocr",
+        # The same, recorded by the configuration file's name (vdev<index>).
+        "annotation": ("gpustack", [gpustack(5, 4, 400_000, allocatedPhysicalID="vdev2")]),
+        "pids": [55107],
+    },
+    {
         "name": "batch-infer-5d2k",
         "namespace": "batch",
         "container": "worker",
@@ -295,11 +313,16 @@ NODE_TABLE: dict[
         "card 2 carved by HAMi into a dynamic vDCU (8 GiB, 30% of its CUs; HAMi's "
         "hami.io/dcu-devices-allocated names the card DCU-2), card 3 in two GPUStack 50% logical "
         "slices (one busy with a 50% cores cap, one idle), card 4 whole through the Hygon device "
-        "plugin (hygon.com/dcu by PCI bus id, from the kubelet). Synthetic: read() over the fake "
+        "plugin (hygon.com/dcu by PCI bus id, from the kubelet), card 5 carved into two static "
+        "vDCUs of 16 GiB held by GPUStack Instances (recorded as vDCU-1 and vdev2; the second on "
+        "a libhydmi that does not serve its busy percent). Synthetic: read() over the fake "
         "Hygon libraries; figures after public K100_AI numbers, not recorded on hardware.",
         scenarios.k100ai_whole_and_slices,
         WHOLE_AND_VDCU,
-        ReadRequest(carved_device_ids=frozenset({dcu(2), dcu(3)})),
+        ReadRequest(
+            carved_device_ids=frozenset({dcu(2), dcu(3)}),
+            partition_ids=frozenset({(dcu(5), "vDCU-1"), (dcu(5), "vdev2")}),
+        ),
         [],
     ),
     "k100ai-8dcu-mig": (

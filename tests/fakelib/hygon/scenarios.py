@@ -46,12 +46,16 @@ def k100(n: int, **options: Any) -> dict[str, Any]:
 
 def k100ai_whole_and_slices() -> dict[str, Any]:
     """Eight K100_AI: cards 0-1 busy whole, card 2 carved by HAMi into a dynamic vDCU (30% of
-    its CUs, 8 GiB) whose process is busy, card 3 in two GPUStack logical slices, one idle."""
+    its CUs, 8 GiB) whose process is busy, card 3 in two GPUStack logical slices, one idle;
+    card 5 carved into two static vDCUs of 16 GiB and 30 CUs each (global indexes 1 and 2),
+    vDCU 1 busy 63% of its own CUs, vDCU 2 on a libhydmi that does not serve its busy percent
+    (`dmiGetVDevBusyPercent` NOT_SUPPORTED)."""
     cards = [k100(n, used=1 * GIB, busy=0) for n in range(8)]
     cards[0].update(vram_used=52 * GIB, busy=97, temp_edge=71_000, power=286_000_000)
     cards[1].update(vram_used=40 * GIB, busy=88, temp_edge=66_000, power=254_000_000)
     cards[2].update(vram_used=6 * GIB, busy=27, temp_edge=52_000, power=141_000_000)
     cards[3].update(vram_used=23 * GIB, busy=41, temp_edge=58_000, power=182_000_000)
+    cards[5].update(vram_used=12 * GIB, busy=24, temp_edge=55_000, power=163_000_000)
     return node(
         cards,
         processes=[
@@ -60,8 +64,14 @@ def k100ai_whole_and_slices() -> dict[str, Any]:
             process(52110, [(2, 5 * GIB + 300 * MIB, 26)]),
             process(53007, [(3, 18 * GIB, 40)]),
             process(53118, [(3, 3 * GIB, 0)]),
+            process(55012, [(5, 9 * GIB + 512 * MIB, 24)]),
+            process(55107, [(5, 2 * GIB, 0)]),
         ],
-        vdevs=[vdev(0, 2, cu=36, total=8 * GIB, used=5 * GIB + 300 * MIB, busy=88)],
+        vdevs=[
+            vdev(0, 2, cu=36, total=8 * GIB, used=5 * GIB + 300 * MIB, busy=88),
+            vdev(1, 5, cu=30, total=16 * GIB, used=9 * GIB + 512 * MIB + 1, busy=63),
+            vdev(2, 5, cu=30, total=16 * GIB, used=2 * GIB, busy=None),
+        ],
         driver="6.3.8-V1.11.0",
     )
 

@@ -18,6 +18,12 @@
  *     the SM activity between two samples of one instance, a per-metric NOT_READY for samples
  *     closer than the header's 100 ms (strictness of the fake: a reader must not ask).
  *
+ * Like fake_dmi_mig.c (Hygon's library under NVML's names), it refuses a handle it did not
+ * hand out (INVALID_ARGUMENT), and nvmlDeviceGetMemoryInfo_v2 answers through this library's
+ * own exported v1 nvmlDeviceGetMemoryInfo, a call through the PLT: where libhydmi_mig sits in
+ * the global namespace before this library is loaded, that call binds to Hygon's, which
+ * refuses this handle (tests/vendors/test_hygon_fake.py).
+ *
  * Scenario (JSON, see tests/fakelib/nvidia/__init__.py): driver, devices[] of {uuid, name,
  * index, memory{total, used, reserved} (bytes), util{gpu, memory}, temp, power (mW),
  * remapped{corr, unc, pending, failure}, retired_pending, mig_mode{current, pending}, xid,
@@ -25,6 +31,8 @@
  * migs[]{slot, uuid, gi, memory{total, used}, sm (GPM SM activity, %), faults{}}, gpm (1: GPM
  * served)} plus the kit's fault keys.
  */
+#include <stdint.h>
+
 #include "fakelib.h"
 #include "nvml.h"
 
@@ -50,6 +58,13 @@ static int xid_delivered[FL_MAX_DEVICES];
 static int initialised;
 static struct nvmlEventSet_st the_event_set;
 
+/* Whether `h` is a handle this library handed out. */
+static int ours(nvmlDevice_t h) {
+    uintptr_t p = (uintptr_t)h;
+    return (p >= (uintptr_t)handles && p < (uintptr_t)(handles + FL_MAX_DEVICES)) ||
+           (p >= (uintptr_t)mig_handles && p < (uintptr_t)mig_handles + sizeof mig_handles);
+}
+
 /* The card behind a handle, or -1; sets *rc to what the call must answer first. */
 static int card(nvmlDevice_t h, const char *entry, nvmlReturn_t *rc) {
     int code;
@@ -58,7 +73,7 @@ static int card(nvmlDevice_t h, const char *entry, nvmlReturn_t *rc) {
         *rc = NVML_ERROR_UNINITIALIZED;
         return -1;
     }
-    if (!h || h->dev < 0 || h->dev >= fl_count("devices")) {
+    if (!ours(h) || h->dev < 0 || h->dev >= fl_count("devices")) {
         *rc = NVML_ERROR_INVALID_ARGUMENT;
         return -1;
     }
@@ -199,17 +214,16 @@ nvmlReturn_t DECLDIR nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *
 }
 
 nvmlReturn_t DECLDIR nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
+    nvmlMemory_t v1;
     CARD("nvmlDeviceGetMemoryInfo_v2");
     if (memory->version != nvmlMemory_v2)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-    if (device->mig >= 0) {
-        mig_memory(d, device->mig, &memory->total, &memory->used);
-        memory->reserved = 0;
-    } else {
-        memory->total = fl_u64(0, D "memory.total", d);
-        memory->used = fl_u64(0, D "memory.used", d);
-        memory->reserved = fl_u64(0, D "memory.reserved", d);
-    }
+    /* v2 is v1 with the driver's reservation taken out of used, asked of the exported v1. */
+    if ((rc = nvmlDeviceGetMemoryInfo(device, &v1)) != NVML_SUCCESS)
+        return rc;
+    memory->reserved = device->mig >= 0 ? 0 : fl_u64(0, D "memory.reserved", d);
+    memory->total = v1.total;
+    memory->used = v1.used - memory->reserved;
     memory->free = memory->total - memory->used - memory->reserved;
     return NVML_SUCCESS;
 }

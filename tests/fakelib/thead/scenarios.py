@@ -12,6 +12,7 @@ from tests.world import gpu
 
 DRIVER_NOT_LOADED = 9
 NOT_SUPPORTED = 3
+NO_PERMISSION = 4
 GPU_IS_LOST = 15
 # Microsecond time stamps of three samples of one PID, returned out of order.
 T1, T2, T3 = 1_764_000_000_000_001, 1_764_000_000_500_002, 1_764_000_001_000_003
