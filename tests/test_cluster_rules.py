@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from devicemanager.kube.kubelet import SummaryCache
+from devicemanager.kube.cache import SharedCache
 from devicemanager.kube.role import exporter_role
 from devicemanager.kube.sampler import InstanceSampler
 from devicemanager.pods import PodIndex
@@ -158,7 +158,7 @@ def test_the_kubelet_summary_cache_expires() -> None:
             reads.append(node)
             return {"read": len(reads)}
 
-    cache = SummaryCache(fetch, max_age=15, clock=clock)
+    cache = SharedCache(fetch, max_age=15, clock=clock)
     assert cache.get("n") == {"read": 1}
     clock.now += 15  # fifteen seconds old: still within the bound
     assert cache.get("n") == {"read": 1}
@@ -174,7 +174,7 @@ def test_the_kubelet_summary_cache_expires() -> None:
 def test_a_bound_of_zero_never_serves_the_cache() -> None:
     clock = Clock()
     reads: list[str] = []
-    cache = SummaryCache(lambda node: reads.append(node) or len(reads), max_age=0, clock=clock)
+    cache = SharedCache(lambda node: reads.append(node) or len(reads), max_age=0, clock=clock)
     assert [cache.get("n"), cache.get("n")] == [1, 2]  # same instant, two reads
 
 
@@ -188,7 +188,25 @@ def test_a_failed_read_is_not_cached() -> None:
             raise answer
         return answer
 
-    cache = SummaryCache(fetch, max_age=15, clock=clock)
+    cache = SharedCache(fetch, max_age=15, clock=clock)
     with pytest.raises(RuntimeError, match="kubelet 503"):
         cache.get("n")
     assert cache.get("n") == {"ok": True}  # the next caller reads again at once
+
+
+def test_the_cache_holds_a_bounded_number_of_keys() -> None:
+    clock = Clock()
+    reads: list[str] = []
+
+    def fetch(key: str) -> str:
+        clock.now += 1  # each read a second after the last: an age order to drop by
+        reads.append(key)
+        return key
+
+    cache = SharedCache(fetch, max_age=3600, clock=clock, max_entries=4)
+    for key in "abcde":
+        cache.get(key)
+    # The fifth key made the cache drop its oldest half (a, b); c, d, e are still held.
+    assert [cache.get(k) for k in "cde"] == ["c", "d", "e"] and len(reads) == 5
+    cache.get("a")
+    assert reads == ["a", "b", "c", "d", "e", "a"]

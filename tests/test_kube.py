@@ -20,13 +20,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from devicemanager import exposition
 from devicemanager.figures import InstanceMetricsUnavailable
 from devicemanager.grants import node_grants
+from devicemanager.kube.cache import SharedCache
 from devicemanager.kube.client import KubeClient, KubeError, config_from
 from devicemanager.kube.cluster import ClusterRound
 from devicemanager.kube.informer import PodInformer
 from devicemanager.kube.kubelet import (
     KubeletClient,
     KubeletError,
-    SummaryCache,
     SummaryPoller,
     kubelet_tls,
     usage_from_pod_metrics,
@@ -35,6 +35,7 @@ from devicemanager.kube.kubelet import (
 from devicemanager.kube.role import exporter_role
 from devicemanager.kube.sampler import InstanceSampler
 from devicemanager.pods import PodIndex
+from devicemanager.snapshot import from_json
 from tests.conftest import NODES, REPO, Agent, agent_env
 from tests.kube_server import FakeApiServer, FakeKubelet, summary_for
 from tests.world import accel, pod, uid
@@ -460,7 +461,7 @@ def test_summary_cache_shares_one_read_between_concurrent_callers() -> None:
         release.wait(5)
         return {"pods": []}
 
-    cache = SummaryCache(fetch, max_age=15)
+    cache = SharedCache(fetch, max_age=15)
     results: list[Any] = []
     threads = [threading.Thread(target=lambda: results.append(cache.get("n"))) for _ in range(8)]
     for t in threads:
@@ -674,3 +675,91 @@ def test_the_whole_agent_in_a_cluster(
         s.labels["source"]: s.value for s in got["gpustack_instance_metrics_collector_success"]
     } == {"kubelet": 0.0, "podresources": 0.0, "snapshot": 1.0}
     assert agent.proc.poll() is None
+
+
+class CountingAgent:
+    """An HTTPS server serving one snapshot, counting connections, requests and gzip asks."""
+
+    def __init__(self, tmp: Path, document: bytes) -> None:
+        import gzip as gzip_module
+        import ssl
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from devicemanager.serve.tls import self_signed
+
+        self.connections = self.requests = self.gzipped = 0
+        counter = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                counter.connections += 1
+                super().setup()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                counter.requests += 1
+                body = document
+                self.send_response(200)
+                if "gzip" in self.headers.get("Accept-Encoding", ""):
+                    counter.gzipped += 1
+                    body = gzip_module.compress(document)
+                    self.send_header("Content-Encoding", "gzip")
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        cert, key = self_signed(["127.0.0.1"])
+        (tmp / "agent.crt").write_bytes(cert)
+        (tmp / "agent.key").write_bytes(key)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(tmp / "agent.crt", tmp / "agent.key")
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.url = f"https://127.0.0.1:{self.server.server_address[1]}/monitor/snapshot"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_worker_sampling_many_instances_reads_each_source_once_per_bound(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    objects = scenario_objects()
+    for obj in objects:
+        api.add(obj)
+    api.summaries["gpu-h100-07"] = summary_for(objects)
+    golden = (NODES / "h100-8gpu-mixed" / "golden" / "snapshot.json").read_bytes()
+    timestamp = from_json(json.loads(golden)).timestamp
+    agent = CountingAgent(tmp_path, golden)
+    names = ["llama-3-8b", "qwen3-32b", "phi-4"]
+    try:
+        with InstanceSampler(
+            client_for(api, tmp_path), snapshot_url=agent.url, clock=lambda: timestamp + 1
+        ) as sampler:
+            for _ in range(10):
+                for name in names:
+                    assert sampler.sample("gpustack-workloads", name).accelerators
+        # Thirty samples within every bound: one list of the namespace, one summary of the
+        # node, one snapshot, gzip-compressed.
+        assert (api.count("namespaced-list"), api.count("summary")) == (1, 1)
+        assert (agent.requests, agent.connections, agent.gzipped) == (1, 1, 1)
+        with InstanceSampler(
+            client_for(api, tmp_path),
+            snapshot_url=agent.url,
+            snapshot_max_age=0,
+            clock=lambda: timestamp + 1,
+        ) as sampler:
+            for name in names * 4:
+                sampler.sample("gpustack-workloads", name)
+        # A snapshot per sample now, all over the one keep-alive connection.
+        assert (agent.requests, agent.connections) == (1 + 12, 1 + 1)
+    finally:
+        agent.stop()

@@ -15,7 +15,7 @@ Two ways to the kubelet's /stats/summary:
   kubelet never delays a round.
 - The per-Instance sampler, which runs off the node, reads any node's summary through the API
   server's node proxy (`KubeClient.stats_summary`), cached per node for a freshness bound, with
-  concurrent readers of one node sharing a single in-flight read (`SummaryCache`).
+  concurrent readers of one node sharing a single in-flight read (`kube.cache.SharedCache`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -108,52 +107,6 @@ def usage_from_pod_metrics(doc: Any, pod_created: str | None) -> PodUsage:
         timestamp=doc.get("timestamp") if isinstance(doc.get("timestamp"), str) else None,
         source="metrics.k8s.io",
     )
-
-
-class SummaryCache:
-    """Per-node summaries, cached for `max_age` seconds; one read in flight per node."""
-
-    def __init__(
-        self,
-        fetch: Callable[[str], Any],
-        max_age: float = 15.0,
-        clock: Callable[[], float] = time.monotonic,
-        timeout: float = 10.0,
-    ) -> None:
-        self._fetch, self.max_age, self._clock, self.timeout = fetch, max_age, clock, timeout
-        self._lock = threading.Lock()
-        self._cached: dict[str, tuple[float, Any]] = {}
-        self._inflight: dict[str, Future[Any]] = {}
-        self.reads = 0
-
-    def get(self, node: str, max_age: float | None = None) -> Any:
-        bound = self.max_age if max_age is None else max_age
-        with self._lock:
-            hit = self._cached.get(node)
-            if hit is not None and self._clock() - hit[0] <= bound and bound > 0:
-                return hit[1]
-            flight = self._inflight.get(node)
-            leader = flight is None
-            if flight is None:
-                flight = self._inflight[node] = Future()
-        if leader:
-            # Read on its own thread with its own deadline, detached from any one caller.
-            threading.Thread(target=self._read, args=(node, flight), daemon=True).start()
-        return flight.result(timeout=self.timeout + 1)
-
-    def _read(self, node: str, flight: Future[Any]) -> None:
-        self.reads += 1
-        try:
-            value = self._fetch(node)
-        except BaseException as exc:
-            with self._lock:
-                self._inflight.pop(node, None)
-            flight.set_exception(exc)
-            return
-        with self._lock:
-            self._cached[node] = (self._clock(), value)
-            self._inflight.pop(node, None)
-        flight.set_result(value)
 
 
 class KubeletError(Exception):

@@ -2,10 +2,19 @@
 and accelerators, from the kubelet (or metrics.k8s.io), and from the Device Manager snapshot of
 the node the Instance runs on. The figures are computed by figures.instance_metrics, the code
 the exporter uses.
+
+A worker samples many Instances a second, most of them on a few nodes, so what one sample reads
+is shared by the next ones for a short while (`kube.cache.SharedCache`): an agent's snapshot for
+`snapshot_max_age` seconds (it changes once a monitor period anyway; the snapshot's own
+freshness check still applies), a namespace's pods and a node's agents for `pods_max_age`, a
+node's kubelet summary for `summary_max_age`. Snapshots are fetched over one keep-alive client
+per sampler, gzip-compressed by the agent: no TLS handshake per sample.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -17,8 +26,9 @@ from devicemanager import slices
 from devicemanager.allocations import AllocationError
 from devicemanager.figures import InstanceMetrics, PodUsage, View, instance_metrics
 from devicemanager.grants import Grant, grants_of, instance_of
+from devicemanager.kube.cache import SharedCache
 from devicemanager.kube.client import KubeClient
-from devicemanager.kube.kubelet import SummaryCache, usage_from_pod_metrics, usage_from_summary
+from devicemanager.kube.kubelet import usage_from_pod_metrics, usage_from_summary
 from devicemanager.kube.role import COMPONENT, COMPONENT_LABEL, MANUFACTURER_LABEL
 from devicemanager.model import Card, Identities
 from devicemanager.pods import PodInfo, pod_info
@@ -29,17 +39,30 @@ log = logging.getLogger("instance-metrics")
 SNAPSHOT_MAX_BYTES = 4 << 20  # a full slices section stays well inside this
 
 
-def fetch_snapshot(url: str, timeout: float = 5.0) -> Any:
-    """A Device Manager's snapshot. Its certificate is self-signed unless it was given one, so
-    it is not verified, as the reference worker does; at most 4 MiB are read."""
-    with httpx.stream("GET", url, verify=False, timeout=timeout) as response:
-        response.raise_for_status()
-        body = b""
-        for chunk in response.iter_bytes():
-            body += chunk
-            if len(body) > SNAPSHOT_MAX_BYTES:
-                raise ValueError(f"{url}: the snapshot is larger than 4 MiB")
-    return httpx.Response(200, content=body).json()
+def agent_client(timeout: float = 5.0) -> httpx.Client:
+    """The keep-alive client a sampler fetches snapshots with. An agent's certificate is
+    self-signed unless it was given one, so it is not verified, as the reference worker does."""
+    return httpx.Client(
+        verify=False,
+        timeout=timeout,
+        limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
+    )
+
+
+def fetch_snapshot(url: str, client: httpx.Client | None = None) -> Any:
+    """A Device Manager's snapshot; at most 4 MiB are read, once decompressed."""
+    with contextlib.ExitStack() as stack:
+        if client is None:
+            client = stack.enter_context(agent_client())
+        with client.stream("GET", url, headers={"Accept-Encoding": "gzip"}) as response:
+            response.raise_for_status()
+            chunks, size = [], 0
+            for chunk in response.iter_bytes():
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > SNAPSHOT_MAX_BYTES:
+                    raise ValueError(f"{url}: the snapshot is larger than 4 MiB")
+    return json.loads(b"".join(chunks))
 
 
 def merged_view(documents: list[Any], now: float) -> View | None:
@@ -79,17 +102,46 @@ class InstanceSampler:
         agent_port: int = 32443,
         snapshot_url: str | None = None,
         summary_max_age: float = 15.0,
-        fetch: Callable[[str], Any] = fetch_snapshot,
+        snapshot_max_age: float = 2.0,
+        pods_max_age: float = 2.0,
+        fetch: Callable[[str], Any] | None = None,
         clock: Callable[[], float] = time.time,
+        mono: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.agent_namespace, self.agent_port = agent_namespace, agent_port
         self.snapshot_url = snapshot_url
-        self.summaries = SummaryCache(client.stats_summary, max_age=summary_max_age)
-        self._fetch, self._clock = fetch, clock
+        self._http: httpx.Client | None = None
+        self._fetch = fetch or self._fetch_over_keep_alive
+        self._clock = clock
+        self.summaries = SharedCache(client.stats_summary, max_age=summary_max_age, clock=mono)
+        self.snapshots = SharedCache(self._fetch, max_age=snapshot_max_age, clock=mono)
+        self.pods = SharedCache(self._list_pods, max_age=pods_max_age, clock=mono)
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
+            self._http = None
+
+    def __enter__(self) -> InstanceSampler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _fetch_over_keep_alive(self, url: str) -> Any:
+        if self._http is None:
+            self._http = agent_client()
+        return fetch_snapshot(url, self._http)
+
+    def _list_pods(self, key: str) -> list[PodInfo]:
+        """`namespace` or `namespace?labelSelector`: the pods, read once per pods_max_age."""
+        namespace, _, labels = key.partition("?")
+        objects = self.client.list_namespaced_pods(namespace, labels or None)
+        return [p for p in map(pod_info, objects) if p]
 
     def _pod(self, namespace: str, name: str) -> PodInfo | None:
-        pods = [p for p in map(pod_info, self.client.list_namespaced_pods(namespace)) if p]
+        pods: list[PodInfo] = self.pods.get(namespace)
         mine = [p for p in pods if instance_of(p).name == name]
         if not mine:
             return None
@@ -123,10 +175,8 @@ class InstanceSampler:
             labels = f"{COMPONENT_LABEL}={COMPONENT},{MANUFACTURER_LABEL}={manufacturer}"
             agents = [
                 a
-                for a in map(
-                    pod_info, self.client.list_namespaced_pods(self.agent_namespace, labels)
-                )
-                if a and a.node == pod.node and a.ready and a.ip
+                for a in self.pods.get(f"{self.agent_namespace}?{labels}")
+                if a.node == pod.node and a.ready and a.ip
             ]
             if not agents:
                 log.warning(
@@ -142,7 +192,7 @@ class InstanceSampler:
         documents = []
         for url in self._agent_urls(pod, grants):
             try:
-                documents.append(self._fetch(url))
+                documents.append(self.snapshots.get(url))
             except Exception as exc:
                 log.warning(
                     "Device Manager unreachable: accelerators are absent",
