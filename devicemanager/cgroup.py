@@ -15,7 +15,10 @@ possibly under another prefix (kubelet in docker, kind, k3s) and, from a private
 namespace, relative: with `..` segments, or without the leading `/` (cgroup_namespaces(7)).
 A container id is 8-64 hex digits or a UUID. Matching is anchored on whole path segments,
 never on a substring: a systemd pod slice must be the kubelet's `…kubepods[-<qos>]-pod<uid>.slice`
-and a cgroupfs one exactly `pod<uid>`. The container is looked for only below the pod.
+and a cgroupfs one exactly `pod<uid>` with the kubelet's `kubepods` above it (the cgroupfs driver
+names `<root>/kubepods[/burstable|/besteffort]/pod<uid>`), or with nothing above it but what a
+cgroup namespace elides (`..` segments, then at most the QoS level). The container is looked for
+only below the pod.
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ from devicemanager.model import Reason
 _H = "[0-9a-fA-F]"
 _UID = rf"{_H}{{8}}[-_]{_H}{{4}}[-_]{_H}{{4}}[-_]{_H}{{4}}[-_]{_H}{{12}}|{_H}{{32}}"
 _CGROUPFS_POD = re.compile(rf"pod({_UID})")
+# What the kubelet's cgroupfs driver puts above a pod: its node-allocatable cgroup `kubepods`,
+# then a QoS level for burstable and best-effort pods (a guaranteed pod sits in kubepods itself).
+_KUBEPODS = "kubepods"
+_QOS = frozenset({"burstable", "besteffort"})
 # The kubelet's systemd driver names a pod's slice after every cgroup above it, joined by '-':
 # kubepods-<qos>-pod<uid>.slice, kubelet-kubepods-…-pod<uid>.slice under kind's "kubelet" cgroup
 # root, <root>-kubepods-… under any other. "kubepods" is always in it, so a unit of someone
@@ -69,10 +76,24 @@ def normalise_uid(raw: str) -> str:
     return raw.replace("_", "-").lower()
 
 
-def pod_segment(segment: str) -> str | None:
-    """The pod UID a whole path segment names, or None. Anchored: `xpod<uid>` names nothing."""
-    match = _CGROUPFS_POD.fullmatch(segment) or _SYSTEMD_POD.fullmatch(segment)
-    return normalise_uid(match.group(1)) if match else None
+def _cgroupfs_parent(above: list[str]) -> bool:
+    """Whether what is above a cgroupfs `pod<uid>` segment is the kubelet's: `kubepods` among
+    it, or only what a cgroup namespace hides (`..`, or nothing) and at most the QoS level.
+    `/system.slice/pod<uid>` is someone else's cgroup that merely has a pod-like name."""
+    if _KUBEPODS in above:
+        return True
+    elided = above[:-1] if above and above[-1] in _QOS else above
+    return all(segment == ".." for segment in elided)
+
+
+def _pod_at(segments: list[str], i: int) -> str | None:
+    """The pod UID segment `i` names, read with what is above it."""
+    segment = segments[i]
+    if match := _SYSTEMD_POD.fullmatch(segment):
+        return normalise_uid(match.group(1))
+    if (match := _CGROUPFS_POD.fullmatch(segment)) and _cgroupfs_parent(segments[:i]):
+        return normalise_uid(match.group(1))
+    return None
 
 
 def container_segment(segment: str) -> tuple[str, str | None] | None:
@@ -85,11 +106,11 @@ def container_segment(segment: str) -> tuple[str, str | None] | None:
 
 
 def _segments(path: str) -> list[str]:
-    """Whole segments; a runc `slice:prefix:id` segment becomes its slice and its scope."""
+    """Whole segments; a runc `slice:prefix:id` segment becomes its slice and its scope. `..`
+    (how a private cgroup namespace shows other cgroups) is kept: it says what is elided."""
     out: list[str] = []
-    # '..' and '.' are how a private cgroup namespace shows other cgroups: not names.
     for segment in path.split("/"):
-        if segment in ("", ".", ".."):
+        if segment in ("", "."):
             continue
         if ":" in segment and (runc := _RUNC_SYSTEMD.fullmatch(segment)):
             out.extend((runc.group(1), f"{runc.group(2)}-{runc.group(3)}.scope"))
@@ -100,7 +121,7 @@ def _segments(path: str) -> list[str]:
 
 def parse_path(path: str) -> CgroupIdentity:
     segments = _segments(path)
-    pods = [(i, uid) for i, s in enumerate(segments) if (uid := pod_segment(s)) is not None]
+    pods = [(i, uid) for i in range(len(segments)) if (uid := _pod_at(segments, i)) is not None]
     if not pods:
         return CgroupIdentity(reason=Reason.NO_POD_COMPONENT)
     uids = {uid for _, uid in pods}

@@ -10,11 +10,19 @@ knows what those ids mean for each manufacturer's device plugin:
 - `nvidia.com/gpu` (single MIG strategy) and `nvidia.com/mig-<profile>` (mixed): `MIG-<uuid>`,
   or `MIG-GPU-<uuid>/<gi>/<ci>` before R470, is Partitioned by the partition's own id;
   `<index>:<mig index>` is a partition of that card whose id is not known.
-- `amd.com/gpu` and `amd.com/<compute>_<memory>` (partitions, each a device of its own): the
-  PCI bus id is Exclusive; `<bus id>-slice-<n>` (time-slicing) is Shared on it.
-- `hygon.com/dcu` (PCI bus id), `metax-tech.com/gpu`, `alibabacloud.com/ppu` (T-Head): Exclusive.
-- `huawei.com/Ascend910`, `…/Ascend310`, `…/Ascend310P`, `huawei.com/npu`: `Ascend910-<phy>`
-  is Exclusive; `huawei.com/Ascend910-<n>c…` (vNPU templates): `Ascend910-<n>c-<vdev>-<phy>`
+- `amd.com/gpu` and `amd.com/<compute>_<memory>` (ROCm/k8s-device-plugin; partitions, each a
+  device of its own, in its mixed naming strategy): the PCI bus id (`0000:05:00.0`) or the
+  `amdgpu_xcp_<N>` platform device of a secondary compute partition is Exclusive;
+  `<bus id>-slice-<n>` (the time-slicing of ROCm/k8s-device-plugin#189, not merged) is Shared on it.
+- `hygon.com/dcu` or `hygon.com/hcu` (Hygon's plugin; the PCI bus id) is Exclusive;
+  `hygon.com/{dcu,hcu}-share-<cu>c-<mem>g` (a pre-made vDCU, `vdev<n>`) and
+  `hygon.com/{dcu,hcu}-mig-<profile>` (a MIG instance, by its UUID) are Partitioned, the card their
+  parent. `hygon.com/dcunum` (HAMi mode) grants nothing: HAMi's annotation carries the slice.
+- `metax-tech.com/gpu`, `alibabacloud.com/ppu` (T-Head): Exclusive; no public plugin shows the
+  ids, so an id is whatever names the card (its canonical id or an alias its backend reports).
+- `huawei.com/Ascend910`, `…/Ascend310`, `…/Ascend310P`: `Ascend910-<phy>` is Exclusive;
+  `huawei.com/npu` (mind-cluster's name on Ascend 950 nodes): `npu-<phy>`, the same NPU as
+  `Ascend910-<phy>`; `huawei.com/Ascend910-<n>c…` (vNPU templates): `Ascend910-<n>c-<vdev>-<phy>`
   is Partitioned on `Ascend910-<phy>`, the template its profile.
 
 A device id names its card through `aliases` (manufacturer, alias) -> card id, learned from what
@@ -104,8 +112,15 @@ _AMD_SLICE = re.compile(r"(.+)-slice-\d+")
 _ASCEND_WHOLE_RESOURCE = re.compile(r"huawei\.com/Ascend[0-9A-Za-z]+|huawei\.com/npu")
 _ASCEND_VNPU_RESOURCE = re.compile(r"huawei\.com/(Ascend[0-9A-Za-z]+)-([0-9a-z_.]+)")
 _ASCEND_VNPU = re.compile(r"(Ascend[0-9A-Za-z]+)-([0-9a-z_.]+)-(\d+)-(\d+)")
+_ASCEND_NPU = re.compile(r"npu-(\d+)")
+# Hygon's device plugin (HYGON-AI/k8s-hcu-device-plugin; `dcu` before it was renamed `hcu`):
+# whole cards by PCI bus id, pre-made vDCUs as `vdev<n>` under `-share-<cu>c-<mem>g`, MIG
+# instances by UUID under `-mig-<profile>`, the profile's '.' written '-' (`4g-31gb`).
+_HYGON_WHOLE_RESOURCE = re.compile(r"hygon\.com/(?:dcu|hcu)")
+_HYGON_VDCU_RESOURCE = re.compile(r"hygon\.com/(?:dcu|hcu)-share-(\d+c-\d+g)")
+_HYGON_MIG_RESOURCE = re.compile(r"hygon\.com/(?:dcu|hcu)-mig-([0-9a-z+-]+)")
+_HYGON_VDCU = re.compile(r"vdev\d+")
 _WHOLE_ONLY = {
-    "hygon.com/dcu": "hygon",
     "metax-tech.com/gpu": "metax",
     "alibabacloud.com/ppu": "thead",
 }
@@ -160,7 +175,25 @@ def _ascend(resource: str, device_id: str, aliases: Aliases) -> PluginDevice | N
         card = _card("ascend", f"{m.group(1)}-{m.group(4)}", aliases)
         return PluginDevice("ascend", card, Mode.PARTITIONED, device_id, vnpu.group(2))
     if _ASCEND_WHOLE_RESOURCE.fullmatch(resource):
+        if (npu := _ASCEND_NPU.fullmatch(device_id)) and ("ascend", device_id) not in aliases:
+            # mind-cluster names an NPU `npu-<phy>` by replacing `Ascend910-` in its own name.
+            device_id = f"Ascend910-{npu.group(1)}"
         return PluginDevice("ascend", _card("ascend", device_id, aliases), Mode.EXCLUSIVE)
+    return None
+
+
+def _hygon(resource: str, device_id: str, aliases: Aliases) -> PluginDevice | None:
+    if _HYGON_WHOLE_RESOURCE.fullmatch(resource):
+        return PluginDevice("hygon", _card("hygon", device_id, aliases), Mode.EXCLUSIVE)
+    if vdcu := _HYGON_VDCU_RESOURCE.fullmatch(resource):
+        if not _HYGON_VDCU.fullmatch(device_id):
+            return None
+        parent = aliases.get(("hygon", device_id), "")
+        return PluginDevice("hygon", parent, Mode.PARTITIONED, device_id, vdcu.group(1))
+    if mig := _HYGON_MIG_RESOURCE.fullmatch(resource):
+        parent = aliases.get(("hygon", device_id), "")
+        profile = mig.group(1).replace("-", ".")  # the plugin wrote the profile's '.' as '-'
+        return PluginDevice("hygon", parent, Mode.PARTITIONED, device_id, profile)
     return None
 
 
@@ -174,6 +207,8 @@ def device_of(resource: str, device_id: str, aliases: Aliases) -> PluginDevice |
         return _amd(resource, device_id, aliases)
     if resource.startswith("huawei.com/"):
         return _ascend(resource, device_id, aliases)
+    if resource.startswith("hygon.com/"):
+        return _hygon(resource, device_id, aliases)
     manufacturer = _WHOLE_ONLY.get(resource)
     if manufacturer is None:
         return None

@@ -33,7 +33,29 @@ from tests.conftest import NODES, scenario_monitor
 G = "GPU-8b6f0b2e-4e58-2d0b-9b1a-1f3c2a7d9e01"
 G2 = "GPU-0c1d2e3f-4a5b-6c7d-8e9f-a0b1c2d3e4f5"
 M = "MIG-5c2e1a90-7d4b-5e3f-8a21-93b0c4d5e6f7"
-ALIASES = {("nvidia", "0"): G, ("nvidia", M): G}
+# Each manufacturer's canonical card ids in the form its backend reports them, and the ids its
+# device plugin hands the kubelet (docs/grants-and-figures.md cites each plugin's source).
+AMD = "31ff74a1-0000-1000-800d-e080309a2b17"  # amdsmi's UUID
+AMD_XCP = "beff74a1-0000-1000-803c-bde0541797d1"  # a secondary XCP of a CPX card
+ASCEND = "E0F4EE64 140C979 6A691492 89528485 2A0301E3"  # the VDIE die id
+ASCEND_4 = "E0F4FF75 141CA7A 6A694493 89528585 2A0301E3"
+HYGON = "GPU-7e8f6b3ac49bc87a"  # GPU- + the ROCm SMI unique id
+HYGON_MIG = "MIG-2f6c1e0a-93d4-4b7e-a1c5-0d8e7f6a5b4c"
+METAX = "GPU-27c08701-4d00-0246-74b4-ffc94a196410"
+THEAD = "GPU-03155c44-a4db-50f2-b0f9-bed7df5a1690"
+ALIASES = {
+    ("nvidia", "0"): G,
+    ("nvidia", M): G,
+    ("amd", "0000:05:00.0"): AMD,  # the PCI bus id the ROCm plugin registers a card by
+    ("amd", "amdgpu_xcp_30"): AMD_XCP,  # and a secondary XCP by its platform device
+    ("ascend", "Ascend910-3"): ASCEND,  # Huawei's plugin: <family>-<phy id>
+    ("ascend", "npu-4"): ASCEND_4,  # as a backend would report mind-cluster's A5 name
+    ("hygon", "0000:03:00.0"): HYGON,  # Hygon's plugin: the PCI bus id
+    ("hygon", "vdev2"): HYGON,  # a vDCU on that card names its parent
+    ("hygon", HYGON_MIG): HYGON,  # and so does a MIG instance
+    ("metax", "gpu-c500-03-metax-0"): METAX,  # an alias the metax backend reports
+    ("thead", "1"): THEAD,  # a card's index, as for every manufacturer
+}
 
 CASES = [
     # (resource, device id, what it is) -- NVIDIA's plugin: whole, replicas, MIG, index strategy
@@ -64,25 +86,57 @@ CASES = [
             "nvidia", "", Mode.PARTITIONED, "MIG-00000000-0000-0000-0000-000000000001", "1g.10gb"
         ),
     ),
-    # AMD: PCI bus ids, time-slicing replicas, compute partitions
-    ("amd.com/gpu", "0000:c1:00.0", PluginDevice("amd", "0000:c1:00.0", Mode.EXCLUSIVE)),
-    ("amd.com/gpu", "0000:c1:00.0-slice-2", PluginDevice("amd", "0000:c1:00.0", Mode.SHARED)),
-    ("amd.com/cpx_nps4", "0000:05:00.1", PluginDevice("amd", "0000:05:00.1", Mode.EXCLUSIVE)),
-    # Hygon, MetaX, T-Head
-    ("hygon.com/dcu", "0000:3a:00.0", PluginDevice("hygon", "0000:3a:00.0", Mode.EXCLUSIVE)),
-    ("metax-tech.com/gpu", "GPU-9a8b", PluginDevice("metax", "GPU-9a8b", Mode.EXCLUSIVE)),
-    ("alibabacloud.com/ppu", "PPU-0", PluginDevice("thead", "PPU-0", Mode.EXCLUSIVE)),
-    # Ascend: whole NPUs and vNPUs
-    ("huawei.com/Ascend910", "Ascend910-3", PluginDevice("ascend", "Ascend910-3", Mode.EXCLUSIVE)),
+    # AMD (ROCm/k8s-device-plugin): a card by PCI bus id, an XCP by platform device, each
+    # named through the aliases the amd backend reports; a time-slicing replica (PR #189)
+    ("amd.com/gpu", "0000:05:00.0", PluginDevice("amd", AMD, Mode.EXCLUSIVE)),
+    ("amd.com/gpu", "0000:05:00.0-slice-2", PluginDevice("amd", AMD, Mode.SHARED)),
+    ("amd.com/cpx_nps4", "0000:05:00.0", PluginDevice("amd", AMD, Mode.EXCLUSIVE)),
+    ("amd.com/cpx_nps4", "amdgpu_xcp_30", PluginDevice("amd", AMD_XCP, Mode.EXCLUSIVE)),
+    ("amd.com/gpu", "0000:c1:00.0", PluginDevice("amd", "0000:c1:00.0", Mode.EXCLUSIVE)),  # unseen
+    # Hygon (HYGON-AI/k8s-hcu-device-plugin and its `dcu` predecessor): a card by PCI bus id,
+    # a pre-made vDCU and a MIG instance on it
+    ("hygon.com/dcu", "0000:03:00.0", PluginDevice("hygon", HYGON, Mode.EXCLUSIVE)),
+    ("hygon.com/hcu", "0000:03:00.0", PluginDevice("hygon", HYGON, Mode.EXCLUSIVE)),
+    (
+        "hygon.com/dcu-share-4c-16g",
+        "vdev2",
+        PluginDevice("hygon", HYGON, Mode.PARTITIONED, "vdev2", "4c-16g"),
+    ),
+    (
+        "hygon.com/hcu-share-30c-16g",
+        "vdev9",  # its card not enumerated yet
+        PluginDevice("hygon", "", Mode.PARTITIONED, "vdev9", "30c-16g"),
+    ),
+    (
+        "hygon.com/dcu-mig-4g-31gb",
+        HYGON_MIG,
+        PluginDevice("hygon", HYGON, Mode.PARTITIONED, HYGON_MIG, "4g.31gb"),
+    ),
+    # MetaX and T-Head: no public plugin shows the ids; whatever names the card does
+    ("metax-tech.com/gpu", "gpu-c500-03-metax-0", PluginDevice("metax", METAX, Mode.EXCLUSIVE)),
+    ("metax-tech.com/gpu", METAX, PluginDevice("metax", METAX, Mode.EXCLUSIVE)),
+    ("alibabacloud.com/ppu", "1", PluginDevice("thead", THEAD, Mode.EXCLUSIVE)),
+    ("alibabacloud.com/ppu", THEAD, PluginDevice("thead", THEAD, Mode.EXCLUSIVE)),
+    # Ascend (Ascend/ascend-device-plugin, mind-cluster): whole NPUs to their die id, vNPUs
+    ("huawei.com/Ascend910", "Ascend910-3", PluginDevice("ascend", ASCEND, Mode.EXCLUSIVE)),
+    ("huawei.com/npu", "npu-3", PluginDevice("ascend", ASCEND, Mode.EXCLUSIVE)),  # Ascend910-3
+    ("huawei.com/npu", "npu-4", PluginDevice("ascend", ASCEND_4, Mode.EXCLUSIVE)),
     (
         "huawei.com/Ascend310P",
-        "Ascend310P-1",
+        "Ascend310P-1",  # not enumerated: taken as given
         PluginDevice("ascend", "Ascend310P-1", Mode.EXCLUSIVE),
     ),
     (
         "huawei.com/Ascend910-2c",
         "Ascend910-2c-100-3",
-        PluginDevice("ascend", "Ascend910-3", Mode.PARTITIONED, "Ascend910-2c-100-3", "2c"),
+        PluginDevice("ascend", ASCEND, Mode.PARTITIONED, "Ascend910-2c-100-3", "2c"),
+    ),
+    (
+        "huawei.com/Ascend310P-4c.3cpu",
+        "Ascend310P-4c.3cpu-100-0",  # mind-cluster's longest name form
+        PluginDevice(
+            "ascend", "Ascend310P-0", Mode.PARTITIONED, "Ascend310P-4c.3cpu-100-0", "4c.3cpu"
+        ),
     ),
     # Not an accelerator of ours, or not an id of the resource
     ("nvidia.com/gpumem", "GPU-x-0", None),
@@ -91,6 +145,9 @@ CASES = [
     ("nvidia.com/mig-1g.10gb", G, None),
     ("nvidia.com/gpu", "not-a-gpu", None),
     ("huawei.com/Ascend910-2c", "Ascend910-3", None),
+    ("huawei.com/npu-core", "npu-core-3", None),  # AI cores: the card is in an annotation
+    ("hygon.com/dcunum", "DCU-7e8f6b3ac49bc87a-fake-0", None),  # HAMi mode: its annotation
+    ("hygon.com/dcu-share-4c-16g", "0000:03:00.0", None),  # a vDCU is vdev<n>
     ("nvidia.com/gpu", "", None),
 ]
 
@@ -336,3 +393,114 @@ def test_a_disagreement_is_logged_once(caplog: pytest.LogCaptureFixture) -> None
             monitor.run_round()
     lines = [r for r in caplog.records if "annotation is used" in r.getMessage()]
     assert len(lines) == 1 and "ns/differ" in lines[0].getMessage()
+
+
+def test_other_manufacturers_ids_name_their_card_through_the_aliases_backends_report() -> None:
+    """The aliases come from the readings, in the forms the amd, ascend and hygon backends give
+    their cards and partitions; the device plugins' ids then name the library's own ids."""
+    readings = [
+        VendorReading(
+            "amd", cards=(Card(AMD, 0, aliases=("GPU-64a005641911cdf8", "0000:05:00.0")),)
+        ),
+        VendorReading(
+            "ascend",
+            cards=(
+                Card(
+                    ASCEND,
+                    0,
+                    aliases=("E0F4EE64-0140C979-6A691492-89528485-2A0301E3", "Ascend910-3"),
+                ),
+            ),
+        ),
+        VendorReading(
+            "hygon",
+            cards=(Card(HYGON, 0, aliases=("DCU-0", "HCU-HCU0000K1A", "0000:03:00.0")),),
+            partitions=(PartitionReading("vDCU-2", HYGON, aliases=("vdev2",)),),
+        ),
+    ]
+    aliases = aliases_of(readings)
+    assert device_of("amd.com/gpu", "0000:05:00.0", aliases) == PluginDevice(
+        "amd", AMD, Mode.EXCLUSIVE
+    )
+    assert device_of("huawei.com/Ascend910", "Ascend910-3", aliases) == PluginDevice(
+        "ascend", ASCEND, Mode.EXCLUSIVE
+    )
+    assert device_of("huawei.com/npu", "npu-3", aliases) == PluginDevice(
+        "ascend", ASCEND, Mode.EXCLUSIVE
+    )
+    assert device_of("hygon.com/hcu", "0000:03:00.0", aliases) == PluginDevice(
+        "hygon", HYGON, Mode.EXCLUSIVE
+    )
+    assert device_of("hygon.com/hcu-share-4c-16g", "vdev2", aliases) == PluginDevice(
+        "hygon", HYGON, Mode.PARTITIONED, "vdev2", "4c-16g"
+    )
+    # What a manufacturer reports names only its own cards: the AMD bus id is no Hygon card.
+    assert device_of("hygon.com/dcu", "0000:05:00.0", aliases) == PluginDevice(
+        "hygon", "0000:05:00.0", Mode.EXCLUSIVE
+    )
+
+
+class LosingBackend:
+    """Two NVIDIA cards in the first read; the second read lists only card 0, as NVML does
+    once a card has fallen off the bus."""
+
+    manufacturer = "nvidia"
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def open(self) -> None:
+        """Nothing to open."""
+
+    def read(self, request: object) -> dict[str, int]:
+        self.reads += 1
+        return {"read": self.reads}
+
+    def parse(self, payload: dict[str, int]) -> VendorReading:
+        cards = [Card(G, 0, name="NVIDIA H100 80GB HBM3", memory_total_mib=81559)]
+        if payload["read"] == 1:
+            cards.append(Card(G2, 5, name="NVIDIA H100 80GB HBM3", memory_total_mib=81559))
+        return VendorReading("nvidia", cards=tuple(cards))
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
+def test_a_card_lost_mid_run_is_reported_unhealthy_with_its_old_index() -> None:
+    from devicemanager.monitor import BackendWorker, Monitor
+
+    # The kubelet still offers both cards: its device plugin has not noticed the loss.
+    answer = KubeletAnswer(pods=(), allocatable=(ContainerDevices("", "nvidia.com/gpu", (G, G2)),))
+    monitor = Monitor(
+        [BackendWorker(LosingBackend())],  # type: ignore[arg-type]
+        period=15, deadline=2, liveness_timeout=60, node="n",
+        pods=lambda: PodIndex.of([]), podresources=lambda: answer,
+    )  # fmt: skip
+
+    def cards(published: object) -> dict[str, tuple[int, bool, str | None, str | None]]:
+        doc = json.loads(published.snapshot_json)  # type: ignore[attr-defined]
+        return {
+            c["id"]: (c["index"], c["unhealthy"], c.get("unhealthyReason"), c.get("name"))
+            for g in doc["groups"]
+            for c in g["accelerators"]
+        }
+
+    def unhealthy(published: object) -> dict[tuple[str, str], float]:
+        text = published.metrics.plain.decode()  # type: ignore[attr-defined]
+        return {
+            (s.labels["id"], s.labels["index"]): s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "gpustack_accelerator_unhealthy"
+        }
+
+    try:
+        first = monitor.run_round()
+        second = monitor.run_round()
+    finally:
+        monitor.stop()
+    h100 = "NVIDIA H100 80GB HBM3"
+    assert cards(first) == {G: (0, False, None, h100), G2: (5, False, None, h100)}
+    assert cards(second) == {G: (0, False, None, h100), G2: (5, True, NOT_ENUMERATED, h100)}
+    assert unhealthy(first) == {(G, "0"): 0.0, (G2, "5"): 0.0}
+    assert unhealthy(second) == {(G, "0"): 0.0, (G2, "5"): 1.0}

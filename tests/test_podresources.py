@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from devicemanager.deviceplugins import MAX_PODS
 from devicemanager.kube.podresources import (
     PodResourcesClient,
+    PodResourcesPoller,
     from_list,
     read_recording,
 )
@@ -97,6 +98,52 @@ def test_bytes_that_are_no_message_are_an_error_not_a_crash(socket: Path) -> Non
     assert answer.error.startswith("List: INTERNAL")
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_failed_read_keeps_the_last_answer_for_three_periods_and_then_drops_it(
+    socket: Path,
+) -> None:
+    """The kubelet answers once and then goes away (its socket file left behind). For three
+    periods after that answer (45 s at a 15 s period) its grants stand, said to be old; past
+    that they are dropped: absent, never kept forever."""
+    clock = Clock()
+    poller = PodResourcesPoller(PodResourcesClient(socket, timeout=2), interval=15, mono=clock)
+    recorded = read_recording(RECORDED)
+    with serving(socket, Behaviour(load(RECORDED))):
+        poller.read_once()  # at 1000 s
+    socket.touch(exist_ok=True)
+    fresh = poller()
+    assert fresh.ok and fresh.pods == recorded.pods
+    clock.now = 1030.0
+    failed = poller.read_once()
+    assert failed.pods is None and failed.error is not None
+    for now in (1030.0, 1045.0):  # within the bound, its last instant included
+        clock.now = now
+        kept = poller()
+        assert (kept.pods, kept.allocatable) == (recorded.pods, recorded.allocatable)
+        assert not kept.ok and kept.error is not None
+        assert kept.error.startswith("last read failed (List: UNAVAILABLE")
+        assert f"the answer of {now - 1000:.0f}s ago is in use" in kept.error
+    clock.now = 1046.0
+    dropped = poller()
+    assert (dropped.pods, dropped.allocatable) == (None, None) and not dropped.ok
+    assert dropped.error is not None and dropped.error.startswith("not answering for 46s (List:")
+    assert dropped.error.endswith("older than 45s and no longer used")
+    poller.close()
+
+
+def test_the_staleness_bound_can_be_set() -> None:
+    poller = PodResourcesPoller(PodResourcesClient(Path("/nonexistent")), interval=10)
+    assert poller.stale_after == 30
+    assert PodResourcesPoller(poller.client, interval=10, stale_after=5).stale_after == 5
+
+
 def test_an_answer_past_its_bounds_is_cut_and_says_so() -> None:
     response = pb.ListPodResourcesResponse(
         pod_resources=[pb.PodResources(name=f"p{i}", namespace="ns") for i in range(MAX_PODS + 5)]
@@ -135,6 +182,95 @@ def test_the_committed_module_matches_its_proto(tmp_path: Path) -> None:
         return line
 
     assert descriptor(generated) == descriptor(committed), "run scripts/protos"
+
+
+# The upstream contract, written by hand from the kubelet's own declaration:
+# https://github.com/kubernetes/kubelet/blob/63b3249724f7d89a8aa48f9acb3811f193c9aa68/pkg/apis/podresources/v1/api.proto
+# (kubernetes/kubelet at 63b3249, 2026-07-23; last changed by 43855ac, "Report pod level resources
+# in PodResources API"). message -> field -> (number, type, repeated); a message type is its
+# name. Only the messages we declare are listed, each with every field upstream gives it.
+UPSTREAM_PACKAGE = "v1"
+UPSTREAM_SERVICE = {
+    "List": ("ListPodResourcesRequest", "ListPodResourcesResponse"),
+    "GetAllocatableResources": ("AllocatableResourcesRequest", "AllocatableResourcesResponse"),
+    "Get": ("GetPodResourcesRequest", "GetPodResourcesResponse"),
+}
+UPSTREAM: dict[str, dict[str, tuple[int, str, bool]]] = {
+    "ListPodResourcesRequest": {},
+    "ListPodResourcesResponse": {"pod_resources": (1, "PodResources", True)},
+    "PodResources": {
+        "name": (1, "string", False),
+        "namespace": (2, "string", False),
+        "containers": (3, "ContainerResources", True),
+        "cpu_ids": (4, "int64", True),
+        "memory": (5, "ContainerMemory", True),
+    },
+    "ContainerResources": {
+        "name": (1, "string", False),
+        "devices": (2, "ContainerDevices", True),
+        "cpu_ids": (3, "int64", True),
+        "memory": (4, "ContainerMemory", True),
+        "dynamic_resources": (5, "DynamicResource", True),
+    },
+    "ContainerDevices": {
+        "resource_name": (1, "string", False),
+        "device_ids": (2, "string", True),
+        "topology": (3, "TopologyInfo", False),
+    },
+    "TopologyInfo": {"nodes": (1, "NUMANode", True)},
+    "NUMANode": {"ID": (1, "int64", False)},
+    "AllocatableResourcesRequest": {},
+    "AllocatableResourcesResponse": {
+        "devices": (1, "ContainerDevices", True),
+        "cpu_ids": (2, "int64", True),
+        "memory": (3, "ContainerMemory", True),
+    },
+}
+
+
+def _declared(field: object) -> tuple[int, str, bool]:
+    from google.protobuf.descriptor import FieldDescriptor
+
+    assert isinstance(field, FieldDescriptor)
+    names = {
+        FieldDescriptor.TYPE_STRING: "string",
+        FieldDescriptor.TYPE_INT64: "int64",
+        FieldDescriptor.TYPE_UINT64: "uint64",
+    }
+    kind = field.message_type.name if field.message_type is not None else names[field.type]
+    return field.number, kind, field.is_repeated
+
+
+def test_our_messages_are_the_kubelets_field_for_field() -> None:
+    """Every message, field, number, type and cardinality we declare is upstream's (a field we
+    leave out is skipped on the wire, so only what we declare must agree); the service and its
+    methods are named as the kubelet serves them."""
+    file = pb.DESCRIPTOR
+    assert file.package == UPSTREAM_PACKAGE
+    assert set(file.message_types_by_name) == set(UPSTREAM)  # the table lists ours, no more
+    for name, message in file.message_types_by_name.items():
+        upstream = UPSTREAM[name]
+        for field in message.fields:
+            assert field.name in upstream, f"{name}.{field.name} is not upstream's"
+            assert _declared(field) == upstream[field.name], f"{name}.{field.name}"
+    # What the agent reads is declared (a subset can be empty; these cannot).
+    declared = {n: {f.name for f in m.fields} for n, m in file.message_types_by_name.items()}
+    assert declared["ListPodResourcesResponse"] == {"pod_resources"}
+    assert declared["PodResources"] >= {"name", "namespace", "containers"}
+    assert declared["ContainerResources"] >= {"name", "devices"}
+    assert declared["ContainerDevices"] == {"resource_name", "device_ids", "topology"}
+    assert declared["AllocatableResourcesResponse"] >= {"devices"}
+    (service,) = file.services_by_name.values()
+    assert service.full_name == "v1.PodResourcesLister"
+    for method in service.methods:
+        assert (method.input_type.name, method.output_type.name) == UPSTREAM_SERVICE[method.name]
+    assert {m.name for m in service.methods} == {"List", "GetAllocatableResources"}
+    # The paths the client calls are the methods' full names.
+    from devicemanager.kube.podresources import ALLOCATABLE, LIST
+
+    assert {LIST, ALLOCATABLE} == {
+        f"/{m.full_name.rsplit('.', 1)[0]}/{m.name}" for m in service.methods
+    }
 
 
 # -- the agent over a live socket ---------------------------------------------------------------

@@ -2,11 +2,13 @@
 
 `List` names, per pod (namespace and name) and container, the device ids of each extended
 resource; `GetAllocatableResources` every device the kubelet can allocate on the node. Both are
-read once per round over the kubelet's unix socket, under one deadline, and turned into the
-core's plain `KubeletAnswer` (devicemanager.deviceplugins), which never raises: an absent
-socket, a kubelet older than 1.20 (no v1) or 1.21 (no GetAllocatableResources), a slow or a
-malformed answer each become an error string, so only the kubelet's grants go missing and the
-annotation grants still work.
+read once per period by a thread of their own (PodResourcesPoller) over the kubelet's unix
+socket, under one deadline, and turned into the core's plain `KubeletAnswer`
+(devicemanager.deviceplugins); a round takes the newest answer and never waits. Reading never
+raises: an absent socket, a kubelet older than 1.20 (no v1) or 1.21 (no GetAllocatableResources),
+a slow or a malformed answer each become an error string, so only the kubelet's grants go
+missing (after the last good answer has aged past its bound) and the annotation grants still
+work.
 
 Replay reads the same answer from a scenario's `podresources.json` (the protobuf JSON mapping of
 both responses) through the same messages and the same conversion.
@@ -91,7 +93,7 @@ def describe(exc: grpc.RpcError, method: str, timeout: float) -> str:
 
 
 class PodResourcesClient:
-    """Reads the kubelet's socket; one channel for the agent's life, one deadline per round."""
+    """Reads the kubelet's socket; one channel for the agent's life, one deadline per read."""
 
     def __init__(
         self,
@@ -177,9 +179,10 @@ class PodResourcesPoller:
     round never waits on the kubelet (a round asks for the newest answer and gets it at once).
 
     Until the first read has returned a round has no answer: the kubelet's grants are absent,
-    and the collector says why. A kubelet that stops answering leaves its last answer in use
-    (device-plugin allocations change only when pods do) while the self-report says how old it
-    is, and after `stale_after` seconds without a fresh answer, that it is not answering.
+    and the collector says why. A read that fails leaves the last good answer in use (device-plugin
+    allocations change only when pods do) for at most `stale_after` seconds after it was read
+    (three periods by default), the self-report saying how old it is; past that the answer is
+    dropped, and the kubelet's grants and its allocatable cards are absent until it answers again.
     """
 
     def __init__(
@@ -214,17 +217,22 @@ class PodResourcesPoller:
             return KubeletAnswer(error="the kubelet's pod-resources have not been read yet")
         if latest.pods is not None or good is None:
             return latest
-        # This read failed: the last good answer stands, said to be old and why.
+        # This read failed: the last good answer stands while it is young enough, said to be
+        # old and why; an older one is dropped rather than kept forever.
         at, answer = good
         age = self._mono() - at
         if age > self.stale_after:
-            why = f"not answering for {age:.0f}s ({latest.error}); its last answer is in use"
-        else:
-            why = f"last read failed ({latest.error}); the answer of {age:.0f}s ago is in use"
+            return KubeletAnswer(
+                error=(
+                    f"not answering for {age:.0f}s ({latest.error}); its last answer is older "
+                    f"than {self.stale_after:g}s and no longer used"
+                ),
+                duration_seconds=latest.duration_seconds,
+            )
         return KubeletAnswer(
             pods=answer.pods,
             allocatable=answer.allocatable,
-            error=why,
+            error=f"last read failed ({latest.error}); the answer of {age:.0f}s ago is in use",
             allocatable_error=answer.allocatable_error,
             duration_seconds=latest.duration_seconds,
         )
