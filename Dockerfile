@@ -23,7 +23,10 @@ RUN pip install --no-cache-dir --no-index --find-links /wheels \
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 # Vendor libraries are not in the image: the NVIDIA container toolkit mounts the host's
-# libnvidia-ml.so.1 (NVIDIA_DRIVER_CAPABILITIES=utility). The user is set by the DaemonSet's
-# securityContext, which says why it is root and what it drops.
+# libnvidia-ml.so.1 (NVIDIA_DRIVER_CAPABILITIES=utility). The image sets no USER, so on its own
+# it runs as the base image's root; the DaemonSet's securityContext sets the user: uid and gid
+# 65534 with every capability dropped (deploy/base/daemonset.yaml says why that is enough), or
+# root and privileged for the vendors whose device nodes only such a container can open
+# (deploy/components/device-access says why).
 EXPOSE 32443
 ENTRYPOINT ["devicemanager", "serve"]

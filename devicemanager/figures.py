@@ -186,22 +186,26 @@ def exported(
     A never-started, stopped or terminating pod publishes nothing; the predecessor of a
     recreated Instance is a different pod and a different Instance UID, so it never lends its
     figures to the new one. Each Instance is computed behind its own boundary: one whose
-    figures raise is left out and recorded in `faults`; the others are unaffected.
+    figures raise is left out and recorded in `faults`; the others are unaffected. So is one
+    whose part of the per-grant section raised while it was built (the section's `faults`).
     """
     if index is None or grants is None:
         return ()
+    faults = {} if faults is None else faults
+    broken = dict(view.lookup.section.faults) if view.lookup is not None else {}
+    for uid, fault in broken.items():
+        faults.setdefault(uid, fault)
     ours = set(manufacturers)
     ordered = sorted(
-        newest_pods(index, grants).values(), key=lambda rp: (rp[0].namespace, rp[0].name, rp[0].uid)
+        (rp for rp in newest_pods(index, grants).values() if rp[1].uid not in broken),
+        key=lambda rp: (rp[0].namespace, rp[0].name, rp[0].uid),
     )
 
     def entries(ref_pod: tuple[InstanceRef, PodInfo]) -> tuple[AcceleratorEntry, ...]:
         mine = [g for g in grants.by_pod.get(ref_pod[1].uid, ()) if g.manufacturer in ours]
         return tuple(entry(g, view) for g in mine)
 
-    done = per_pod(
-        ordered, lambda rp: rp[1].uid, entries, FIGURES, {} if faults is None else faults
-    )
+    done = per_pod(ordered, lambda rp: rp[1].uid, entries, FIGURES, faults)
     return tuple(InstanceEntries(ref, pod, found) for (ref, pod), found in done if found)
 
 

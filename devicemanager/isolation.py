@@ -4,8 +4,9 @@ fault, never the node's.
 A tenant controls its annotations, its cgroup paths and, through its processes, what a driver
 reports for it. The parsers are written to refuse bad input with a clear error, but a parser
 bug or an input nobody thought of must not cost every other pod its figures or the agent its
-readiness. So each stage of a round that works pod by pod (building grants, computing an
-Instance's figures, its pod-level figures) runs each pod's part through `per_pod`: any
+readiness. So each stage of a round that works pod by pod (building grants, each holder's
+records of the per-grant section, an Instance's figures, its pod-level figures) runs each pod's
+part through `per_pod`: any
 exception is recorded against that pod as a `PodFault`, the pod contributes nothing to that
 stage, and the loop goes on. `FaultLog` writes one line when a pod's fault appears or
 changes, not one per round. Pure but for the log.
@@ -27,7 +28,7 @@ R = TypeVar("R")
 
 # Stages of a round that read one pod's data at a time.
 GRANTS = "grants"
-FIGURES = "figures"
+FIGURES = "figures"  # the per-grant section's records (slices.build) and the Instance's entries
 POD_LEVEL = "pod_level"
 
 MAX_ERROR_CHARS = 300  # an exception's text may quote the tenant's input; keep the log bounded

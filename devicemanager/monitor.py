@@ -355,9 +355,12 @@ class Monitor:
                     reading.manufacturer,
                     read_at=self._read_at.get(reading.manufacturer),
                 )
+                # Each holder's part is behind the per-pod boundary inside `build`: a pod whose
+                # part raises is in the section's faults (counted and logged with the round's).
                 sections.append(slices.build(reading, verdicts, grants.all()))
             except Exception:
-                # This manufacturer's per-grant figures are absent this round (its devices are
+                # What is no one pod's (attribution, a device's own entry) raised: this
+                # manufacturer's per-grant figures are absent this round (its devices are
                 # missing from the section: "could not measure"); cards and others go on.
                 log.exception("per-grant figures of %s could not be built", reading.manufacturer)
         return slices.merge(sections) if sections else None

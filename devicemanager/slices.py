@@ -3,7 +3,10 @@
 Producer: per-process rows placed by attribution become usage records per (manufacturer, pod,
 container name, device); every device the per-process pass covered gets one diagnostics entry
 with a reason per figure and its row counts; every partition an Instance container holds gets
-the figures read on its own handle. No PID leaves the node.
+the figures read on its own handle. No PID leaves the node. Each holder's part (its usage
+record, its partitions' records) is built behind the per-pod boundary (`isolation.per_pod`,
+stage `figures`): a pod whose part raised has its figures absent, never zero, and every other
+pod's records are what they would have been.
 
 Consumer: `figures()` answers, for one holder of one device, its figures or their absence.
 Both surfaces (the exporter and the per-Instance sample) use it, so absent-versus-zero is
@@ -12,13 +15,14 @@ decided in one place.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from devicemanager.allocations import Mode
 from devicemanager.attribution import DeviceAttribution
 from devicemanager.grants import Grant
+from devicemanager.isolation import FIGURES, PodFault, per_pod
 from devicemanager.model import (
     MIB,
     Card,
@@ -82,6 +86,10 @@ class SliceSection:
     usages: tuple[SliceUsage, ...] = ()
     devices: tuple[SliceDevice, ...] = ()
     partitions: tuple[SlicePartition, ...] = ()
+    # Pods whose own part raised while the section was built (the first fault of each), by pod
+    # UID: their usages carry no figures and their partitions no record. The round counts and
+    # logs them; never served (an error's text may quote the tenant's input).
+    faults: tuple[tuple[str, PodFault], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,12 +131,37 @@ def _partition_cores(
     return total
 
 
+def _holder_usage(
+    manufacturer: str,
+    verdict: DeviceAttribution,
+    vendor: Any,
+    holder: tuple[str, str],
+    rows: Sequence[Any],
+    reasons: tuple[Reason | None, Reason | None],
+    partitions: Mapping[str, PartitionReading] | None,
+) -> SliceUsage:
+    """One holder's (pod UID, container) usage of one device from its attributed rows."""
+    memory_reason, cores_reason = reasons
+    memory = None
+    if memory_reason is None and all(r.memory_bytes is not None for r in rows):
+        # Summed in bytes, converted once, rounded up (R-F2).
+        memory = mib_from_bytes(sum(r.memory_bytes for r in rows))
+    cores = None
+    if cores_reason is None and all(r.cores_percent is not None for r in rows):
+        cores = min(100.0, float(sum(r.cores_percent for r in rows)))
+    elif verdict.reason is None and partitions:
+        alone = _partition_cores(rows, vendor.rows, partitions)
+        cores = None if alone is None else min(100.0, alone)
+    return SliceUsage(manufacturer, holder[0], holder[1], verdict.device_id, memory, cores)
+
+
 def _device_entry(
     manufacturer: str,
     verdict: DeviceAttribution,
     vendor: Any,
     card: Card | None,
     partitions: Mapping[str, PartitionReading] | None = None,
+    faults: MutableMapping[str, PodFault] | None = None,
 ) -> tuple[SliceDevice, list[SliceUsage]]:
     memory_reason = vendor.memory_reason or verdict.reason
     cores_reason = vendor.cores_reason or verdict.reason
@@ -140,22 +173,31 @@ def _device_entry(
     by_holder: dict[tuple[str, str], list[Any]] = {}
     for row, placement in verdict.rows:
         by_holder.setdefault((placement.pod_uid, placement.container), []).append(row)
-    usages = []
+    usages: list[SliceUsage] = []
     if memory_reason is None or cores_reason is None:
-        for (pod_uid, container), rows in sorted(by_holder.items()):
-            memory = None
-            if memory_reason is None and all(r.memory_bytes is not None for r in rows):
-                # Summed in bytes, converted once, rounded up (R-F2).
-                memory = mib_from_bytes(sum(r.memory_bytes for r in rows))
-            cores = None
-            if cores_reason is None and all(r.cores_percent is not None for r in rows):
-                cores = min(100.0, float(sum(r.cores_percent for r in rows)))
-            elif verdict.reason is None and partitions:
-                alone = _partition_cores(rows, vendor.rows, partitions)
-                cores = None if alone is None else min(100.0, alone)
-            usages.append(
-                SliceUsage(manufacturer, pod_uid, container, verdict.device_id, memory, cores)
+        holders = sorted(by_holder)
+        measured = dict(
+            per_pod(
+                holders,
+                lambda holder: holder[0],
+                lambda holder: _holder_usage(
+                    manufacturer,
+                    verdict,
+                    vendor,
+                    holder,
+                    by_holder[holder],
+                    (memory_reason, cores_reason),
+                    partitions,
+                ),
+                FIGURES,
+                {} if faults is None else faults,
             )
+        )
+        # A holder whose part raised keeps a record without figures: absent, not a zero.
+        usages = [
+            measured.get(h) or SliceUsage(manufacturer, *h, verdict.device_id, None, None)
+            for h in holders
+        ]
     c = verdict.counts
     device = SliceDevice(
         manufacturer,
@@ -203,13 +245,31 @@ def _partition_entry(
     )
 
 
+def _without_faulted(section: SliceSection) -> SliceSection:
+    """A faulted pod's records carry nothing: its usages no figures, its partitions no record
+    (what `figures()` reads as absent), so a part of it that did not raise never stands alone."""
+    faulted = {uid for uid, _ in section.faults}
+    if not faulted:
+        return section
+    usages = tuple(
+        replace(u, memory_used_mib=None, cores_utilization_percent=None)
+        if u.pod_uid in faulted
+        else u
+        for u in section.usages
+    )
+    partitions = tuple(p for p in section.partitions if p.pod_uid not in faulted)
+    return replace(section, usages=usages, partitions=partitions)
+
+
 def build(
     reading: VendorReading,
     verdicts: Sequence[DeviceAttribution],
     grants: Iterable[Grant],
 ) -> SliceSection:
-    """One manufacturer's section from its reading, attribution and grants. Pure."""
+    """One manufacturer's section from its reading, attribution and grants; each holder's part
+    behind the per-pod boundary, its faults in the section's `faults`. Pure."""
     manufacturer = reading.manufacturer
+    faults: dict[str, PodFault] = {}
     cards = {c.id: c for c in reading.cards}
     vendor = {p.device_id: p for p in reading.processes}
     by_parent: dict[str, dict[str, PartitionReading]] = {}
@@ -223,24 +283,37 @@ def build(
             vendor[verdict.device_id],
             cards.get(verdict.device_id),
             by_parent.get(verdict.device_id),
+            faults,
         )
         devices.append(device)
         usages.extend(records)
     found: dict[str, list[PartitionReading]] = {}
     for p in reading.partitions:
         found.setdefault(p.id, []).append(p)
-    partitions = []
-    for grant in grants:
-        if grant.manufacturer != manufacturer or grant.mode is not Mode.PARTITIONED:
-            continue
-        if grant.ambiguous:
-            continue  # claimed by two containers: dropped for both
+
+    def partition(grant: Grant) -> SlicePartition:
         candidates = [
             p for p in found.get(grant.partition_id or "", []) if p.parent_id == grant.device_id
         ]
         match = candidates[0] if len(candidates) == 1 else None
-        partitions.append(_partition_entry(manufacturer, grant, match, cards.get(grant.device_id)))
-    return SliceSection(usages=tuple(usages), devices=tuple(devices), partitions=tuple(partitions))
+        return _partition_entry(manufacturer, grant, match, cards.get(grant.device_id))
+
+    held = [
+        g
+        for g in grants
+        if g.manufacturer == manufacturer
+        and g.mode is Mode.PARTITIONED
+        and not g.ambiguous  # claimed by two containers: dropped for both
+    ]
+    partitions = [p for _, p in per_pod(held, lambda g: g.pod_uid, partition, FIGURES, faults)]
+    return _without_faulted(
+        SliceSection(
+            usages=tuple(usages),
+            devices=tuple(devices),
+            partitions=tuple(partitions),
+            faults=tuple(faults.items()),
+        )
+    )
 
 
 def merge(sections: Iterable[SliceSection]) -> SliceSection:
@@ -268,8 +341,20 @@ def merge(sections: Iterable[SliceSection]) -> SliceSection:
         (p for s in sections for p in s.partitions),
         key=lambda p: (p.manufacturer, p.pod_uid, p.container, p.device_id, p.id),
     )
-    return SliceSection(
-        SCHEMA_VERSION, truncated, tuple(kept_usages), tuple(kept_devices), tuple(partitions)
+    faults: dict[str, PodFault] = {}
+    for s in sections:
+        for uid, fault in s.faults:
+            faults.setdefault(uid, fault)
+    # A pod that raised under one manufacturer has no figures under another either.
+    return _without_faulted(
+        SliceSection(
+            SCHEMA_VERSION,
+            truncated,
+            tuple(kept_usages),
+            tuple(kept_devices),
+            tuple(partitions),
+            tuple(faults.items()),
+        )
     )
 
 

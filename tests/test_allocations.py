@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devicemanager.allocations import (
+    HAMI_KEY,
     AllocationError,
     Mode,
     allocations_of,
@@ -18,8 +19,9 @@ from devicemanager.allocations import (
     parse_hami,
     parse_hami_mig,
 )
-from devicemanager.grants import cores_cap, grants_of, instance_of
-from devicemanager.pods import pod_info
+from devicemanager.grants import cores_cap, grants_of, instance_of, node_grants
+from devicemanager.pods import PodIndex, pod_info
+from tests.world import pod, uid
 
 
 def gpustack(**containers: list[dict[str, Any]]) -> str:
@@ -318,7 +320,24 @@ def test_hamis_other_vendors_keys_are_grants_of_their_manufacturers() -> None:
     }
 
 
-def test_a_malformed_vendor_key_names_itself_and_only_fails_its_pod() -> None:
+def test_a_malformed_vendor_key_names_itself_and_another_pod_keeps_its_grants() -> None:
     bad = {"hami.io/dcu-devices-allocated": "DCU-3,DCU,²,50:;"}
     with pytest.raises(AllocationError, match=r"hami\.io/dcu-devices-allocated"):
         allocations_of(bad, ["main"])
+    # The pod with the bad key (and a good one beside it) has no grants and its error; a pod on
+    # the same node under the same key keeps exactly the grants it has alone.
+    poisoned = pod("poisoned", None, annotations={**bad, HAMI_KEY: "GPU-n1,NVIDIA,1000,10:;"})
+    good = pod("good", None, annotations={"hami.io/dcu-devices-allocated": "DCU-2,DCU,8192,25:;"})
+    grants = node_grants(PodIndex.of([poisoned, good]))
+    assert list(grants.errors) == [uid("poisoned")]
+    assert "hami.io/dcu-devices-allocated" in grants.errors[uid("poisoned")]
+    assert uid("poisoned") not in grants.by_pod
+    (mine,) = grants.by_pod[uid("good")]
+    assert (mine.manufacturer, mine.device_id, mine.mode, mine.memory_mib, mine.cores_cap) == (
+        "hygon",
+        "DCU-2",
+        Mode.SLICED,
+        8192,
+        25.0,
+    )
+    assert grants.by_pod[uid("good")] == node_grants(PodIndex.of([good])).by_pod[uid("good")]

@@ -11,14 +11,17 @@ kubelet's pod-resources, for one) and for the per-Instance figures, and the pars
 from __future__ import annotations
 
 import json
+import logging
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
 
-from devicemanager import figures
+from devicemanager import figures, slices
 from devicemanager.allocations import (
     GPUSTACK_KEY,
     HAMI_KEY,
@@ -27,8 +30,11 @@ from devicemanager.allocations import (
     AllocationError,
     parse_hami,
 )
+from devicemanager.attribution import Attributor
 from devicemanager.grants import Grant, cores_cap, grants_of, node_grants
 from devicemanager.isolation import FIGURES, PodFault
+from devicemanager.kube.cluster import ClusterRound
+from devicemanager.kube.kubelet import Reading
 from devicemanager.model import (
     Card,
     DeviceProcesses,
@@ -38,8 +44,10 @@ from devicemanager.model import (
     as_number,
     finite_reading,
 )
+from devicemanager.monitor import BackendWorker, Monitor, Published
 from devicemanager.pods import PodIndex, PodInfo
-from tests.world import GIB, accel, card, pod, process, rows, run
+from tests.kube_server import summary_for
+from tests.world import GIB, ReadingBackend, accel, card, gpu, pod, process, rows, run, uid
 
 SLICE_40 = 640_000
 CAP_40 = {"main": {"nvidia.com/gpu.sliced.cores-percentage": "40"}}
@@ -286,3 +294,298 @@ def test_a_remembered_malformed_annotation_fails_its_pod_every_round_alike() -> 
     assert depths[0] == depths[1] == depths[2]  # raised again, its traceback never growing
     grants = node_grants(PodIndex.of([bad, pod("good", {"main": [accel(1, 1)]})]), None, remembered)
     assert set(grants.errors) == {info.uid} and len(grants.by_pod) == 1
+
+
+# -- the boundary, for each pod's part of the per-grant section ----------------------------------
+
+
+def but(series: dict[str, list[tuple[dict[str, str], float]]], name: str) -> set[Any]:
+    """Every accelerator series of every Instance but `name`, and every card's."""
+    return {
+        (family, tuple(sorted(labels.items())), value)
+        for family, samples in series.items()
+        if family.startswith(("gpustack_instance_accelerator_", "gpustack_accelerator_"))
+        and not family.startswith(
+            (
+                "gpustack_accelerator_allocation",
+                "gpustack_accelerator_pod",
+                "gpustack_accelerator_backend_read_duration",  # a timing, not a figure
+            )
+        )
+        for labels, value in samples
+        if labels.get("instance_name") != name
+    }
+
+
+def named(series: dict[str, list[tuple[dict[str, str], float]]], name: str) -> list[str]:
+    return [
+        f for f, samples in series.items() for ls, _ in samples if ls.get("instance_name") == name
+    ]
+
+
+def metrics_of(published: Published) -> dict[str, list[tuple[dict[str, str], float]]]:
+    return {
+        f.name: [(s.labels, s.value) for s in f.samples]
+        for f in text_string_to_metric_families(published.metrics.plain.decode())
+    }
+
+
+def monitor_of(
+    tmp: Path,
+    cards: list[Card],
+    pods: list[dict[str, Any]],
+    readings: tuple[DeviceProcesses, ...] = (),
+    cluster: ClusterRound | None = None,
+) -> Monitor:
+    """The monitor `tests.world.run` builds, kept for more than one round."""
+    reading = VendorReading("nvidia", tuple(cards), readings, (), "550.90.07")
+    index = PodIndex.of(pods)
+    return Monitor(
+        [BackendWorker(ReadingBackend(reading))],
+        period=15,
+        deadline=5,
+        liveness_timeout=60,
+        node="node-1",
+        pods=lambda: index,
+        attributor=Attributor(tmp / "proc"),
+        cluster=cluster,
+    )
+
+
+def test_one_pods_usage_that_raises_is_that_pods_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    pods, readings, cards = tenants(tmp_path)
+    baseline = run(tmp_path, cards, pods, readings)
+    busy = uid("busy")
+    real = slices._holder_usage
+
+    def holder_usage(*args: Any) -> slices.SliceUsage:
+        if args[3] == (busy, "main"):  # (pod UID, container)
+            raise ZeroDivisionError("a row nobody foresaw")
+        return real(*args)
+
+    monkeypatch.setattr(slices, "_holder_usage", holder_usage)
+    monitor = monitor_of(tmp_path, cards, pods, readings)
+    with caplog.at_level(logging.ERROR, logger="devicemanager.isolation"):
+        first, second = monitor.run_round(), monitor.run_round()
+    monitor.stop()
+    for published in (first, second):
+        got = metrics_of(published)
+        # idle, on the same card, keeps what it had: 2 GiB = 2048 MiB, 0% of its 40% cap; and
+        # whole keeps card 1's figures.
+        assert but(got, "busy") == but(baseline.series, "busy")
+        idle = [
+            v
+            for ls, v in got["gpustack_instance_accelerator_memory_used_mib"]
+            if ls["instance_name"] == "idle"
+        ]
+        assert idle == [2048.0]
+        assert named(got, "busy") == [] and named(baseline.series, "busy") != []
+        assert [
+            v for ls, v in got["gpustack_accelerator_pod_errors"] if ls["stage"] == "figures"
+        ] == [1.0]
+    logged = [r for r in caplog.records if getattr(r, "pod_uid", None) == busy]
+    assert len(logged) == 1 and logged[0].stage == FIGURES  # type: ignore[attr-defined]
+    assert "ZeroDivisionError" in logged[0].error  # type: ignore[attr-defined]
+    # Served without figures, so a consumer of the snapshot reads them as absent, not as zero;
+    # the error's text stays in the log.
+    doc = json.loads(second.snapshot_json)
+    usages = {u["podUID"]: u for u in doc["slices"]["usages"]}
+    assert (usages[busy]["memoryUsedMiB"], usages[busy]["coresUtilizationPercent"]) == (None, None)
+    assert (
+        usages[uid("idle")]["memoryUsedMiB"],
+        usages[uid("idle")]["coresUtilizationPercent"],
+    ) == (
+        2048,
+        0.0,
+    )
+    assert "nobody foresaw" not in second.snapshot_json.decode()
+    read = slices.figures(
+        slices.Lookup.of(slices.from_json(doc["slices"]) or slices.SliceSection()),
+        "nvidia",
+        busy,
+        "main",
+        cards[0].id,
+    )
+    assert read is not None and (read.memory_used_mib, read.cores_percent) == (None, None)
+
+
+def test_one_pods_partition_that_raises_is_that_pods_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pods, readings, cards = tenants(tmp_path)
+    holders = [
+        pod("mig-a", {"main": [accel(2, 4, 200_000, allocatedPhysicalID="MIG-a")]}, instance="a"),
+        pod("mig-b", {"main": [accel(2, 4, 400_000, allocatedPhysicalID="MIG-b")]}, instance="b"),
+    ]
+    parts = (
+        PartitionReading("MIG-a", gpu(2), 9856, 4100, 20.0),
+        PartitionReading("MIG-b", gpu(2), 19968, 1024, 55.0),
+    )
+    everything = [*cards, card(2)]
+    baseline = run(tmp_path, everything, [*pods, *holders], readings, parts)
+    a = baseline.entry("a")
+    assert (a.memory_total_mib, a.memory_used_mib, a.cores_utilization_percent) == (
+        9856,
+        4100,
+        20.0,
+    )
+    real = slices._partition_entry
+
+    def partition_entry(
+        manufacturer: str, grant: Grant, found: PartitionReading | None, parent: Card | None
+    ) -> slices.SlicePartition:
+        if grant.pod_uid == uid("mig-a"):
+            raise IndexError("a partition nobody foresaw")
+        return real(manufacturer, grant, found, parent)
+
+    monkeypatch.setattr(slices, "_partition_entry", partition_entry)
+    result = run(tmp_path, everything, [*pods, *holders], readings, parts)
+    b = result.entry("b")  # its own partition's figures, as read
+    assert (b.memory_total_mib, b.memory_used_mib, b.cores_utilization_percent) == (
+        19968,
+        1024,
+        55.0,
+    )
+    assert but(result.series, "a") == but(baseline.series, "a")
+    assert sorted(i.instance.name for i in result.instances) == ["b", "busy", "idle", "whole"]
+    assert named(result.series, "a") == []
+    assert result.values("gpustack_accelerator_pod_errors", stage="figures") == [1.0]
+    assert [p.id for p in (result.snapshot.slices or slices.SliceSection()).partitions] == ["MIG-b"]
+
+
+# -- the boundary, for the pod-level figures -------------------------------------------------------
+
+
+class Summary:
+    """The kubelet's newest summary, as the poller beside the round would hand it over."""
+
+    def __init__(self, pods: list[dict[str, Any]]) -> None:
+        self.reading = Reading(summary_for(pods), read_at=time.monotonic(), duration=0.01)
+
+    def latest(self) -> Reading:
+        return self.reading
+
+
+def test_one_pods_pod_level_figures_that_raise_are_that_pods_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    me = pod("device-manager-nvidia-x1", None, containers=["device-manager"])
+    me["metadata"]["namespace"] = "gpustack-system"
+    me["metadata"]["labels"].update(
+        {"app.kubernetes.io/component": "device-manager", "gpustack.ai/manufacturer": "nvidia"}
+    )
+    me["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    limits = {"main": {"cpu": "2", "memory": "8Gi", "ephemeral-storage": "10Gi"}}
+    pods = [
+        me,
+        pod("busy", {"main": [accel(0, 1)]}, instance="busy", limits=limits),
+        pod("idle", {"main": [accel(1, 1)]}, instance="idle", limits=limits),
+    ]
+    cards = [card(0), card(1)]
+
+    def one_round() -> dict[str, list[tuple[dict[str, str], float]]]:
+        cluster = ClusterRound(
+            Summary(pods), "node-1", "gpustack-system", me["metadata"]["name"], 30
+        )
+        monitor = monitor_of(tmp_path, cards, pods, cluster=cluster)
+        published = monitor.run_round()
+        monitor.stop()
+        return metrics_of(published)
+
+    baseline = one_round()
+    real = figures.totals
+
+    def totals(info: PodInfo | None) -> tuple[int, int, int]:
+        if info is not None and info.name == "busy":
+            raise ValueError("a limit nobody foresaw")
+        return real(info)
+
+    monkeypatch.setattr(figures, "totals", totals)
+    got = one_round()
+
+    def pod_families(
+        series: dict[str, list[tuple[dict[str, str], float]]],
+    ) -> dict[tuple[str, str], float]:
+        return {
+            (family, ls["instance_name"]): v
+            for family, samples in series.items()
+            if family.startswith(
+                (
+                    "gpustack_instance_cpu_",
+                    "gpustack_instance_memory_",
+                    "gpustack_instance_storage_",
+                )
+            )
+            for ls, v in samples
+        }
+
+    # idle's by hand: 2 CPUs = 2000 millicores, 8Gi = 8192 MiB, 10Gi = 10240 MiB declared;
+    # the summary's 250 millicores, 900 MiB and 40 MiB measured.
+    idle = {k: v for k, v in pod_families(got).items() if k[1] == "idle"}
+    assert idle == {
+        ("gpustack_instance_cpu_total_millicores", "idle"): 2000.0,
+        ("gpustack_instance_cpu_used_millicores", "idle"): 250.0,
+        ("gpustack_instance_memory_total_mib", "idle"): 8192.0,
+        ("gpustack_instance_memory_used_mib", "idle"): 900.0,
+        ("gpustack_instance_storage_total_mib", "idle"): 10240.0,
+        ("gpustack_instance_storage_used_mib", "idle"): 40.0,
+    }
+    assert {k: v for k, v in pod_families(baseline).items() if k[1] == "idle"} == idle
+    assert [k for k in pod_families(got) if k[1] == "busy"] == []
+    assert len([k for k in pod_families(baseline) if k[1] == "busy"]) == 6
+    # Left out of that stage only: its accelerator figures and every other series stay.
+    assert but(got, "") == but(baseline, "")
+    errors = {ls["stage"]: v for ls, v in got["gpustack_accelerator_pod_errors"]}
+    assert errors == {"grants": 0.0, "figures": 0.0, "pod_level": 1.0}
+
+
+# -- the property, for HAMi's per-vendor keys ------------------------------------------------------
+
+# hami.io/<word>-devices-allocated for each vendor HAMi writes one for (allocations.py): Hygon,
+# AMD, MetaX whole cards and sGPUs, Ascend, and a word we do not map (Cambricon's).
+HAMI_VENDOR_KEYS = [
+    f"hami.io/{word}-devices-allocated"
+    for word in ("dcu", "amd", "metax-gpu", "metax-sgpu", "Ascend910B", "Ascend310P", "mlu")
+]
+VENDOR_SHAPED = st.builds(
+    lambda uuid, kind, mem, cores, tail: f"{uuid},{kind},{mem},{cores}:{tail}",
+    # Our own cards' ids too: under another vendor's key they name no card of ours.
+    st.one_of(st.text(max_size=12), st.sampled_from([gpu(0), gpu(1), "DCU-0", "NPU-0", "MIG-0"])),
+    st.sampled_from(["DCU", "Ascend910B", "MXC500", "AMD", "NVIDIA", ""]),
+    st.text(alphabet="0123456789" + OTHER_DIGITS + "-+. e", max_size=8),
+    st.text(alphabet="0123456789" + OTHER_DIGITS + "-+. ", max_size=6),
+    st.sampled_from(["", ";", ";;", ":;", ";x"]),
+)
+
+
+@settings(
+    max_examples=80,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(key=st.sampled_from(HAMI_VENDOR_KEYS), text=st.one_of(ANY_TEXT, VENDOR_SHAPED))
+def test_a_pod_poisoned_under_a_hami_vendor_key_never_moves_another_pods_series(
+    tmp_path: Path, key: str, text: str
+) -> None:
+    pods, readings, cards = tenants(tmp_path)
+    baseline = run(tmp_path, cards, pods, readings)
+    poisoned = pod("poisoned", None, containers=["main", "side"], annotations={key: text})
+    result = run(tmp_path, cards, [*pods, poisoned], readings)
+    assert baseline.values(
+        "gpustack_instance_accelerator_cores_utilization_percent", instance_name="busy"
+    ) == [90.0]  # the others are measured, so there is something to move
+    assert others(result.series) == others(baseline.series)
+    assert result.snapshot.timestamp > 0  # the round completed and was published
+    assert result.values("gpustack_accelerator_allocation_errors") in ([0.0], [1.0])
+    assert result.values("gpustack_accelerator_pod_errors", stage="figures") == [0.0]
+
+
+def test_the_property_s_vendor_keys_are_read_as_hami_keys() -> None:
+    # Each key the property samples is one the parsers read: a malformed value under it is the
+    # pod's allocation error, so the property test poisons what it says it poisons.
+    for key in HAMI_VENDOR_KEYS:
+        index = PodIndex.of([pod("poisoned", None, annotations={key: "x,DCU,²,0:;"})])
+        (error,) = node_grants(index).errors.values()
+        assert key in error

@@ -6,7 +6,12 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from devicemanager.backend import backend_class
+from devicemanager.model import VendorReading
 from devicemanager.replay import load_recording
 from tests.conftest import REPO, agent_env
 
@@ -45,3 +50,118 @@ def test_record_to_stdout_and_unavailable_vendor_is_a_clear_error() -> None:
     assert "not available here" in absent.stderr and "libabsent" in absent.stderr
     unknown = run("record", "voodoo")
     assert unknown.returncode == 2 and "unknown manufacturer 'voodoo'" in unknown.stderr
+
+
+# -- the CLI over each vendor's fake library (issue 12: a fake's recording says `synthetic`) ----
+
+
+def record(vendor: str, library: str, scenario_env: str, scenario: Path, out: Path) -> Any:
+    """`devicemanager record <vendor> --library <library> -o <out>` over a fake: exit 0, and
+    the document it wrote."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "devicemanager",
+            "record",
+            vendor,
+            "--library",
+            library,
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=agent_env({scenario_env: str(scenario)}),
+        cwd=REPO,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(out.read_text())
+
+
+def pids(reading: VendorReading) -> list[list[int]]:
+    """Each device's process PIDs, in the order the reading lists the devices."""
+    return [sorted(r.pid for r in d.rows) for d in reading.processes]
+
+
+def test_record_amd_over_the_fake_rocm_install(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    from tests.fakelib import amd as fake
+    from tests.fakelib.amd import scenarios
+
+    if why := fake.missing():
+        pytest.skip(f"the fake ROCm libraries cannot be built here: {why}")
+    root = fake.build(tmp_path_factory.mktemp("rocm"))
+    scenario = fake.write(tmp_path / "scenario.txt", scenarios.spx_pair())
+    out = tmp_path / "amd.json"
+    doc = record("amd", f"amd_smi={root}", fake.SCENARIO_ENV, scenario, out)
+    meta = doc["meta"]
+    # A library given by path is a stand-in until the operator vouches for it (--kind).
+    assert (meta["kind"], meta["manufacturer"], meta["cards"]) == (
+        "synthetic",
+        "amd",
+        ["AMD Instinct MI300X"],
+    )
+    assert meta["source"] == f"devicemanager record amd --library amd_smi={root}"
+    assert meta["sdk"].startswith("amdsmi ")  # the wheel that loaded the fake
+    meta_read, payload = load_recording(out)
+    assert meta_read == meta
+    # The second read, every card carved: card 0's two processes (spx_pair: 4101, 4102).
+    reading = backend_class("amd")().parse(payload)
+    assert [c.id for c in reading.cards] == [fake.uuid_of(0), fake.uuid_of(1)]
+    assert pids(reading) == [[4101, 4102], []]
+
+
+def test_record_ascend_over_the_fake_libdcmi(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    from tests.fakelib import ascend as fake
+    from tests.fakelib.ascend import scenarios
+
+    if why := fake.missing():
+        pytest.skip(f"the fake libdcmi cannot be built here: {why}")
+    lib = fake.build(tmp_path_factory.mktemp("dcmi"))
+    scenario = fake.write(tmp_path / "scenario.txt", scenarios.busy_worker(processes=2))
+    out = tmp_path / "ascend.json"
+    doc = record("ascend", str(lib), fake.SCENARIO_ENV, scenario, out)
+    meta = doc["meta"]
+    assert (meta["kind"], meta["manufacturer"], meta["driver"], meta["sdk"]) == (
+        "synthetic",
+        "ascend",
+        "25.5.1",  # the scenario's driver
+        None,  # ctypes: no Python binding
+    )
+    assert meta["source"] == f"devicemanager record ascend --library {lib}"
+    _, payload = load_recording(out)
+    reading = backend_class("ascend")().parse(payload)
+    # busy_worker(2): one 910B2 with workers 899293 and 899294.
+    assert pids(reading) == [[899293, 899294]]
+
+
+def test_record_thead_over_the_fake_libhgml(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    from tests.fakelib import thead as fake
+    from tests.fakelib.thead import scenarios
+
+    if why := fake.missing():
+        pytest.skip(f"the fake libhgml cannot be built here: {why}")
+    lib = fake.build(tmp_path_factory.mktemp("hgml"))
+    scenario = fake.write(tmp_path / "scenario.txt", [scenarios.slices_one_busy()])
+    out = tmp_path / "thead.json"
+    doc = record("thead", str(lib), fake.SCENARIO_ENV, scenario, out)
+    meta = doc["meta"]
+    assert (meta["kind"], meta["manufacturer"], meta["driver"], meta["cards"]) == (
+        "synthetic",
+        "thead",
+        fake.DRIVER,
+        ["PPU-ZW810E"],
+    )
+    assert meta["source"] == f"devicemanager record thead --library {lib}"
+    _, payload = load_recording(out)
+    reading = backend_class("thead")().parse(payload)
+    # slices_one_busy: PIDs 8101 and 8201 on the one PPU.
+    assert pids(reading) == [[8101, 8201]]

@@ -348,6 +348,13 @@ def scenario_secrets(name: str) -> tuple[set[int], set[str]]:
     ids: set[str] = set()
     for cgroup in proc.glob("*/cgroup"):
         ids |= {m.lower() for m in re.findall(r"[0-9a-fA-F]{64}", cgroup.read_text())}
+    if scenario.pods_file is not None:  # every container's, whether or not a process runs in it
+        ids |= {
+            m.lower()
+            for m in re.findall(
+                r'"containerID":\s*"[\w.-]+://([0-9a-fA-F]{64})"', scenario.pods_file.read_text()
+            )
+        }
     return pids, ids
 
 
@@ -389,26 +396,35 @@ def leaks(document: Any, metrics: str, pids: set[int], ids: set[str]) -> list[st
     return found
 
 
-@pytest.mark.parametrize(
-    # A scenario whose node runs no process (Hygon's MIG node: partitions read on their own
-    # handles) has nothing to keep.
-    "scenario",
-    [
-        s
-        for s in SCENARIOS
-        if (NODES / s / "proc").is_dir()
-        and any(p.name.isdigit() for p in (NODES / s / "proc").iterdir())
-    ],
-)
+# Hygon's MIG node runs no process the agent reads: its grants are partitions, read on their
+# own handles (R-V4; its proc/README), so the payload names no PID and /proc holds none. What it
+# must keep is its containers' runtime ids, checked like every other scenario's.
+NO_PROCESS = {"k100ai-8dcu-mig"}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
 def test_no_pid_and_no_runtime_id_leaves_the_node(scenario: str) -> None:
     pids, ids = scenario_secrets(scenario)
-    assert pids and ids  # the scenario has processes to keep
+    assert ids  # the scenario's containers have runtime ids to keep
+    assert bool(pids) is (scenario not in NO_PROCESS)  # and processes, unless it runs none
     monitor = scenario_monitor(scenario)
     published = monitor.run_round()
     monitor.stop()
     document = json.loads(published.snapshot_json)
-    assert leaks(document, published.metrics.plain.decode(), pids, ids) == []
+    metrics = published.metrics.plain.decode()
+    assert leaks(document, metrics, pids, ids) == []
     assert leaks({}, published.stale_metrics.plain.decode(), pids, ids) == []
+    if scenario in NO_PROCESS:
+        # Not vacuous: the round published every tenant's partition (the entries a leak would
+        # ride on), and each of the three containers' runtime ids was looked for.
+        held = {p["id"] for p in document["slices"]["partitions"]}
+        assert held == {  # MIG-<card>/<gpu instance>/<compute instance>, as expected.json has
+            "MIG-GPU-7e8f6b3ac49bc87a/3/0",
+            "MIG-GPU-7e8f6b3ac49bc87a/5/0",
+            "MIG-GPU-a056e01d70365bc/1/0",
+        }
+        assert all(f'id="{p}"' in metrics for p in held)
+        assert len(ids) == 3  # llama3-8b-0, whisper-0, qwen2-14b-0: one container each
 
 
 def test_the_leak_check_finds_each_kind_of_leak() -> None:

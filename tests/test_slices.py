@@ -3,8 +3,24 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from devicemanager.model import Reason
+import pytest
+
+from devicemanager import slices
+from devicemanager.allocations import Mode
+from devicemanager.attribution import DeviceAttribution, Placement, RowCounts
+from devicemanager.grants import Grant
+from devicemanager.isolation import FIGURES, PodFault
+from devicemanager.model import (
+    MIB,
+    Card,
+    DeviceProcesses,
+    PartitionReading,
+    ProcessRow,
+    Reason,
+    VendorReading,
+)
 from devicemanager.slices import (
     MAX_DEVICES,
     MAX_USAGES,
@@ -13,6 +29,7 @@ from devicemanager.slices import (
     SlicePartition,
     SliceSection,
     SliceUsage,
+    build,
     figures,
     from_json,
     merge,
@@ -128,3 +145,131 @@ def test_damaged_documents_are_read_defensively() -> None:
     assert section.usages[0].memory_used_mib is None
     # A reason this consumer does not know still keeps the figure absent.
     assert section.devices[0].memory_reason is Reason.VERSION_SKEW
+
+
+# -- each holder's part behind the per-pod boundary ----------------------------------------------
+
+
+def holders_section() -> tuple[VendorReading, list[DeviceAttribution], list[Grant]]:
+    """Pod p holds a slice of GPU-a (main), one of GPU-b (side) and partition MIG-p of GPU-c;
+    pod q a slice of GPU-a and partition MIG-q."""
+    a = (ProcessRow(1, 3 * MIB, 5.0), ProcessRow(2, MIB, 2.0))
+    b = (ProcessRow(3, 2 * MIB, 4.0),)
+    reading = VendorReading(
+        M,
+        (Card("GPU-c", 2, memory_total_mib=81559),),
+        (DeviceProcesses("GPU-a", a), DeviceProcesses("GPU-b", b)),
+        (
+            PartitionReading("MIG-p", "GPU-c", 9856, 100, 10.0),
+            PartitionReading("MIG-q", "GPU-c", 19968, 200, 30.0),
+        ),
+    )
+    verdicts = [
+        DeviceAttribution(
+            "GPU-a",
+            None,
+            ((a[0], Placement("p", "main")), (a[1], Placement("q", "main"))),
+            RowCounts(2, 2),
+        ),
+        DeviceAttribution("GPU-b", None, ((b[0], Placement("p", "side")),), RowCounts(1, 1)),
+    ]
+    grants = [
+        Grant(pod, ("main",), M, "GPU-c", 2, Mode.PARTITIONED, partition_id=f"MIG-{pod}")
+        for pod in ("p", "q")
+    ]
+    return reading, verdicts, grants
+
+
+def test_a_holder_whose_usage_raises_takes_only_its_own_pods_figures(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clean = build(*holders_section())
+    real = slices._holder_usage
+
+    def holder_usage(*args: Any) -> SliceUsage:
+        if args[3] == ("p", "main"):
+            raise KeyError("a row nobody foresaw")
+        return real(*args)
+
+    monkeypatch.setattr(slices, "_holder_usage", holder_usage)
+    section = build(*holders_section())
+    ((uid, fault),) = section.faults
+    assert (uid, fault.stage) == ("p", FIGURES) and fault.error.startswith("KeyError")
+    # p: no figures anywhere, even where its own part did not raise (GPU-b, MIG-p).
+    assert [
+        (u.pod_uid, u.container, u.device_id, u.memory_used_mib, u.cores_utilization_percent)
+        for u in section.usages
+    ] == [
+        ("p", "main", "GPU-a", None, None),
+        ("q", "main", "GPU-a", 1, 2.0),
+        ("p", "side", "GPU-b", None, None),
+    ]
+    assert [p.id for p in section.partitions] == ["MIG-q"]
+    # q: exactly what it had without the fault; the devices are untouched.
+    assert [u for u in section.usages if u.pod_uid == "q"] == [
+        u for u in clean.usages if u.pod_uid == "q"
+    ]
+    assert section.partitions == tuple(p for p in clean.partitions if p.pod_uid == "q")
+    assert section.devices == clean.devices
+    lookup = Lookup.of(section)
+    absent = figures(lookup, M, "p", "side", "GPU-b")
+    assert absent is not None and (absent.memory_used_mib, absent.cores_percent) == (None, None)
+    assert figures(lookup, M, "p", "main", "GPU-c", partition_id="MIG-p") is None
+
+
+def test_a_partition_entry_that_raises_takes_only_its_own_pods_figures(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clean = build(*holders_section())
+    real = slices._partition_entry
+
+    def partition_entry(
+        manufacturer: str, grant: Grant, found: PartitionReading | None, parent: Card | None
+    ) -> SlicePartition:
+        if grant.pod_uid == "q":
+            raise ValueError("a partition nobody foresaw")
+        return real(manufacturer, grant, found, parent)
+
+    monkeypatch.setattr(slices, "_partition_entry", partition_entry)
+    section = build(*holders_section())
+    assert [(uid, f.stage) for uid, f in section.faults] == [("q", FIGURES)]
+    (mine,) = section.partitions
+    assert (mine.id, mine.memory_total_mib, mine.memory_used_mib, mine.cores_percent) == (
+        "MIG-p",
+        9856,
+        100,
+        10.0,
+    )
+    assert [u for u in section.usages if u.pod_uid == "p"] == [
+        u for u in clean.usages if u.pod_uid == "p"
+    ]
+    q = next(u for u in section.usages if u.pod_uid == "q")
+    assert (q.memory_used_mib, q.cores_utilization_percent) == (None, None)
+
+
+def test_merge_keeps_a_pods_fault_across_manufacturers_and_never_serves_it() -> None:
+    fault = PodFault(FIGURES, "KeyError: 'a tenant said GPU-secret'")
+    nvidia = SliceSection(
+        usages=(usage("GPU-a", "p", None, None), usage("GPU-a", "q", 7, 1.0)),
+        devices=(SliceDevice(M, "GPU-a"),),
+        faults=(("p", fault),),
+    )
+    amd = SliceSection(
+        usages=(SliceUsage("amd", "p", "main", "GPU-x", 50, 9.0),),
+        devices=(SliceDevice("amd", "GPU-x"),),
+        partitions=(SlicePartition("amd", "p", "main", "GPU-x", "XCP-1", 100, 1, 1.0),),
+        faults=(("p", PodFault(FIGURES, "a later fault of the same pod")),),
+    )
+    merged = merge([nvidia, amd])
+    assert merged.faults == (("p", fault),)  # the first of each pod
+    assert [
+        (u.manufacturer, u.pod_uid, u.memory_used_mib, u.cores_utilization_percent)
+        for u in merged.usages
+    ] == [
+        ("amd", "p", None, None),  # no figures under another manufacturer either
+        (M, "p", None, None),
+        (M, "q", 7, 1.0),
+    ]
+    assert merged.partitions == ()
+    text = json.dumps(to_json(merged))
+    assert "GPU-secret" not in text and "fault" not in text
