@@ -1,0 +1,99 @@
+"""Every benchmark, one after the other, on a quiet machine; their results in one file.
+
+Each benchmark ends with one JSON line; this runs them in turn and writes those lines, with
+the machine they ran on, to `bench/results.json`. `bench/table.py --write` then turns that
+file into the README's performance table and docs/performance.md, so the figures a reader sees
+are the figures a run printed.
+
+    sudo python bench/all.py [--only scrape,round] [--soak-seconds 300]
+
+Needs root (cgroups for bench/round.py and bench/scrape.py's busy phase), Debian's nginx and
+wrk (bench/scrape.py). Takes about 15 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results.json"
+
+BENCHES: dict[str, list[str]] = {
+    "scrape": ["bench/scrape.py", "--seconds", "5", "--pairs", "3"],
+    "round": ["bench/round.py", "--pairs", "21"],
+    "footprint": ["bench/footprint.py", "--rounds", "200"],
+    "sampler": ["bench/sampler.py", "--seconds", "10", "--pairs", "3"],
+    "attribution": ["bench/attribution.py"],
+    "podindex": ["bench/podindex.py"],
+    "summarize": ["bench/summarize.py"],
+    "soak": ["bench/soak.py"],
+}
+
+
+def machine() -> dict[str, Any]:
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor() or "unknown",
+    )
+    memory_kib = int(
+        next(
+            line.split()[1]
+            for line in Path("/proc/meminfo").read_text().splitlines()
+            if line.startswith("MemTotal")
+        )
+    )
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(memory_kib / 1048576),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "virtualised": Path("/sys/hypervisor").exists()
+        or "hypervisor" in Path("/proc/cpuinfo").read_text(),
+        "date": datetime.date.today().isoformat(),
+    }
+
+
+def run(name: str, argv: list[str]) -> dict[str, Any]:
+    print(f"== {name}: {' '.join(argv)}", flush=True)
+    out = subprocess.run(
+        [sys.executable, *argv], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    sys.stdout.write(out.stdout)
+    if out.returncode != 0:
+        sys.stderr.write(out.stderr)
+        raise SystemExit(f"{name} failed with {out.returncode}")
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", default="", help="comma-separated benchmark names")
+    parser.add_argument("--soak-seconds", type=int, default=300)
+    args = parser.parse_args()
+    wanted = [n for n in args.only.split(",") if n] or list(BENCHES)
+    previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"results": {}}
+    results = dict(previous.get("results", {}))
+    for name in wanted:
+        argv = BENCHES[name]
+        if name == "soak":
+            argv = [*argv, "--seconds", str(args.soak_seconds)]
+        results[name] = run(name, argv)
+    RESULTS.write_text(json.dumps({"machine": machine(), "results": results}, indent=2) + "\n")
+    print(f"written: {RESULTS.relative_to(REPO)}; now: python bench/table.py --write")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,225 @@
+"""The performance tables of README.md and docs/performance.md, made from bench/results.json.
+
+`bench/all.py` writes the results of one run; this renders them, so the figures in the docs
+are a run's figures, never typed in. Each table sits between two markers in its page:
+
+    <!-- performance:begin -->  ...  <!-- performance:end -->
+
+    python bench/table.py            # print both tables
+    python bench/table.py --write    # put them into README.md and docs/performance.md
+    python bench/table.py --check    # exit 1 when a page's table is not the rendering
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results.json"
+BEGIN, END = "<!-- performance:begin -->", "<!-- performance:end -->"
+PAGES = {"README.md": "readme", "docs/performance.md": "page"}
+
+Row = tuple[str, str, str, str, str]  # what, ours, baseline, goal, met
+
+
+def _range(values: list[float], unit: str = "") -> str:
+    return f"{values[0]:g}-{values[1]:g}{unit}"
+
+
+def _met(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def rows(r: dict[str, Any]) -> list[Row]:
+    out: list[Row] = []
+    if s := r.get("scrape"):
+        plain, gz = s["nginx_over_agent_plain"], s["nginx_over_agent_gzip"]
+        out += [
+            (
+                f"`/metrics` throughput, plain ({s['series']:,} series, TLS, 4 connections)",
+                f"{s['agent_plain_rps']:,.0f} req/s",
+                f"nginx {s['nginx_plain_rps']:,.0f} req/s: nginx/agent {plain['median']} "
+                f"({_range(plain['range'])})",
+                "nginx/agent ≤ 1.3",
+                _met(s["goal_plain_within_1_3x"]),
+            ),
+            (
+                "`/metrics` throughput, gzip (how Prometheus scrapes)",
+                f"{s['agent_gzip_rps']:,.0f} req/s",
+                f"nginx `gzip_static` {s['nginx_gzip_rps']:,.0f} req/s: nginx/agent "
+                f"{gz['median']} ({_range(gz['range'])})",
+                "nginx/agent ≤ 2",
+                _met(s["goal_gzip_within_2x"]),
+            ),
+            (
+                "scrape p99, one scraper, plain / gzip",
+                f"{s['agent_p99_ms']['plain']['median']} / "
+                f"{s['agent_p99_ms']['gzip']['median']} ms",
+                f"nginx {s['nginx_p99_ms']['plain']['median']} / "
+                f"{s['nginx_p99_ms']['gzip']['median']} ms",
+                "< 5 ms",
+                _met(s["goal_p99_under_5ms"]),
+            ),
+            (
+                f"scrape p99 while rounds of {s['busy_processes_placed']:,} processes run back "
+                "to back, plain / gzip",
+                f"{s['busy_p99_ms']['plain']['median']} / {s['busy_p99_ms']['gzip']['median']} ms "
+                f"(ranges {_range(s['busy_p99_ms']['plain']['range'])}, "
+                f"{_range(s['busy_p99_ms']['gzip']['range'])})",
+                f"a round takes {s['busy_round_ms']} ms",
+                "< 5 ms",
+                _met(s["goal_busy_p99_under_5ms"]),
+            ),
+        ]
+    if s := r.get("round"):
+        without = s["without_pidfds"]
+        out.append(
+            (
+                f"steady round, {s['processes']:,} processes in {s['pods']} pods, real /proc",
+                f"{s['round_ms']} ms",
+                f"reading each `stat` and `cgroup`: {s['floor_ms']} ms; round/floor "
+                f"{s['round_over_floor']} ({_range(s['round_over_floor_range'])}); without "
+                f"pidfds {without['round_over_floor']}",
+                "round/floor ≤ 1.2",
+                _met(s["goal_within_1_2x"]),
+            )
+        )
+    if s := r.get("footprint"):
+        out.append(
+            (
+                f"resident memory after {s['rounds']} rounds, {s['cards']} cards x "
+                f"{s['processes']:,} processes, {s['pods']:,} pods",
+                f"{s['agent_rss_mib']} MiB",
+                f"import floor {s['import_floor_rss_mib']} MiB (the agent adds "
+                f"{s['agent_over_floor_mib']} MiB); dcgm-exporter: 400-512 MiB reported",
+                "≤ 64 MiB",
+                _met(s["goal_at_most_64_mib"]),
+            )
+        )
+    if s := r.get("sampler"):
+        out.append(
+            (
+                f"a worker sampling {s['rate_asked']:g} Instances a second",
+                f"agent at {s['agent_core_percent_sampling']}% of a core "
+                f"({s['samples_per_second']:g} samples/s)",
+                f"idle {s['agent_idle_core_percent']}%; the old way "
+                f"{s['before_agent_cpu_ms_per_sample']} ms of agent CPU per sample against "
+                f"{s['agent_cpu_ms_per_sample']} ms",
+                "< 10% of a core",
+                _met(s["goal_under_10_percent_of_a_core"]),
+            )
+        )
+    return out
+
+
+def extra_rows(r: dict[str, Any]) -> list[Row]:
+    out: list[Row] = []
+    if s := r.get("attribution"):
+        out.append(
+            (
+                f"attribution alone, {s['processes']:,} processes, generated /proc tree",
+                f"steady {s['steady_round_ms']} ms, first {s['first_round_ms']} ms",
+                f"floor {s['floor_ms']} ms: steady/floor {s['steady_over_floor']}",
+                "—",
+                "—",
+            )
+        )
+    if s := r.get("podindex"):
+        out.append(
+            (
+                f"pod index, {s['pods']} pods at {s['events_per_second']:g} watch events/s",
+                f"{s['informer_cpu_percent_of_a_core']}% of a core, {s['index_kib']} KiB",
+                f"a bare watch: {s['informer_over_floor_per_event']}x its CPU per event; raw "
+                f"objects {s['raw_objects_kib']} KiB ({s['index_over_raw_memory']}x)",
+                "—",
+                "—",
+            )
+        )
+    if s := r.get("summarize"):
+        out.append(
+            (
+                f"`summarize`, {s['series']:,} series of {s['devices']:,} GPUs",
+                f"{s['summarize_s_median']} s ({_range(s['summarize_s_range'], ' s')})",
+                f"parsing only: {s['parse_only_s_median']} s "
+                f"({s['ratio_summarize_to_parse_only']}x)",
+                "—",
+                "—",
+            )
+        )
+    if s := r.get("soak"):
+        answered = sum(v for k, v in s["requests"].items() if k.isdigit())
+        out.append(
+            (
+                f"soak, {s['seconds']:g} s: period 1 s, {s['scrapes_per_second']} scrapes/s, "
+                f"{s['pods']} pods churning",
+                f"RSS {s['rss_start_mib']} → {s['rss_end_mib']} MiB, fds {s['fds_start']} → "
+                f"{s['fds_end']}",
+                f"second half +{s['rss_growth_second_half_mib']} MiB; {answered:,} requests",
+                "flat",
+                _met(s["rss_growth_second_half_mib"] <= 1.0 and s["fds_end"] <= s["fds_start"] + 2),
+            )
+        )
+    return out
+
+
+def machine_line(m: dict[str, Any]) -> str:
+    virt = ", virtualised" if m.get("virtualised") else ""
+    return (
+        f"Measured on {m['date']}: {m['cores']} cores of {m['cpu']}{virt}, {m['memory_gib']} GiB, "
+        f"Linux {m['kernel']}, Python {m['python']}."
+    )
+
+
+def table(items: list[Row]) -> str:
+    lines = [
+        "| what | the agent | baseline, same run | goal | met |",
+        "|---|---|---|---|---|",
+    ]
+    lines += ["| " + " | ".join(row) + " |" for row in items]
+    return "\n".join(lines)
+
+
+def render(kind: str, doc: dict[str, Any]) -> str:
+    results = doc["results"]
+    body = table(rows(results) if kind == "readme" else rows(results) + extra_rows(results))
+    return f"{machine_line(doc['machine'])}\n\n{body}\n"
+
+
+def replaced(text: str, block: str, where: str) -> str:
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise SystemExit(f"{where}: no {BEGIN} … {END} block")
+    return text[: start + len(BEGIN)] + "\n" + block + text[end:]
+
+
+def main(argv: list[str] | None = None, out: Callable[[str], Any] = print) -> int:
+    parser = argparse.ArgumentParser()
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true")
+    mode.add_argument("--check", action="store_true")
+    args = parser.parse_args(argv)
+    doc = json.loads(RESULTS.read_text())
+    stale = []
+    for name, kind in PAGES.items():
+        page = REPO / name
+        block = render(kind, doc)
+        if args.write:
+            page.write_text(replaced(page.read_text(), block, name))
+        elif args.check:
+            if replaced(page.read_text(), block, name) != page.read_text():
+                stale.append(name)
+        else:
+            out(f"{name}:\n{block}")
+    if stale:
+        out(f"not what bench/results.json says: {', '.join(stale)} (bench/table.py --write)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
