@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from devicemanager.allocations import (
     HAMI_KEY,
+    Allocation,
     AllocationError,
     Mode,
     allocations_of,
@@ -19,7 +20,16 @@ from devicemanager.allocations import (
     parse_hami,
     parse_hami_mig,
 )
-from devicemanager.grants import cores_cap, grants_of, instance_of, node_grants
+from devicemanager.grants import (
+    Disagreement,
+    Grant,
+    cores_cap,
+    disagreement,
+    grants_from,
+    grants_of,
+    instance_of,
+    node_grants,
+)
 from devicemanager.pods import PodIndex, pod_info
 from tests.world import pod, uid
 
@@ -341,3 +351,73 @@ def test_a_malformed_vendor_key_names_itself_and_another_pod_keeps_its_grants() 
         25.0,
     )
     assert grants.by_pod[uid("good")] == node_grants(PodIndex.of([good])).by_pod[uid("good")]
+
+
+# -- the size bound: 64 KiB of annotation, not one character more ------------------------------
+
+
+def exactly_64_kib_of_hami() -> str:
+    """One slice, padded with blanks to 65,536 characters (64 * 1024) in all."""
+    slot = "GPU-a,NVIDIA,1024,30:"
+    return slot + " " * (65_536 - len(slot) - 1) + ";"
+
+
+def test_an_annotation_of_exactly_64_kib_is_read() -> None:
+    text = exactly_64_kib_of_hami()
+    assert len(text) == 65_536
+    (a,) = parse_hami(text, ["main"])
+    assert (a.container, a.device_id, a.mode, a.memory_mib, a.cores_percent) == (
+        "main",
+        "GPU-a",
+        Mode.SLICED,
+        1024,
+        30,
+    )
+
+
+def test_an_annotation_one_character_over_64_kib_is_refused_and_names_its_key() -> None:
+    text = " " + exactly_64_kib_of_hami()
+    with pytest.raises(AllocationError) as vgpu:
+        parse_hami(text, ["main"])
+    assert str(vgpu.value) == "hami.io/vgpu-devices-allocated: 65537 characters, more than 65536"
+    # Another vendor's key is named as itself, not as HAMi's vGPU key.
+    with pytest.raises(AllocationError) as dcu:
+        parse_hami(text, ["main"], word="dcu")
+    assert str(dcu.value) == "hami.io/dcu-devices-allocated: 65537 characters, more than 65536"
+
+
+# -- merged holders, and the kubelet's view beside the annotation (R-G3, R-X2) -----------------
+
+
+def test_two_holders_of_one_card_take_the_index_of_the_first_that_states_one() -> None:
+    info = pod_with({}, {"init": {}, "main": {}})
+    held = [
+        # HAMi states no index; GPUStack does.
+        Allocation("init", "nvidia", "GPU-a", None, Mode.SLICED, memory_mib=1000, source="hami"),
+        Allocation("main", "nvidia", "GPU-a", 3, Mode.SLICED, units=400_000),
+    ]
+    (g,) = grants_from(info, held)
+    assert (g.containers, g.index, g.mode, g.units, g.memory_mib) == (
+        ("init", "main"),
+        3,
+        Mode.SLICED,
+        400_000,
+        1000,
+    )
+    assert g.ambiguous
+
+
+def whole(*devices: str) -> list[Grant]:
+    return [Grant("u1", ("main",), "nvidia", d, None, Mode.EXCLUSIVE) for d in devices]
+
+
+def test_the_kubelet_disagrees_only_when_it_names_other_cards() -> None:
+    assert disagreement(whole("GPU-a"), whole("GPU-a")) is None
+    # A kubelet MIG device whose card is not known yet says nothing either way.
+    assert disagreement(whole("GPU-a"), whole("")) is None
+    differs = disagreement(whole("GPU-a"), whole("GPU-b"))
+    assert differs == Disagreement(
+        frozenset({("nvidia", "GPU-a")}), frozenset({("nvidia", "GPU-b")})
+    )
+    assert differs is not None and differs.differs
+    assert not Disagreement(differs.said, differs.said).differs

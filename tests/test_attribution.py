@@ -130,6 +130,62 @@ def test_a_reused_pid_is_never_served_from_the_cache(tmp_path: Path) -> None:
     assert resolver.resolve([10], INDEX)[10].placement == Placement(UID_B, "main")
 
 
+@pytest.mark.parametrize(("state", "reason"), [("Z", Reason.ZOMBIE), ("X", Reason.EXITED)])
+def test_a_placed_process_that_dies_is_not_served_from_the_cache(
+    tmp_path: Path, state: str, reason: Reason
+) -> None:
+    # Without a pidfd the steady path reads stat: same start time and cgroup, but its state
+    # says the process has ended, so the cached placement is not served.
+    put(tmp_path, 10, UID_A, CID_A, start=100)
+    resolver = Resolver(tmp_path)
+    assert resolver.resolve([10], INDEX)[10].placement == Placement(UID_A, "main")
+    put(tmp_path, 10, UID_A, CID_A, start=100, state=state)
+    assert resolver.resolve([10], INDEX)[10].reason is reason
+
+
+def test_a_pid_reused_in_the_same_container_is_read_afresh(tmp_path: Path) -> None:
+    # The MPS daemon exits and a CUDA client of the same container gets its PID: same cgroup
+    # text, a new start time. Only the full read (comm) tells them apart.
+    put(tmp_path, 10, UID_A, CID_A, start=100, comm="nvidia-cuda-mps")
+    resolver = Resolver(tmp_path)
+    assert resolver.resolve([10], INDEX)[10].reason is Reason.MEDIATED
+    put(tmp_path, 10, UID_A, CID_A, start=900, comm="python3")
+    resolver.reads = 0
+    assert resolver.resolve([10], INDEX)[10].placement == Placement(UID_A, "main")
+    assert resolver.reads == 2 + 5  # the steady stat and cgroup, then the full read
+
+
+def test_a_steady_pid_against_the_same_index_keeps_its_resolution(tmp_path: Path) -> None:
+    put(tmp_path, 10, UID_A, CID_A)
+    resolver = Resolver(tmp_path)
+    first = resolver.resolve([10], INDEX)
+    assert resolver.resolve([10], INDEX)[10] is first[10]  # served, not placed again
+
+
+def test_a_steady_pid_is_placed_again_against_a_newer_pod_index(tmp_path: Path) -> None:
+    # The index lagged pod A's creation: unknown first, then placed once the index has it.
+    put(tmp_path, 10, UID_A, CID_A)
+    resolver = Resolver(tmp_path)
+    lagging = PodIndex.of([pod(UID_B, "b", {CID_B: "main"})])
+    assert resolver.resolve([10], lagging)[10].reason is Reason.UNKNOWN_POD
+    assert resolver.resolve([10], INDEX)[10].placement == Placement(UID_A, "main")
+    assert resolver.resolve([10], lagging)[10].reason is Reason.UNKNOWN_POD
+
+
+def test_a_pid_unreadable_for_one_round_is_placed_again_once_readable(tmp_path: Path) -> None:
+    # One round's failure is that round's answer only: it is not kept as the PID's placement.
+    put(tmp_path, 10, UID_A, CID_A, start=100)
+    resolver = Resolver(tmp_path)
+    assert resolver.resolve([10], INDEX)[10].placement == Placement(UID_A, "main")
+    good = (tmp_path / "10" / "stat").read_text()
+    (tmp_path / "10" / "stat").write_text("10 (python3 S 1\n")
+    assert resolver.resolve([10], INDEX)[10].reason is Reason.UNREADABLE
+    (tmp_path / "10" / "stat").write_text(good)
+    resolver.reads = 0
+    assert resolver.resolve([10], INDEX)[10].placement == Placement(UID_A, "main")
+    assert resolver.reads == 2  # the same (PID, start time, cgroup): from the cache
+
+
 class Recycling(Resolver):
     """Swaps what /proc/<pid> shows right after the resolver's n-th read of `name`."""
 
@@ -299,6 +355,35 @@ def test_attributor_tracks_invisible_namespaces_per_device(tmp_path: Path) -> No
     # Now a PID of this device has been seen: a later full miss is the ordinary race.
     (third,) = attributor.attribute([device(12)], INDEX, holders)
     assert third.reason is Reason.EXITED
+
+
+def test_a_recorded_tree_is_not_checked_against_the_vendor_read_unless_asked(
+    tmp_path: Path,
+) -> None:
+    # A recording's start times are not this machine's: 10^9 ticks is years after boot.
+    put(tmp_path, 10, UID_A, CID_A, start=10**9)
+    holders = {DEVICE: frozenset({UID_A})}
+    (recorded,) = Attributor(tmp_path).attribute([device(10)], INDEX, holders, read_at=5.0)
+    assert recorded.reason is None and recorded.counts.attributed == 1
+    live = Attributor(tmp_path, recycled_check=True)
+    (checked,) = live.attribute([device(10)], INDEX, holders, read_at=5.0)
+    assert checked.reason is Reason.UNSTABLE and checked.counts.unreadable == 1
+
+
+def test_a_recorded_tree_is_read_by_its_stat_without_pidfds(tmp_path: Path) -> None:
+    # The tree names a PID that is alive here (this test's own), so a pidfd could be opened on
+    # it; by default none is, and the tree's stat decides: a zombie there is a zombie.
+    pid = os.getpid()
+    put(tmp_path, pid, UID_A, CID_A, start=100)
+    attributor = Attributor(tmp_path)
+    holders = {DEVICE: frozenset({UID_A})}
+    (first,) = attributor.attribute([device(pid)], INDEX, holders)
+    assert first.reason is None and first.counts.attributed == 1
+    put(tmp_path, pid, UID_A, CID_A, start=100, state="Z")
+    (second,) = attributor.attribute([device(pid)], INDEX, holders)
+    attributor.close()
+    assert second.reason is Reason.ZOMBIE
+    assert attributor.resolver.pidfds is None
 
 
 def test_reasons_are_logged_under_their_logger_without_flooding(

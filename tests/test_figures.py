@@ -6,9 +6,16 @@ attribution through a /proc tree, the slices section, the figures, and /metrics.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-from devicemanager.model import PartitionReading, Reason
+import pytest
+
+from devicemanager import figures
+from devicemanager.grants import Grant, node_grants
+from devicemanager.isolation import FIGURES, POD_LEVEL, PodFault
+from devicemanager.model import Card, PartitionReading, Reason
+from devicemanager.pods import PodIndex, PodInfo
 from tests.world import CARD_MIB, GIB, MIB, accel, card, gpu, pod, process, rows, run, uid
 
 SLICE_40 = 640_000  # 40% of 1,600,000 units
@@ -282,3 +289,68 @@ def test_no_pods_known_means_no_section_and_no_instance_series(tmp_path: Path) -
     result = run(tmp_path, [card(0)], [])
     assert result.snapshot.slices is None  # could not measure: absent, not empty
     assert "slices" not in result.published.snapshot_json.decode()
+
+
+def test_a_partition_enumerated_as_a_device_is_unhealthy_when_it_or_its_board_is(
+    tmp_path: Path,
+) -> None:
+    # An XCP-like partition: a device of its own whose parentID names its board (R-V2). The
+    # entry's health is the partition's or its board's; temperature and power are the board's.
+    board = card(7)
+    xcp = Card(id="GPU-xcp-7-1", index=8, memory_total_mib=20_000, parent_id=board.id)
+    held = [pod("xcp", {"main": [{"id": xcp.id, "index": 8, "mode": 1, "allocated": 1_600_000}]})]
+    cases = [
+        (replace(xcp, unhealthy=True, unhealthy_reason="gpu_is_lost"), board, True),
+        (xcp, replace(board, unhealthy=True, unhealthy_reason="gpu_is_lost"), True),
+        (xcp, board, False),
+    ]
+    for part, parent, unhealthy in cases:
+        e = run(tmp_path, [parent, part], held).entry("xcp")
+        assert (e.id, e.temperature_celsius, e.power_usage_watts) == (xcp.id, 47.0, 107.0)
+        assert e.unhealthy is unhealthy
+
+
+def test_an_instances_figures_fault_is_recorded_under_its_pods_uid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The fault log and the pod_errors count name the pod by this key (index.get(uid)), so it
+    # is the pod's UID, never its Instance's.
+    pods = [
+        pod("busy", {"main": [accel(0, 1)]}, instance="busy"),
+        pod("whole", {"main": [accel(1, 1)]}, instance="whole"),
+    ]
+    real = figures.entry
+
+    def entry(grant: Grant, view: figures.View) -> figures.AcceleratorEntry:
+        if grant.device_id == gpu(1):
+            raise ZeroDivisionError("a figure nobody foresaw")
+        return real(grant, view)
+
+    monkeypatch.setattr(figures, "entry", entry)
+    index = PodIndex.of(pods)
+    faults: dict[str, PodFault] = {}
+    got = figures.exported(index, node_grants(index), figures.View(), ["nvidia"], faults)
+    assert [i.instance.uid for i in got] == [uid("instance/busy")]
+    assert faults == {uid("whole"): PodFault(FIGURES, "ZeroDivisionError: a figure nobody foresaw")}
+
+
+def test_an_instances_pod_level_fault_is_recorded_under_its_pods_uid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pods = [
+        pod("busy", {"main": [accel(0, 1)]}, instance="busy"),
+        pod("idle", {"main": [accel(1, 1)]}, instance="idle"),
+    ]
+    real = figures.totals
+
+    def totals(info: PodInfo | None) -> tuple[int, int, int]:
+        if info is not None and info.name == "busy":
+            raise ValueError("a limit nobody foresaw")
+        return real(info)
+
+    monkeypatch.setattr(figures, "totals", totals)
+    index = PodIndex.of(pods)
+    faults: dict[str, PodFault] = {}
+    got = figures.pod_level(index, node_grants(index), None, faults)
+    assert [p.instance.uid for p in got] == [uid("instance/idle")]
+    assert faults == {uid("busy"): PodFault(POD_LEVEL, "ValueError: a limit nobody foresaw")}

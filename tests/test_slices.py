@@ -273,3 +273,78 @@ def test_merge_keeps_a_pods_fault_across_manufacturers_and_never_serves_it() -> 
     assert merged.partitions == ()
     text = json.dumps(to_json(merged))
     assert "GPU-secret" not in text and "fault" not in text
+
+
+# -- a holder's compute from the partitions its processes run in (a MetaX sGPU) ----------------
+
+
+def sgpu(id: str, cores: float | None, reason: Reason | None = None) -> PartitionReading:
+    return PartitionReading(id, "GPU-s", 8192, 100, cores, cores_reason=reason, cores_of_card=True)
+
+
+def holder_on_gpu_s(
+    rows: tuple[ProcessRow, ...], partitions: tuple[PartitionReading, ...]
+) -> SliceSection:
+    """Pod p's container main runs `rows` on card GPU-s, which has no per-process compute."""
+    reading = VendorReading(
+        M,
+        (Card("GPU-s", 0, memory_total_mib=65536),),
+        (DeviceProcesses("GPU-s", rows, cores_reason=Reason.UNSUPPORTED),),
+        partitions,
+    )
+    placed = tuple((r, Placement("p", "main")) for r in rows)
+    verdict = DeviceAttribution("GPU-s", None, placed, RowCounts(len(rows), len(rows)))
+    return build(reading, [verdict], [])
+
+
+def test_a_holder_alone_in_its_sgpu_reads_the_partitions_compute() -> None:
+    section = holder_on_gpu_s((ProcessRow(1, 2 * MIB, None, "sGPU-1"),), (sgpu("sGPU-1", 25.0),))
+    assert section.usages == (SliceUsage(M, "p", "main", "GPU-s", 2, 25.0),)
+    assert section.faults == ()
+
+
+def test_a_holders_compute_over_several_sgpus_is_capped_at_the_whole_card() -> None:
+    rows = (ProcessRow(1, MIB, None, "sGPU-1"), ProcessRow(2, MIB, None, "sGPU-2"))
+    section = holder_on_gpu_s(rows, (sgpu("sGPU-1", 60.0), sgpu("sGPU-2", 50.0)))
+    assert section.usages == (SliceUsage(M, "p", "main", "GPU-s", 2, 100.0),)  # 110, capped
+
+
+def test_a_row_in_a_partition_nobody_read_leaves_compute_absent_and_memory_measured() -> None:
+    section = holder_on_gpu_s((ProcessRow(1, 2 * MIB, None, "sGPU-2"),), (sgpu("sGPU-1", 25.0),))
+    assert section.usages == (SliceUsage(M, "p", "main", "GPU-s", 2, None),)
+    assert section.faults == ()
+
+
+def test_a_row_naming_a_partition_on_a_card_with_none_read_leaves_compute_absent() -> None:
+    section = holder_on_gpu_s((ProcessRow(1, 2 * MIB, None, "sGPU-1"),), ())
+    assert section.usages == (SliceUsage(M, "p", "main", "GPU-s", 2, None),)
+    assert section.faults == ()
+
+
+@pytest.mark.parametrize(
+    "partition",
+    [
+        sgpu("sGPU-1", 25.0, Reason.TRANSIENT_DRIVER_ERROR),  # a reason outweighs a number
+        sgpu("sGPU-1", None),  # no figure, no reason given
+    ],
+)
+def test_an_sgpu_without_a_compute_figure_leaves_the_holders_compute_absent(
+    partition: PartitionReading,
+) -> None:
+    section = holder_on_gpu_s((ProcessRow(1, 2 * MIB, None, "sGPU-1"),), (partition,))
+    assert section.usages == (SliceUsage(M, "p", "main", "GPU-s", 2, None),)
+    assert section.faults == ()
+
+
+# -- R-S4: a partition is refused only when bigger than its card ---------------------------------
+
+
+def test_an_empty_partition_of_a_card_reporting_0_mib_is_not_bigger_than_it() -> None:
+    reading = VendorReading(
+        M,
+        (Card("GPU-z", 0, memory_total_mib=0),),
+        partitions=(PartitionReading("MIG-z", "GPU-z", 0, 0, 0.0),),
+    )
+    held = Grant("p", ("main",), M, "GPU-z", 0, Mode.PARTITIONED, partition_id="MIG-z")
+    (record,) = build(reading, [], [held]).partitions
+    assert (record.memory_reason, record.memory_total_mib, record.memory_used_mib) == (None, 0, 0)

@@ -93,3 +93,24 @@ def test_cards_are_ordered_by_index_and_encoding_is_strict_json() -> None:
     doc = json.loads(snapshot.encode(snap))
     assert [c["index"] for c in doc["groups"][0]["accelerators"]] == [0, 1]
     assert doc["groups"][0]["accelerators"][0]["memoryUtilization"] is None
+
+
+def test_a_served_address_reads_back_its_numbers_and_names_and_nothing_else() -> None:
+    # An Ascend NPU's structured address, as an agent serves it, beside what no backend writes:
+    # a boolean (JSON true is not the number 1), a float, a null, a list.
+    npu = {
+        "id": "NPU-0",
+        "index": 0,
+        "address": {
+            "card": 0,
+            "device": 1,
+            "bus": "0000:c1:00.0",
+            "virtual": True,
+            "ratio": 0.5,
+            "logic": None,
+            "phy": [1],
+        },
+    }
+    card = snapshot.card_from_json(npu)
+    assert card is not None
+    assert card.address == (("card", 0), ("device", 1), ("bus", "0000:c1:00.0"))
