@@ -50,11 +50,18 @@ FIGURES_TESTS = [
     "tests/test_instance_metrics.py",
 ]
 CORE_RULES = "tests/test_core_rules.py"
+ISOLATION = "tests/test_isolation.py"  # one boundary per pod; what a round remembers of a pod
 TESTS: dict[str, list[str]] = {
-    "allocations": [CORE_RULES, "tests/test_allocations.py", *FIGURES_TESTS],
-    "grants": [CORE_RULES, *FIGURES_TESTS, "tests/test_allocations.py"],
-    "figures": [CORE_RULES, *FIGURES_TESTS, "tests/test_cluster_rules.py"],
-    "slices": [CORE_RULES, "tests/test_slices.py", *FIGURES_TESTS],
+    "allocations": [CORE_RULES, "tests/test_allocations.py", *FIGURES_TESTS, ISOLATION],
+    "grants": [
+        CORE_RULES,
+        *FIGURES_TESTS,
+        "tests/test_allocations.py",
+        ISOLATION,
+        "tests/test_deviceplugins.py",
+    ],
+    "figures": [CORE_RULES, *FIGURES_TESTS, "tests/test_cluster_rules.py", ISOLATION],
+    "slices": [CORE_RULES, "tests/test_slices.py", *FIGURES_TESTS, ISOLATION],
     "snapshot": [
         CORE_RULES,
         "tests/test_snapshot.py",
@@ -72,6 +79,7 @@ TESTS: dict[str, list[str]] = {
         "tests/test_golden.py",
         "tests/test_serving_rules.py",
         "tests/test_monitor.py",
+        "tests/test_podresources.py",
     ],
     "cgroup": [CORE_RULES, "tests/test_cgroup.py", "tests/test_attribution.py"],
     "pods": [CORE_RULES, "tests/test_pods.py", *FIGURES_TESTS, "tests/test_allocations.py"],
@@ -79,6 +87,8 @@ TESTS: dict[str, list[str]] = {
     "attribution": [
         CORE_RULES,
         "tests/test_attribution.py",
+        # Real processes in real cgroups (as root): the steady path, pidfds, recycled PIDs.
+        "tests/test_cgroup_kernel.py",
         "tests/test_figure_rules.py",
         "tests/test_figures.py",
         "tests/test_expected.py",
@@ -90,13 +100,13 @@ EQUIVALENT: dict[str, str] = {
     "attribution:attribute_device:True  ->  False": (
         "zip(strict=False): the outcomes are built from the rows, so the lengths always agree"
     ),
+    "attribution:_start_and_state:20  ->  21": (
+        "split(None, 21) instead of 20: the state (field 3) and the start time (field 22) are "
+        "whole tokens under any split of 20 or more; only the unused remainder differs"
+    ),
     "cgroup:parse_path:1  ->  0#2": (
         "searching from the pod segment itself: a pod segment (pod<uid>, ...-pod<uid>.slice) "
         "never matches a container id or a runtime scope"
-    ),
-    "exposition:render:False  ->  True": (
-        "auto_describe=True only collects once more at registration to look for duplicate "
-        "names; the families are the same and the bytes too"
     ),
     "exposition:Exposition.of:6  ->  7": (
         "another compression level: other bytes, the same text when decompressed, still a "
@@ -105,8 +115,9 @@ EQUIVALENT: dict[str, str] = {
     "figures:newest_pods:(pod.created or '', pod.name) > (current[1].created or '', "
     "current[...  ->  (pod.created or '', pod.name) >= (current[1].created or '', "
     "current...": (
-        "two pods of one Instance with the same creation time and the same name: the rule "
-        "orders nothing between them"
+        "a tie needs two live pods of one Instance with the same creation time and name; "
+        "owner references never cross namespaces, so that is one namespace and name, which "
+        "the API server never holds twice at once"
     ),
     "figures:exported:0  ->  1": (
         "sorting by the pod's namespace instead of the Instance's: they are the same "
@@ -114,6 +125,10 @@ EQUIVALENT: dict[str, str] = {
     ),
     "figures:pod_level:0  ->  1": (
         "sorting by the pod's namespace instead of the Instance's: they are the same"
+    ),
+    "grants:_merged:1  ->  0": (
+        "a group of one then goes through replace() and comes out an equal Grant: its index, "
+        "units and memory are its own, and its containers are already unique"
     ),
     "grants:cores_cap:0 < cap <= 100  ->  0 < cap < 100": (
         "a cap of exactly 100 then takes the other branch, which is 100.0 as well"
@@ -130,11 +145,6 @@ EQUIVALENT: dict[str, str] = {
     "isinstance(spec, Mapping) or isinstance(status, Mapping)": (
         "an assert for the type checker: the two lines above make both Mappings always"
     ),
-    "slices:_partition_entry:0  ->  1": (
-        "(total or 1) > parent: differs from (total or 0) only under a parent card of 0 MiB, "
-        "which no vendor reports (NVML's total is the card's physical memory)"
-    ),
-    "slices:_partition_entry:0  ->  1#2": "(used or 1) > parent: as above, a parent of 0 MiB",
 }
 
 
