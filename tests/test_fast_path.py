@@ -142,3 +142,19 @@ def test_a_query_string_and_a_head_are_not_the_fast_paths(launch) -> None:  # ty
         (query, head) = _responses(conn, 2, heads=frozenset({1}))
     assert query[0] == 200 and query[2].startswith(b"# HELP ")  # the app serves it alike
     assert head[0] == 405 and head[1]["allow"] == "GET"
+
+
+def test_the_fast_answers_date_moves_on_with_the_clock(launch) -> None:  # type: ignore[no-untyped-def]
+    # The fast path keeps each answer's joined head for as long as uvicorn's date header is the
+    # same: never a date from a second that has passed.
+    import email.utils
+    import time
+
+    agent: Agent = launch("--replay", H100, "--monitor-period", "0.5")
+    agent.wait_for("/readyz", 200)
+    with agent.client() as client:
+        first = client.get("/readyz").headers["date"]
+        time.sleep(2.2)
+        second = client.get("/readyz").headers["date"]
+    elapsed = email.utils.parsedate_to_datetime(second) - email.utils.parsedate_to_datetime(first)
+    assert elapsed.total_seconds() >= 1
