@@ -19,6 +19,7 @@ into them; everything is removed afterwards).
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -47,6 +48,10 @@ def floor(pids: list[int]) -> None:
 
 def monitor_for(pods: list[tuple[str, str, list[int]]], pidfds: bool) -> Monitor:
     index = PodIndex.from_list(pod_list(CARDS, pods))
+    # As `serve` does before its first round: what lives as long as the process is frozen out
+    # of the cyclic collector's passes.
+    gc.collect()
+    gc.freeze()
     return Monitor(
         [BackendWorker(LoadBackend(load=load_of(CARDS, pods)))],
         period=15,
