@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from devicemanager.serve.tls import self_signed
+from devicemanager.serve.mint import self_signed
 
 CUT = object()  # pushed to a watcher: drop the connection without ending the stream
 

@@ -686,7 +686,7 @@ class CountingAgent:
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-        from devicemanager.serve.tls import self_signed
+        from devicemanager.serve.mint import self_signed
 
         self.connections = self.requests = self.gzipped = 0
         counter = self

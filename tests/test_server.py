@@ -17,7 +17,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from devicemanager.serve.tls import self_signed
+from devicemanager.serve.mint import self_signed
 from tests.conftest import NODES, Agent
 
 H100 = str(NODES / "h100-8gpu-mixed")

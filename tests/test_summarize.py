@@ -24,7 +24,7 @@ from devicemanager.figures import Pair, PodLevel
 from devicemanager.grants import InstanceRef
 from devicemanager.report import summarize_texts, to_json, to_text
 from devicemanager.report.model import Report
-from devicemanager.serve.tls import self_signed
+from devicemanager.serve.mint import self_signed
 from tests.conftest import FIXTURES, NODES, REPO, SCENARIOS, Agent, agent_env, scenario_monitor
 from tests.kube_server import issue_ca, issue_leaf
 

@@ -25,7 +25,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from devicemanager.serve import tls
-from devicemanager.serve.tls import Certificates, self_signed
+from devicemanager.serve.mint import self_signed
+from devicemanager.serve.tls import Certificates
 from tests.conftest import REPO, agent_env
 
 pytestmark = pytest.mark.timeout(60)

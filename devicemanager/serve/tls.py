@@ -7,60 +7,51 @@ is served from the next connection on while open connections finish on the old o
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import logging
+import os
 import ssl
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 log = logging.getLogger("devicemanager.serve.tls")
 
 CERT_FILE = "tls.crt"
 KEY_FILE = "tls.key"
 
+MINT_TIMEOUT = 60.0  # seconds for the child that mints a self-signed pair (a fresh interpreter)
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # where the child finds devicemanager
 
-def self_signed(hosts: Sequence[str], days: int = 365) -> tuple[bytes, bytes]:
-    """A P-256 key and a certificate for `hosts` (names or IP addresses), both PEM."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    names: list[x509.GeneralName] = []
-    for host in dict.fromkeys(hosts):
-        try:
-            names.append(x509.IPAddress(ipaddress.ip_address(host)))
-        except ValueError:
-            names.append(x509.DNSName(host))
-    subject = x509.Name(
-        [x509.NameAttribute(NameOID.COMMON_NAME, hosts[0] if hosts else "devicemanager")]
-    )
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=days))
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+
+def mint_self_signed(directory: Path, hosts: Sequence[str]) -> None:
+    """A self-signed pair for `hosts` written into `directory` by a short-lived child, so that
+    cryptography's pages never join this process's resident set (serve/mint.py)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")) if p
+        ),
+    }
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "devicemanager.serve.mint", str(directory), *hosts],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=MINT_TIMEOUT,
+            check=False,
         )
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError(f"minting a self-signed certificate failed: {exc}") from exc
+    if done.returncode != 0:
+        tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(
+            f"minting a self-signed certificate failed (exit {done.returncode}): {tail[0]}"
+        )
 
 
 def _no_passphrase() -> bytes:
@@ -79,7 +70,11 @@ def server_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
 
 def why_refused(cert_file: Path, key_file: Path) -> str:
     """What is wrong with a pair OpenSSL refused, in words an operator acts on (OpenSSL's own
-    message is "[SSL] PEM lib"). Reads the files again; only called after a refusal."""
+    message is "[SSL] PEM lib"). Reads the files again; only called after a refusal, which is
+    the one time the serving process imports cryptography (serve/mint.py says why)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
     try:
         certs = x509.load_pem_x509_certificates(cert_file.read_bytes())
     except (OSError, ValueError):
@@ -116,10 +111,7 @@ class Certificates:
         if cert_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="devicemanager-tls-")
             cert_dir = Path(self._tmp.name)
-            cert, key = self_signed(list(hosts))
-            (cert_dir / KEY_FILE).write_bytes(key)
-            (cert_dir / KEY_FILE).chmod(0o600)
-            (cert_dir / CERT_FILE).write_bytes(cert)
+            mint_self_signed(cert_dir, list(hosts))
             log.info("serving a self-signed certificate", extra={"hosts": list(hosts)})
         self.cert_dir = cert_dir
         self.cert_file, self.key_file = cert_dir / CERT_FILE, cert_dir / KEY_FILE

@@ -1,0 +1,68 @@
+"""The self-signed serving pair, minted by a short-lived child (serve/mint.py; R-O1).
+
+An agent started without --cert-dir serves a certificate that a child process made with
+cryptography; the agent itself loads the pair with the standard library's ssl, so
+cryptography's shared objects are never mapped into the long-lived process (about 9 MiB of
+its resident set, docs/performance.md). Checked on the real agent through /proc/<pid>/maps.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import ssl
+import stat
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+
+from devicemanager.serve import tls
+from devicemanager.serve.mint import write_pair
+from tests.conftest import NODES, Agent
+
+pytestmark = pytest.mark.timeout(60)
+H100 = NODES / "h100-8gpu-mixed"
+
+
+def test_the_agent_serves_a_minted_pair_without_mapping_cryptography(launch) -> None:  # type: ignore[no-untyped-def]
+    agent: Agent = launch("--replay", str(H100), "--monitor-period", "0.5")
+    agent.wait_for("/readyz", 200)
+    der = ssl.get_server_certificate(("127.0.0.1", agent.port))
+    cert = x509.load_pem_x509_certificate(der.encode())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert ipaddress.ip_address("127.0.0.1") in names.get_values_for_type(x509.IPAddress)
+    maps = Path(f"/proc/{agent.proc.pid}/maps").read_text()
+    assert "/ssl" in maps or "libssl" in maps  # the maps are the agent's, which serves TLS
+    assert "cryptography" not in maps
+    assert "_rust.abi3" not in maps
+
+
+def test_the_minted_key_is_its_owners_alone_from_its_first_byte(tmp_path: Path) -> None:
+    write_pair(tmp_path, ["node-a.example", "10.0.0.7"])
+    assert stat.S_IMODE((tmp_path / tls.KEY_FILE).stat().st_mode) == 0o600
+    cert = x509.load_pem_x509_certificate((tmp_path / tls.CERT_FILE).read_bytes())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.DNSName) == ["node-a.example"]
+    assert names.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("10.0.0.7")]
+    # The pair loads as the agent loads it.
+    tls.server_context(tmp_path / tls.CERT_FILE, tmp_path / tls.KEY_FILE)
+
+
+def test_minting_through_the_child_writes_a_pair_certificates_load(tmp_path: Path) -> None:
+    tls.mint_self_signed(tmp_path, ["localhost", "127.0.0.1"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == [tls.CERT_FILE, tls.KEY_FILE]
+    tls.server_context(tmp_path / tls.CERT_FILE, tmp_path / tls.KEY_FILE)
+
+
+def test_a_child_that_fails_is_a_clear_error_at_start(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match=r"minting a self-signed certificate failed \(exit 1\)"):
+        tls.mint_self_signed(tmp_path / "gone", ["localhost"])
+
+
+def test_an_existing_key_is_never_overwritten(tmp_path: Path) -> None:
+    # O_EXCL: the child refuses a directory that already holds a key, rather than write a new
+    # key into a file someone else may already be able to read.
+    (tmp_path / tls.KEY_FILE).write_bytes(b"someone else's\n")
+    with pytest.raises(RuntimeError, match="FileExistsError"):
+        tls.mint_self_signed(tmp_path, ["localhost"])
+    assert (tmp_path / tls.KEY_FILE).read_bytes() == b"someone else's\n"
