@@ -32,7 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 
 from devicemanager.figures import PodUsage
 from devicemanager.model import MIB, as_number, mib_from_bytes
@@ -140,7 +140,7 @@ class KubeletClient:
         self._token = token
         self.verify_tls = verify is not False
         self.timeout = timeout
-        self._http = httpx.Client(verify=verify, timeout=timeout, trust_env=False)
+        self._http = httpx2.Client(verify=verify, timeout=timeout, trust_env=False)
 
     def close(self) -> None:
         self._http.close()
@@ -167,7 +167,7 @@ class KubeletClient:
                         raise KubeletError(f"{self.url}: the summary is over {MAX_SUMMARY_BYTES}")
                     if time.monotonic() - started > self.timeout:
                         raise KubeletError(f"{self.url}: no whole answer in {self.timeout}s")
-        except httpx.HTTPError as exc:
+        except httpx2.HTTPError as exc:
             cause = _certificate_error(exc)
             if cause is not None and self.verify_tls:
                 raise KubeletError(
