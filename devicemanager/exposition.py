@@ -13,6 +13,7 @@ apart from the figures, so the stale variant is not a second full render.
 from __future__ import annotations
 
 import gzip
+import io
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -406,22 +407,27 @@ class Rendered:
 
     @classmethod
     def of(cls, snapshot: Snapshot, extras: Extras = NO_EXTRAS) -> Rendered:
-        figures = render(figure_families(snapshot, extras))
+        # The fresh text in one pass (verdict, then figures): no second copy of the figures.
         return cls(
-            fresh=Exposition.of(render(verdict_families(snapshot, True, extras)) + figures),
+            fresh=Exposition.of(render(families(snapshot, True, extras))),
             stale=Exposition.of(render(verdict_families(snapshot, False, extras))),
         )
 
 
 def render(families: Iterable[GaugeFamily]) -> bytes:
-    """The exposition text of `families`, in order."""
-    out: list[str] = []
+    """The exposition text of `families`, in order.
+
+    Encoded a family at a time into one buffer: the text of a big node is megabytes, and
+    joining every line first held the lines, their join and its encoding at once (three times
+    the body at the round's peak, which the allocator then keeps; docs/performance.md)."""
+    out = io.BytesIO()
     for f in families:
         doc = f.documentation.replace("\\", "\\\\").replace("\n", "\\n")
-        out.append(f"# HELP {f.name} {doc}\n# TYPE {f.name} gauge\n")
         name = f.name
-        out.extend(f"{name}{labels} {_float(value)}\n" for labels, value in f.samples)
-    return "".join(out).encode()
+        lines = [f"# HELP {name} {doc}\n# TYPE {name} gauge\n"]
+        lines.extend(f"{name}{labels} {_float(value)}\n" for labels, value in f.samples)
+        out.write("".join(lines).encode())
+    return out.getvalue()
 
 
 @dataclass(frozen=True, slots=True)
