@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results.json"
 
 BENCHES: dict[str, list[str]] = {
-    "scrape": ["bench/scrape.py", "--seconds", "5", "--pairs", "3"],
+    "scrape": ["bench/scrape.py", "--seconds", "4", "--pairs", "5"],
     "round": ["bench/round.py", "--pairs", "21"],
     "footprint": ["bench/footprint.py", "--rounds", "200"],
     "sampler": ["bench/sampler.py", "--seconds", "10", "--pairs", "3"],

@@ -7,7 +7,8 @@ hold slices (16 processes each) and 744 hold no accelerator, a /proc tree of thi
 for the 4,096 PIDs (--proc-root), rounds back to back, and a scraper reading /metrics and the
 snapshot (gzip) throughout. The floor, measured in the same run: a bare interpreter that
 imports what the agent imports to serve (its own modules, uvicorn, uvloop, httptools,
-starlette, prometheus_client, cryptography, httpx, lightkube, grpc, psutil) and does nothing.
+starlette, prometheus_client, lightkube and its httpx2, grpc, psutil) and does nothing.
+cryptography is not among them: the self-signed pair is minted by a child process.
 Goal: the agent at most 64 MiB (dcgm-exporter's users report 400 to 512 MiB).
 
     python bench/footprint.py [--rounds 200]

@@ -57,22 +57,22 @@ def rows(r: dict[str, Any]) -> list[Row]:
                 _met(s["goal_gzip_within_2x"]),
             ),
             (
-                "scrape p99, one scraper, plain / gzip",
-                f"{s['agent_p99_ms']['plain']['median']} / "
-                f"{s['agent_p99_ms']['gzip']['median']} ms",
-                f"nginx {s['nginx_p99_ms']['plain']['median']} / "
-                f"{s['nginx_p99_ms']['gzip']['median']} ms",
-                "< 5 ms",
+                "scrape p99, one scraper, gzip (plain)",
+                f"{s['agent_p99_ms']['gzip']['median']} ms "
+                f"({s['agent_p99_ms']['plain']['median']} ms)",
+                f"nginx {s['nginx_p99_ms']['gzip']['median']} ms "
+                f"({s['nginx_p99_ms']['plain']['median']} ms)",
+                "gzip < 5 ms",
                 _met(s["goal_p99_under_5ms"]),
             ),
             (
                 f"scrape p99 while rounds of {s['busy_processes_placed']:,} processes run back "
-                "to back, plain / gzip",
-                f"{s['busy_p99_ms']['plain']['median']} / {s['busy_p99_ms']['gzip']['median']} ms "
-                f"(ranges {_range(s['busy_p99_ms']['plain']['range'])}, "
-                f"{_range(s['busy_p99_ms']['gzip']['range'])})",
+                "to back, gzip (plain)",
+                f"{s['busy_p99_ms']['gzip']['median']} ms, range "
+                f"{_range(s['busy_p99_ms']['gzip']['range'])} "
+                f"({s['busy_p99_ms']['plain']['median']} ms)",
                 f"a round takes {s['busy_round_ms']} ms",
-                "< 5 ms",
+                "gzip < 5 ms",
                 _met(s["goal_busy_p99_under_5ms"]),
             ),
         ]
@@ -109,12 +109,18 @@ def rows(r: dict[str, Any]) -> list[Row]:
                 f"({s['samples_per_second']:g} samples/s)",
                 f"idle {s['agent_idle_core_percent']}%; the old way "
                 f"{s['before_agent_cpu_ms_per_sample']} ms of agent CPU per sample against "
-                f"{s['agent_cpu_ms_per_sample']} ms",
+                + _per_sample(s["agent_cpu_ms_per_sample"]),
                 "< 10% of a core",
                 _met(s["goal_under_10_percent_of_a_core"]),
             )
         )
     return out
+
+
+def _per_sample(ms: float) -> str:
+    # The sampler's added CPU can be below what the process's CPU clock resolves over a window:
+    # said so, not printed as a measured zero.
+    return f"{ms} ms" if ms > 0 else "too little to tell from idle"
 
 
 def extra_rows(r: dict[str, Any]) -> list[Row]:
@@ -152,14 +158,16 @@ def extra_rows(r: dict[str, Any]) -> list[Row]:
             )
         )
     if s := r.get("soak"):
-        answered = sum(v for k, v in s["requests"].items() if k.isdigit())
+        answered = s["requests"].get("200", 0)
+        asked = sum(s["requests"].values())
         out.append(
             (
                 f"soak, {s['seconds']:g} s: period 1 s, {s['scrapes_per_second']} scrapes/s, "
                 f"{s['pods']} pods churning",
                 f"RSS {s['rss_start_mib']} → {s['rss_end_mib']} MiB, fds {s['fds_start']} → "
                 f"{s['fds_end']}",
-                f"second half +{s['rss_growth_second_half_mib']} MiB; {answered:,} requests",
+                f"second half +{s['rss_growth_second_half_mib']} MiB; {answered:,} of {asked:,} "
+                f"requests answered 200; kubelet fresh at the end: {s['kubelet_fresh_at_end']}",
                 "flat",
                 _met(s["rss_growth_second_half_mib"] <= 1.0 and s["fds_end"] <= s["fds_start"] + 2),
             )

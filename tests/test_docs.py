@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 from devicemanager.config import SERVE_FLAGS
 from tests.conftest import FIXTURES, REPO, SCENARIOS
 
@@ -61,3 +64,82 @@ def test_every_family_the_agent_can_publish_is_a_row_of_the_metrics_table() -> N
     names = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")}
     assert names - rows == set(), "families missing from docs/metrics.md's table"
     assert rows - names == set(), "rows of docs/metrics.md's table no code publishes"
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_every_relative_link_in_the_docs_leads_somewhere() -> None:
+    # The README and docs/ link to each other and to files; a moved file or renamed heading
+    # must not leave a reader at a 404.
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    broken = []
+    for page in pages:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # an external address: not checked here (no network)
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            if not file.exists():
+                broken.append(f"{page.name}: {target} (no such file)")
+                continue
+            if anchor and file.suffix == ".md":
+                headings = re.findall(r"^#+ (.+)$", file.read_text(), flags=re.MULTILINE)
+                if anchor not in {_anchor(h) for h in headings}:
+                    broken.append(f"{page.name}: {target} (no such heading)")
+    assert not broken, broken
+
+
+# A requirement id is a letter and a number after "R-" (R-V1, R-X5); SR-IOV and the like are not.
+REQUIREMENT = re.compile(r"(?<![\w-])R-[A-Z]\d+\b")
+
+
+def test_every_requirement_cited_in_the_code_and_tests_is_defined_in_the_spec() -> None:
+    spec = (REPO / "docs" / "spec.md").read_text()
+    defined = set(re.findall(r"^- (R-[A-Z]\d+) ", spec, flags=re.MULTILINE))
+    cited: dict[str, list[str]] = {}
+    for top in ("devicemanager", "vendors", "tests"):
+        for path in sorted((REPO / top).rglob("*")):
+            if not path.is_file() or "__pycache__" in path.parts:
+                continue
+            try:
+                text = path.read_text()
+            except UnicodeDecodeError:
+                continue  # a compiled fake library, not a place ids are cited
+            for found in set(REQUIREMENT.findall(text)):
+                cited.setdefault(found, []).append(str(path.relative_to(REPO)))
+    assert {"R-V1", "R-X5"} <= defined and "R-X5" in cited  # the two ends are both read
+    undefined = {rid: files for rid, files in sorted(cited.items()) if rid not in defined}
+    assert not undefined, f"cited but not defined in docs/spec.md: {undefined}"
+
+
+def test_the_performance_tables_are_what_the_last_benchmark_run_printed() -> None:
+    # README.md's and docs/performance.md's tables are rendered from bench/results.json by
+    # bench/table.py; a figure typed in by hand, or a run not rendered, fails here.
+    from bench import table
+
+    said: list[str] = []
+    assert table.main(["--check"], out=said.append) == 0, said
+    doc = json.loads(table.RESULTS.read_text())
+    for page in table.PAGES:
+        text = (REPO / page).read_text()
+        block = text[text.index(table.BEGIN) : text.index(table.END)]
+        assert doc["machine"]["cpu"] in block and "| what |" in block, page
+    assert set(doc["results"]) >= {"scrape", "round", "footprint", "sampler", "soak"}
+
+
+def test_the_readme_reports_the_mutation_score_of_the_last_run() -> None:
+    # docs/design.md's table is the last run of scripts/mutate; the README quotes its total.
+    design = (REPO / "docs" / "design.md").read_text()
+    total = re.search(
+        r"\| \*\*core\*\* \| \*\*(\d+)\*\* \| \*\*(\d+)\*\* \| \*\*(\d+)\*\* \|", design
+    )
+    assert total is not None
+    mutants, killed, equivalent = map(int, total.groups())
+    readme = (REPO / "README.md").read_text()
+    assert f"{killed} of {mutants - equivalent} non-equivalent mutants killed" in readme
+    assert killed / (mutants - equivalent) >= 0.95
