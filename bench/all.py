@@ -86,12 +86,15 @@ def main() -> None:
     wanted = [n for n in args.only.split(",") if n] or list(BENCHES)
     previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"results": {}}
     results = dict(previous.get("results", {}))
+    here = machine()
     for name in wanted:
         argv = BENCHES[name]
         if name == "soak":
             argv = [*argv, "--seconds", str(args.soak_seconds)]
-        results[name] = run(name, argv)
-    RESULTS.write_text(json.dumps({"machine": machine(), "results": results}, indent=2) + "\n")
+        # Each result names the machine and day it was measured on: with --only, the others
+        # are kept from an earlier run, perhaps on another day or kernel.
+        results[name] = {**run(name, argv), "machine": here}
+    RESULTS.write_text(json.dumps({"results": results}, indent=2) + "\n")
     print(f"written: {RESULTS.relative_to(REPO)}; now: python bench/table.py --write")
 
 

@@ -19,7 +19,6 @@ into them; everything is removed afterwards).
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import statistics
 import sys
@@ -30,6 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import report
 from bench.load import LoadBackend, kubelet_cgroups, load_of, pod_list
+from devicemanager.agent import settle_interpreter
 from devicemanager.attribution import Attributor
 from devicemanager.monitor import BackendWorker, Monitor
 from devicemanager.pods import PodIndex
@@ -48,10 +48,7 @@ def floor(pids: list[int]) -> None:
 
 def monitor_for(pods: list[tuple[str, str, list[int]]], pidfds: bool) -> Monitor:
     index = PodIndex.from_list(pod_list(CARDS, pods))
-    # As `serve` does before its first round: what lives as long as the process is frozen out
-    # of the cyclic collector's passes.
-    gc.collect()
-    gc.freeze()
+    settle_interpreter()  # as `serve` does before its first round
     return Monitor(
         [BackendWorker(LoadBackend(load=load_of(CARDS, pods)))],
         period=15,

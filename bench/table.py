@@ -179,8 +179,19 @@ def machine_line(m: dict[str, Any]) -> str:
     virt = ", virtualised" if m.get("virtualised") else ""
     return (
         f"Measured on {m['date']}: {m['cores']} cores of {m['cpu']}{virt}, {m['memory_gib']} GiB, "
-        f"Linux {m['kernel']}, Python {m['python']}."
+        f"Linux {m['kernel']}, Python {m['python']}"
     )
+
+
+def machines_line(results: dict[str, Any]) -> str:
+    """Where and when the results were measured: one line, or one per machine and day when
+    `bench/all.py --only` kept some from an earlier run."""
+    benches: dict[str, list[str]] = {}
+    for name, result in results.items():
+        benches.setdefault(machine_line(result["machine"]), []).append(name)
+    if len(benches) == 1:
+        return f"{next(iter(benches))}."
+    return "\n".join(f"{line} ({', '.join(names)})." for line, names in benches.items())
 
 
 def table(items: list[Row]) -> str:
@@ -195,7 +206,7 @@ def table(items: list[Row]) -> str:
 def render(kind: str, doc: dict[str, Any]) -> str:
     results = doc["results"]
     body = table(rows(results) if kind == "readme" else rows(results) + extra_rows(results))
-    return f"{machine_line(doc['machine'])}\n\n{body}\n"
+    return f"{machines_line(results)}\n\n{body}\n"
 
 
 def replaced(text: str, block: str, where: str) -> str:

@@ -57,6 +57,20 @@ log = logging.getLogger("devicemanager")
 SWITCH_INTERVAL = 0.0002  # seconds; see serve()
 
 
+def settle_interpreter() -> None:
+    """What the process does once before its first round, so that rounds and scrapes share the
+    interpreter well (bench/round.py and bench/scrape.py measure it as `serve` runs it)."""
+    # The round and the server share one interpreter lock. A thread that wants it back waits
+    # up to the switch interval (5 ms by default) each time, and a scrape needs it several
+    # times while a round runs; 0.2 ms shortens each wait (bench/scrape.py).
+    sys.setswitchinterval(SWITCH_INTERVAL)
+    # Everything imported and built so far lives as long as the process: out of the cyclic
+    # collector's sight, whose full passes over it took 30 ms with the lock held (a scrape's
+    # p99 during rounds), 0.5 ms after (docs/performance.md).
+    gc.collect()
+    gc.freeze()
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     """What the agent runs on: live libraries and /proc, or a recorded scenario."""
@@ -394,15 +408,7 @@ def serve(settings: Settings) -> int:
             cluster.kubelet.start()
     if isinstance(kubelet, PodResourcesPoller):
         kubelet.start()
-    # The round and the server share one interpreter lock. A thread that wants it back waits
-    # up to the switch interval (5 ms by default) each time, and a scrape needs it several
-    # times while a round runs; 0.2 ms shortens each wait (bench/scrape.py).
-    sys.setswitchinterval(SWITCH_INTERVAL)
-    # Everything imported and built so far lives as long as the process: out of the cyclic
-    # collector's sight, whose full passes over it took 30 ms with the lock held (a scrape's
-    # p99 during rounds), 0.5 ms after (docs/performance.md).
-    gc.collect()
-    gc.freeze()
+    settle_interpreter()
     monitor.start()
     if settings.cert_dir is not None:
         certs.watch()
