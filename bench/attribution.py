@@ -23,8 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import report
-from devicemanager.attribution import Resolver
-from devicemanager.pods import PodIndex
+from devicemanager.node.attribution import Resolver
+from devicemanager.node.pods import PodIndex
 
 
 def generate(root: Path, processes: int, pods: int) -> tuple[list[int], PodIndex]:

@@ -34,7 +34,7 @@ from bench.load import NODE, pod_list, write_load
 
 MIB = 1048576
 FLOOR_IMPORTS = (
-    "import devicemanager.cli, devicemanager.agent, devicemanager.serve.http, "
+    "import devicemanager.cli, devicemanager.agent.wiring, devicemanager.serve.http, "
     "devicemanager.kube.podresources, bench.load, uvloop, httptools, "
     "uvicorn.protocols.http.httptools_impl, uvicorn.lifespan.off; import time; time.sleep(60)"
 )

@@ -29,11 +29,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import report
 from bench.load import LoadBackend, kubelet_cgroups, load_of, pod_list
-from devicemanager.agent import settle_interpreter
-from devicemanager.attribution import Attributor
-from devicemanager.monitor import BackendWorker, Monitor
-from devicemanager.pods import PodIndex
-from devicemanager.procfs import read_bytes
+from devicemanager.agent.monitor import BackendWorker, Monitor
+from devicemanager.agent.wiring import settle_interpreter
+from devicemanager.node.attribution import Attributor
+from devicemanager.node.pods import PodIndex
+from devicemanager.node.procfs import read_bytes
 
 CARDS = 8
 

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from devicemanager import __version__
+from devicemanager.agent.config import add_serve_flags, settings_from
 from devicemanager.backend import BACKENDS, BackendUnavailable, create_backend, sdk_versions
-from devicemanager.config import add_serve_flags, settings_from
 from devicemanager.model import ReadRequest
 
 OK, ABSENT, USAGE, UNREACHABLE = 0, 1, 2, 3
@@ -57,7 +57,7 @@ def version() -> str:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from devicemanager.agent import serve
+    from devicemanager.agent.wiring import serve
 
     try:
         settings = settings_from(args)
@@ -219,7 +219,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
 
 
 def _pods(path: Path | None) -> Any:
-    from devicemanager.pods import PodIndex
+    from devicemanager.node.pods import PodIndex
 
     if path is None:
         return None
@@ -238,8 +238,8 @@ def whois(
 
     `reason` is null when the process was placed in a pod; `no_such_process` when /proc has no
     such PID at all (as opposed to `exited`, a process that ended while it was being read)."""
-    from devicemanager import cgroup
-    from devicemanager.attribution import Identified, Resolver, place
+    from devicemanager.node import cgroup
+    from devicemanager.node.attribution import Identified, Resolver, place
 
     index = _pods(pods_file)
     if cgroup_file is not None:
@@ -318,7 +318,7 @@ def default_kubeconfig(environ: Mapping[str, str] = os.environ) -> Path | None:
 
 
 def _cmd_instance_metrics(args: argparse.Namespace) -> int:
-    from devicemanager.figures import InstanceMetricsUnavailable, metrics_json
+    from devicemanager.figures.figures import InstanceMetricsUnavailable, metrics_json
     from devicemanager.kube.client import KubeClient, KubeError, config_from
 
     # The file and what to call it: the flag when given, else where kubectl would look.

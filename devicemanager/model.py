@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from devicemanager.slices import SliceSection
+    from devicemanager.figures.slices import SliceSection
 
 # What a vendor library answered, keyed by entry point, as JSON-able values.
 Payload = dict[str, Any]

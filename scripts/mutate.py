@@ -51,6 +51,18 @@ FIGURES_TESTS = [
 ]
 CORE_RULES = "tests/test_core_rules.py"
 ISOLATION = "tests/test_isolation.py"  # one boundary per pod; what a round remembers of a pod
+# Where each module lives, under devicemanager/: the core's steps are folders (docs/design.md).
+STEP = {
+    **dict.fromkeys(("cgroup", "pods", "attribution"), "node"),
+    **dict.fromkeys(("allocations", "grants", "quantity"), "grants"),
+    **dict.fromkeys(("figures", "slices", "snapshot", "exposition"), "figures"),
+}
+
+
+def source_path(root: Path, module: str) -> Path:
+    return root / "devicemanager" / STEP[module] / f"{module}.py"
+
+
 TESTS: dict[str, list[str]] = {
     "allocations": [CORE_RULES, "tests/test_allocations.py", *FIGURES_TESTS, ISOLATION],
     "grants": [
@@ -339,7 +351,7 @@ class Mutator(ast.NodeTransformer):
 
 
 def enumerate_mutants(module: str) -> list[Mutant]:
-    source = (REPO / "devicemanager" / f"{module}.py").read_text()
+    source = source_path(REPO, module).read_text()
     mutator = Mutator()
     mutator.visit(ast.parse(source))
     seen: dict[str, int] = {}
@@ -353,7 +365,7 @@ def enumerate_mutants(module: str) -> list[Mutant]:
 
 
 def mutated_source(module: str, number: int) -> str:
-    source = (REPO / "devicemanager" / f"{module}.py").read_text()
+    source = source_path(REPO, module).read_text()
     mutator = Mutator(number)
     tree = mutator.visit(ast.parse(source))
     if number >= 0 and not mutator.applied:
@@ -429,20 +441,20 @@ class Workspace:
         working_copy(root)
 
     def install(self, module: str, source: str) -> None:
-        target = self.root / "devicemanager" / f"{module}.py"
+        target = source_path(self.root, module)
         target.write_text(source)
-        for stale in (self.root / "devicemanager" / "__pycache__").glob(f"{module}.*.pyc"):
+        for stale in (source_path(self.root, module).parent / "__pycache__").glob(f"{module}.*.pyc"):
             stale.unlink()
 
     def restore(self, module: str) -> None:
-        self.install(module, (REPO / "devicemanager" / f"{module}.py").read_text())
+        self.install(module, source_path(REPO, module).read_text())
 
 
 def baseline(ws: Workspace, module: str) -> float:
     """The module's tests over the original, and over the original as the mutator writes it
     back (ast.unparse): both must pass, or a 'kill' would mean nothing."""
     for source in (
-        (REPO / "devicemanager" / f"{module}.py").read_text(),
+        source_path(REPO, module).read_text(),
         mutated_source(module, -1),
     ):
         ws.install(module, source)

@@ -129,8 +129,8 @@ FIXED_TIME = 1795165200.0
 
 def scenario_monitor(name: str, period: float = 15.0):  # type: ignore[no-untyped-def]
     """The monitor `serve --replay` builds, with a frozen clock so one round is reproducible."""
-    from devicemanager.agent import build_monitor, resolve_node
-    from devicemanager.config import parse_serve
+    from devicemanager.agent.config import parse_serve
+    from devicemanager.agent.wiring import build_monitor, resolve_node
 
     settings = parse_serve(["--replay", str(NODES / name), "--monitor-period", str(period)], env={})
     return build_monitor(

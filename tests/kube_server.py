@@ -584,7 +584,7 @@ def _serve_for_benchmarks() -> None:
     import argparse
     import random
 
-    from devicemanager.allocations import GPUSTACK_KEY
+    from devicemanager.grants.allocations import GPUSTACK_KEY
     from tests.world import accel, pod
 
     parser = argparse.ArgumentParser()

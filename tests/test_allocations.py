@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from devicemanager.allocations import (
+from devicemanager.grants.allocations import (
     HAMI_KEY,
     Allocation,
     AllocationError,
@@ -20,7 +20,7 @@ from devicemanager.allocations import (
     parse_hami,
     parse_hami_mig,
 )
-from devicemanager.grants import (
+from devicemanager.grants.grants import (
     Disagreement,
     Grant,
     cores_cap,
@@ -30,7 +30,7 @@ from devicemanager.grants import (
     instance_of,
     node_grants,
 )
-from devicemanager.pods import PodIndex, pod_info
+from devicemanager.node.pods import PodIndex, pod_info
 from tests.world import pod, uid
 
 

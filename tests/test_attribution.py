@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from devicemanager.attribution import (
+from devicemanager.model import DeviceProcesses, ProcessRow, Reason
+from devicemanager.node.attribution import (
     Attributor,
     LogLimiter,
     Placement,
@@ -23,8 +24,7 @@ from devicemanager.attribution import (
     attribute_device,
     started_after,
 )
-from devicemanager.model import DeviceProcesses, ProcessRow, Reason
-from devicemanager.pods import PodIndex
+from devicemanager.node.pods import PodIndex
 from tests.conftest import REPO, agent_env
 
 UID_A = "11111111-1111-4111-8111-111111111111"
@@ -270,7 +270,7 @@ def test_permission_denied_by_the_kernel(tmp_path: Path) -> None:
     # Imports first, as root (the interpreter's own files may be unreadable to `nobody`), then
     # the effective user drops before /proc is read.
     script = (
-        "import os, sys; from devicemanager.attribution import Resolver; "
+        "import os, sys; from devicemanager.node.attribution import Resolver; "
         "r = Resolver(sys.argv[1]); os.setegid(65534); os.seteuid(65534); "
         "print(r.identify(10).reason.value)"
     )

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from devicemanager import cgroup
-from devicemanager.attribution import Resolver
 from devicemanager.model import Reason
+from devicemanager.node import cgroup
+from devicemanager.node.attribution import Resolver
 from tests.conftest import FIXTURES
 
 PROC = FIXTURES / "proc"

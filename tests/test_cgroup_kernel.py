@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from devicemanager.attribution import Attributor, Placement, Resolver, boot_seconds
+from devicemanager.agent.monitor import BackendWorker, Monitor
 from devicemanager.model import DeviceProcesses, Payload, ProcessRow, Reason, VendorReading
-from devicemanager.monitor import BackendWorker, Monitor
-from devicemanager.pidfds import PidFds
-from devicemanager.pods import PodIndex
-from devicemanager.procfs import read_bytes
+from devicemanager.node.attribution import Attributor, Placement, Resolver, boot_seconds
+from devicemanager.node.pidfds import PidFds
+from devicemanager.node.pods import PodIndex
+from devicemanager.node.procfs import read_bytes
 
 # cpuset needs cpus and mems set before a task may join; memory here may hold the sandbox's
 # own accounting. Neither is needed to show a kubelet-shaped path.

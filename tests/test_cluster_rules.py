@@ -15,7 +15,7 @@ import pytest
 from devicemanager.kube.cache import SharedCache
 from devicemanager.kube.role import exporter_role
 from devicemanager.kube.sampler import InstanceSampler
-from devicemanager.pods import PodIndex
+from devicemanager.node.pods import PodIndex
 from tests.kube_server import FakeApiServer
 from tests.test_kube import agent_pod, client_for, kpod
 from tests.world import accel, uid

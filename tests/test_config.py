@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from devicemanager.config import SERVE_FLAGS, parse_serve
+from devicemanager.agent.config import SERVE_FLAGS, parse_serve
 
 
 def test_defaults() -> None:

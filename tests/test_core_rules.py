@@ -10,25 +10,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from devicemanager import cgroup, exposition, slices, snapshot
-from devicemanager.allocations import (
-    AllocationError,
-    Mode,
-    allocations_of,
-    parse_gpustack,
-    parse_hami,
-    parse_hami_mig,
-)
-from devicemanager.attribution import (
-    DeviceAttribution,
-    Identified,
-    LogLimiter,
-    Placement,
-    RowCounts,
-    place,
-)
-from devicemanager.cgroup import CgroupIdentity
-from devicemanager.figures import (
+from devicemanager.figures import exposition, slices, snapshot
+from devicemanager.figures.figures import (
     Pair,
     PodLevel,
     PodUsage,
@@ -40,7 +23,17 @@ from devicemanager.figures import (
     pod_level,
     totals,
 )
-from devicemanager.grants import (
+from devicemanager.figures.slices import SliceDevice, SliceSection
+from devicemanager.figures.snapshot import BackendResult
+from devicemanager.grants.allocations import (
+    AllocationError,
+    Mode,
+    allocations_of,
+    parse_gpustack,
+    parse_hami,
+    parse_hami_mig,
+)
+from devicemanager.grants.grants import (
     Grant,
     InstanceRef,
     ceil_restated,
@@ -49,6 +42,7 @@ from devicemanager.grants import (
     instance_of,
     node_grants,
 )
+from devicemanager.grants.quantity import parse_quantity
 from devicemanager.model import (
     MIB,
     BackendState,
@@ -61,10 +55,17 @@ from devicemanager.model import (
     Snapshot,
     VendorReading,
 )
-from devicemanager.pods import PodIndex, PodInfo, PodsFile, has_started, pod_info
-from devicemanager.quantity import parse_quantity
-from devicemanager.slices import SliceDevice, SliceSection
-from devicemanager.snapshot import BackendResult
+from devicemanager.node import cgroup
+from devicemanager.node.attribution import (
+    DeviceAttribution,
+    Identified,
+    LogLimiter,
+    Placement,
+    RowCounts,
+    place,
+)
+from devicemanager.node.cgroup import CgroupIdentity
+from devicemanager.node.pods import PodIndex, PodInfo, PodsFile, has_started, pod_info
 from tests.world import accel, pod, uid
 
 # -- grants (R-G2, R-F4) --------------------------------------------------------------------------

@@ -20,10 +20,10 @@ import httpx
 import pytest
 import yaml
 
-from devicemanager.config import DEFAULT_PORT, SERVE_FLAGS
+from devicemanager.agent.config import DEFAULT_PORT, SERVE_FLAGS
+from devicemanager.agent.monitor import Monitor
 from devicemanager.kube.podresources import DEFAULT_SOCKET
 from devicemanager.kube.role import COMPONENT, COMPONENT_LABEL, MANUFACTURER_LABEL
-from devicemanager.monitor import Monitor
 from devicemanager.serve.app import create_app
 from tests.conftest import NODES, REPO, Agent, free_port
 from tests.kube_server import FakeApiServer

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from devicemanager.allocations import GPUSTACK_KEY, Mode
-from devicemanager.deviceplugins import (
+from devicemanager.grants.allocations import GPUSTACK_KEY, Mode
+from devicemanager.grants.deviceplugins import (
     NOT_ENUMERATED,
     ContainerDevices,
     KubeletAnswer,
@@ -25,9 +25,9 @@ from devicemanager.deviceplugins import (
     missing_cards,
     node_kubelet_grants,
 )
-from devicemanager.grants import node_grants
+from devicemanager.grants.grants import node_grants
 from devicemanager.model import Card, PartitionReading, VendorReading
-from devicemanager.pods import PodIndex
+from devicemanager.node.pods import PodIndex
 from tests.conftest import NODES, scenario_monitor
 
 G = "GPU-8b6f0b2e-4e58-2d0b-9b1a-1f3c2a7d9e01"
@@ -270,7 +270,7 @@ def test_two_names_of_one_card_are_no_disagreement() -> None:
 
 
 def test_a_pod_without_an_instance_is_its_own_instance() -> None:
-    from devicemanager.figures import View, exported
+    from devicemanager.figures.figures import View, exported
 
     index = PodIndex.of([pod("plain", "plain")])
     answer = KubeletAnswer(pods=(devices("plain", G),))
@@ -380,7 +380,7 @@ def test_the_plain_device_plugin_node_shows_what_its_expected_list_says() -> Non
 
 
 def test_a_disagreement_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
-    from devicemanager.monitor import Monitor
+    from devicemanager.agent.monitor import Monitor
 
     index = PodIndex.of([pod("differ", "differ", annotations=gpustack(G))])
     answer = KubeletAnswer(pods=(devices("differ", G2),))
@@ -467,7 +467,7 @@ class LosingBackend:
 
 
 def test_a_card_lost_mid_run_is_reported_unhealthy_with_its_old_index() -> None:
-    from devicemanager.monitor import BackendWorker, Monitor
+    from devicemanager.agent.monitor import BackendWorker, Monitor
 
     # The kubelet still offers both cards: its device plugin has not noticed the loss.
     answer = KubeletAnswer(pods=(), allocatable=(ContainerDevices("", "nvidia.com/gpu", (G, G2)),))

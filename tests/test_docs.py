@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from devicemanager.config import SERVE_FLAGS
+from devicemanager.agent.config import SERVE_FLAGS
 from tests.conftest import FIXTURES, REPO, SCENARIOS
 
 README = (REPO / "README.md").read_text()
@@ -39,9 +39,9 @@ def test_every_scenario_is_documented_with_its_provenance() -> None:
 
 
 def test_every_family_the_agent_can_publish_is_a_row_of_the_metrics_table() -> None:
-    from devicemanager import exposition
-    from devicemanager.figures import Pair, PodLevel
-    from devicemanager.grants import InstanceRef
+    from devicemanager.figures import exposition
+    from devicemanager.figures.figures import Pair, PodLevel
+    from devicemanager.grants.grants import InstanceRef
     from tests.conftest import scenario_monitor
 
     table = (REPO / "docs" / "metrics.md").read_text()

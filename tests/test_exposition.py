@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from devicemanager import exposition, snapshot
+from devicemanager.figures import exposition, snapshot
+from devicemanager.figures.snapshot import BackendResult
 from devicemanager.model import BackendState, BackendStatus, Card, Snapshot, VendorReading
-from devicemanager.snapshot import BackendResult
 
 
 def families(fresh: bool = True, *cards: Card) -> dict[str, list[tuple[dict[str, str], float]]]:

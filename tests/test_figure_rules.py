@@ -13,9 +13,11 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from devicemanager import exposition, snapshot
-from devicemanager.allocations import Mode
-from devicemanager.grants import ceil_restated, grants_of
+from devicemanager.figures import exposition, snapshot
+from devicemanager.figures.slices import SliceDevice, SliceSection, from_json, merge
+from devicemanager.figures.snapshot import BackendResult
+from devicemanager.grants.allocations import Mode
+from devicemanager.grants.grants import ceil_restated, grants_of
 from devicemanager.model import (
     BackendState,
     BackendStatus,
@@ -25,9 +27,7 @@ from devicemanager.model import (
     Reason,
     VendorReading,
 )
-from devicemanager.pods import pod_info
-from devicemanager.slices import SliceDevice, SliceSection, from_json, merge
-from devicemanager.snapshot import BackendResult
+from devicemanager.node.pods import pod_info
 from tests.world import GIB, MIB, accel, card, gpu, pod, process, rows, run
 
 HAMI = "hami.io/vgpu-devices-allocated"

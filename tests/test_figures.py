@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from devicemanager import figures
-from devicemanager.grants import Grant, node_grants
-from devicemanager.isolation import FIGURES, POD_LEVEL, PodFault
+from devicemanager.figures import figures
+from devicemanager.grants.grants import Grant, node_grants
 from devicemanager.model import Card, PartitionReading, Reason
-from devicemanager.pods import PodIndex, PodInfo
+from devicemanager.node.isolation import FIGURES, POD_LEVEL, PodFault
+from devicemanager.node.pods import PodIndex, PodInfo
 from tests.world import CARD_MIB, GIB, MIB, accel, card, gpu, pod, process, rows, run, uid
 
 SLICE_40 = 640_000  # 40% of 1,600,000 units

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from devicemanager.allocations import Mode
-from devicemanager.grants import Grant, resolved
+from devicemanager.figures.snapshot import encode, from_json
+from devicemanager.grants.allocations import Mode
+from devicemanager.grants.grants import Grant, resolved
 from devicemanager.model import (
     Card,
     DeviceProcesses,
@@ -17,7 +18,6 @@ from devicemanager.model import (
     ProcessRow,
     identity_map,
 )
-from devicemanager.snapshot import encode, from_json
 from tests.world import GIB, accel, card, gpu, pod, process, run
 
 SERIAL = "GPU-7f3b1c2d9e8a4455"  # how an allocator recorded card 3 (an ASIC serial form)

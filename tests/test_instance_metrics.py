@@ -7,7 +7,7 @@ import json
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from devicemanager.figures import (
+from devicemanager.figures.figures import (
     InstanceMetricsUnavailable,
     PodUsage,
     View,
@@ -17,9 +17,9 @@ from devicemanager.figures import (
     totals,
     view_of_document,
 )
-from devicemanager.grants import instance_of, node_grants
-from devicemanager.pods import PodIndex, pod_info
-from devicemanager.quantity import parse_quantity
+from devicemanager.grants.grants import instance_of, node_grants
+from devicemanager.grants.quantity import parse_quantity
+from devicemanager.node.pods import PodIndex, pod_info
 from tests.conftest import FIXED_TIME, NODES, scenario_monitor
 
 FIELDS = {

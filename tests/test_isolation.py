@@ -21,8 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from devicemanager import figures, slices
-from devicemanager.allocations import (
+from devicemanager.agent.monitor import BackendWorker, Monitor, Published
+from devicemanager.figures import figures, slices
+from devicemanager.grants.allocations import (
     GPUSTACK_KEY,
     HAMI_KEY,
     HAMI_MIG_KEY,
@@ -30,9 +31,7 @@ from devicemanager.allocations import (
     AllocationError,
     parse_hami,
 )
-from devicemanager.attribution import Attributor
-from devicemanager.grants import Grant, cores_cap, grants_of, node_grants
-from devicemanager.isolation import FIGURES, PodFault
+from devicemanager.grants.grants import Grant, cores_cap, grants_of, node_grants
 from devicemanager.kube.cluster import ClusterRound
 from devicemanager.kube.kubelet import Reading
 from devicemanager.model import (
@@ -44,8 +43,9 @@ from devicemanager.model import (
     as_number,
     finite_reading,
 )
-from devicemanager.monitor import BackendWorker, Monitor, Published
-from devicemanager.pods import PodIndex, PodInfo
+from devicemanager.node.attribution import Attributor
+from devicemanager.node.isolation import FIGURES, PodFault
+from devicemanager.node.pods import PodIndex, PodInfo
 from tests.kube_server import summary_for
 from tests.world import GIB, ReadingBackend, accel, card, gpu, pod, process, rows, run, uid
 
@@ -251,8 +251,8 @@ def test_json_nan_and_infinity_are_not_numbers() -> None:
 def test_remembered_grants_parse_a_pod_once_and_again_when_it_changes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from devicemanager import grants as grants_module
-    from devicemanager.grants import RememberedGrants
+    from devicemanager.grants import grants as grants_module
+    from devicemanager.grants.grants import RememberedGrants
 
     calls: list[str] = []
     real = grants_module.grants_of
@@ -277,7 +277,7 @@ def test_remembered_grants_parse_a_pod_once_and_again_when_it_changes(
 
 
 def test_a_remembered_malformed_annotation_fails_its_pod_every_round_alike() -> None:
-    from devicemanager.grants import RememberedGrants
+    from devicemanager.grants.grants import RememberedGrants
 
     bad = pod("bad", {})
     bad["metadata"]["annotations"] = {HAMI_KEY: "GPU-x,NVIDIA,²,0:;"}

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from devicemanager import exposition
-from devicemanager.figures import InstanceMetricsUnavailable
-from devicemanager.grants import node_grants
+from devicemanager.figures import exposition
+from devicemanager.figures.figures import InstanceMetricsUnavailable
+from devicemanager.figures.snapshot import from_json
+from devicemanager.grants.grants import node_grants
 from devicemanager.kube.cache import SharedCache
 from devicemanager.kube.client import KubeClient, KubeError, config_from
 from devicemanager.kube.cluster import ClusterRound
@@ -34,8 +35,7 @@ from devicemanager.kube.kubelet import (
 )
 from devicemanager.kube.role import exporter_role
 from devicemanager.kube.sampler import InstanceSampler
-from devicemanager.pods import PodIndex
-from devicemanager.snapshot import from_json
+from devicemanager.node.pods import PodIndex
 from tests.conftest import NODES, REPO, Agent, agent_env
 from tests.kube_server import FakeApiServer, FakeKubelet, summary_for
 from tests.world import accel, pod, uid

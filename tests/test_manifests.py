@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 import devicemanager
+from devicemanager.agent.config import SERVE_FLAGS
 from devicemanager.backend import BACKENDS, import_from_string
-from devicemanager.config import SERVE_FLAGS
 from devicemanager.kube.role import COMPONENT, COMPONENT_LABEL, MANUFACTURER_LABEL
 from tests.conftest import REPO
 

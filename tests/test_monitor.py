@@ -8,8 +8,8 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from devicemanager.agent.monitor import BackendWorker, Monitor
 from devicemanager.model import BackendState, ReadRequest
-from devicemanager.monitor import BackendWorker, Monitor
 from tests.fakes import (
     FailingBackend,
     GarbageBackend,

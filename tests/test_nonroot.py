@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from devicemanager.attribution import Resolver
+from devicemanager.node.attribution import Resolver
 from tests.test_cgroup_kernel import Cgroups, cgroups, hierarchies, ids, index, join
 
 __all__ = ["cgroups"]  # the fixture, shared with the kernel cgroup tests

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from devicemanager.deviceplugins import MAX_PODS
+from devicemanager.grants.deviceplugins import MAX_PODS
 from devicemanager.kube.podresources import (
     PodResourcesClient,
     PodResourcesPoller,
@@ -286,8 +286,8 @@ def samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
 
 
 def live_monitor(scenario: str, socket: Path, timeout: float = 2.0):  # type: ignore[no-untyped-def]
-    from devicemanager.agent import build_monitor, resolve_node
-    from devicemanager.config import parse_serve
+    from devicemanager.agent.config import parse_serve
+    from devicemanager.agent.wiring import build_monitor, resolve_node
 
     argv = [
         "--replay",
@@ -344,8 +344,8 @@ def test_without_the_kubelet_annotation_grants_still_work(socket: Path) -> None:
 def test_a_round_never_waits_on_the_kubelet(socket: Path) -> None:
     """The socket is read on a thread of its own: a kubelet that hangs for 30 s costs that
     thread, and every round publishes on time with the kubelet's grants said to be missing."""
-    from devicemanager.agent import build_monitor, resolve_node
-    from devicemanager.config import parse_serve
+    from devicemanager.agent.config import parse_serve
+    from devicemanager.agent.wiring import build_monitor, resolve_node
 
     behaviour = Behaviour(load(RECORDED), delay=30)
     with serving(socket, behaviour):

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from devicemanager.pods import PodIndex, has_started, pod_info, strip_scheme
+from devicemanager.node.pods import PodIndex, has_started, pod_info, strip_scheme
 from tests.conftest import NODES
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from devicemanager.agent.replay import load_recording, load_scenario
 from devicemanager.cli import provenance
-from devicemanager.replay import load_recording, load_scenario
 from tests.conftest import FIXTURES, NODES, REPO, SCENARIOS, agent_env
 
 RECORDINGS = sorted(

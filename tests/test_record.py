@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from devicemanager.agent.replay import load_recording
 from devicemanager.backend import backend_class
 from devicemanager.model import VendorReading
-from devicemanager.replay import load_recording
 from tests.conftest import REPO, agent_env
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from devicemanager.agent.replay import ReplayBackend, ScenarioError, load_recording, load_scenario
 from devicemanager.model import ReadRequest
-from devicemanager.replay import ReplayBackend, ScenarioError, load_recording, load_scenario
 from tests.conftest import NODES, SCENARIOS
 
 

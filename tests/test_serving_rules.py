@@ -25,9 +25,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from devicemanager.agent.monitor import BackendWorker, Monitor
+from devicemanager.agent.replay import load_recording, load_scenario
 from devicemanager.backend import backend_class
-from devicemanager.monitor import BackendWorker, Monitor
-from devicemanager.replay import load_recording, load_scenario
 from devicemanager.serve.app import create_app
 from tests.conftest import NODES, SCENARIOS, Agent, scenario_monitor
 from tests.fakes import StaticBackend

@@ -7,21 +7,8 @@ from typing import Any
 
 import pytest
 
-from devicemanager import slices
-from devicemanager.allocations import Mode
-from devicemanager.attribution import DeviceAttribution, Placement, RowCounts
-from devicemanager.grants import Grant
-from devicemanager.isolation import FIGURES, PodFault
-from devicemanager.model import (
-    MIB,
-    Card,
-    DeviceProcesses,
-    PartitionReading,
-    ProcessRow,
-    Reason,
-    VendorReading,
-)
-from devicemanager.slices import (
+from devicemanager.figures import slices
+from devicemanager.figures.slices import (
     MAX_DEVICES,
     MAX_USAGES,
     Lookup,
@@ -35,6 +22,19 @@ from devicemanager.slices import (
     merge,
     to_json,
 )
+from devicemanager.grants.allocations import Mode
+from devicemanager.grants.grants import Grant
+from devicemanager.model import (
+    MIB,
+    Card,
+    DeviceProcesses,
+    PartitionReading,
+    ProcessRow,
+    Reason,
+    VendorReading,
+)
+from devicemanager.node.attribution import DeviceAttribution, Placement, RowCounts
+from devicemanager.node.isolation import FIGURES, PodFault
 
 M = "nvidia"
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from devicemanager import snapshot
+from devicemanager.figures import snapshot
+from devicemanager.figures.snapshot import BackendResult
 from devicemanager.model import BackendState, BackendStatus, Card, VendorReading
-from devicemanager.snapshot import BackendResult
 
 CARD = Card(
     id="GPU-1",

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from devicemanager import exposition
-from devicemanager.figures import Pair, PodLevel
-from devicemanager.grants import InstanceRef
+from devicemanager.figures import exposition
+from devicemanager.figures.figures import Pair, PodLevel
+from devicemanager.grants.grants import InstanceRef
 from devicemanager.report import summarize_texts, to_json, to_text
 from devicemanager.report.model import Report
 from devicemanager.serve.mint import self_signed

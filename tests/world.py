@@ -12,9 +12,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from devicemanager.attribution import Attributor
-from devicemanager.figures import InstanceEntries, View, exported
-from devicemanager.grants import node_grants
+from devicemanager.agent.monitor import BackendWorker, Monitor, Published
+from devicemanager.figures.figures import InstanceEntries, View, exported
+from devicemanager.grants.grants import node_grants
 from devicemanager.model import (
     Card,
     DeviceProcesses,
@@ -25,8 +25,8 @@ from devicemanager.model import (
     Snapshot,
     VendorReading,
 )
-from devicemanager.monitor import BackendWorker, Monitor, Published
-from devicemanager.pods import PodIndex
+from devicemanager.node.attribution import Attributor
+from devicemanager.node.pods import PodIndex
 
 MIB = 1048576
 GIB = 1024 * MIB

@@ -17,13 +17,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
-from devicemanager import exposition
-from devicemanager.figures import pod_level
-from devicemanager.grants import NodeGrants
-from devicemanager.isolation import PodFault
+from devicemanager.figures import exposition
+from devicemanager.figures.figures import pod_level
+from devicemanager.grants.grants import NodeGrants
 from devicemanager.kube.kubelet import Reading, usage_from_summary
 from devicemanager.kube.role import Role, exporter_role
-from devicemanager.pods import PodIndex
+from devicemanager.node.isolation import PodFault
+from devicemanager.node.pods import PodIndex
 
 log = logging.getLogger("devicemanager.kube.cluster")
 

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from devicemanager.kube.client import KubeClient, KubeError, WatchEvent
-from devicemanager.pods import PodIndex, PodInfo, pod_info
+from devicemanager.node.pods import PodIndex, PodInfo, pod_info
 
 log = logging.getLogger("devicemanager.kube.informer")
 

@@ -34,9 +34,9 @@ from typing import Any
 
 import httpx2
 
-from devicemanager.figures import PodUsage
+from devicemanager.figures.figures import PodUsage
+from devicemanager.grants.quantity import parse_quantity
 from devicemanager.model import MIB, as_number, mib_from_bytes
-from devicemanager.quantity import parse_quantity
 
 log = logging.getLogger("devicemanager.kube.kubelet")
 

@@ -4,7 +4,7 @@
 resource; `GetAllocatableResources` every device the kubelet can allocate on the node. Both are
 read once per period by a thread of their own (PodResourcesPoller) over the kubelet's unix
 socket, under one deadline, and turned into the core's plain `KubeletAnswer`
-(devicemanager.deviceplugins); a round takes the newest answer and never waits. Reading never
+(devicemanager.grants.deviceplugins); a round takes the newest answer and never waits. Reading never
 raises: an absent socket, a kubelet older than 1.20 (no v1) or 1.21 (no GetAllocatableResources),
 a slow or a malformed answer each become an error string, so only the kubelet's grants go
 missing (after the last good answer has aged past its bound) and the annotation grants still
@@ -26,7 +26,7 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 
-from devicemanager.deviceplugins import (
+from devicemanager.grants.deviceplugins import (
     MAX_CONTAINERS,
     MAX_DEVICES,
     MAX_PODS,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from devicemanager.pods import PodIndex
+from devicemanager.node.pods import PodIndex
 
 COMPONENT_LABEL = "app.kubernetes.io/component"
 COMPONENT = "device-manager"

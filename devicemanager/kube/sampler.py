@@ -22,17 +22,17 @@ from typing import Any
 
 import httpx
 
-from devicemanager import slices
-from devicemanager.allocations import AllocationError
-from devicemanager.figures import InstanceMetrics, PodUsage, View, instance_metrics
-from devicemanager.grants import Grant, grants_of, instance_of
+from devicemanager.figures import slices
+from devicemanager.figures.figures import InstanceMetrics, PodUsage, View, instance_metrics
+from devicemanager.figures.snapshot import fresh, from_json
+from devicemanager.grants.allocations import AllocationError
+from devicemanager.grants.grants import Grant, grants_of, instance_of
 from devicemanager.kube.cache import SharedCache
 from devicemanager.kube.client import KubeClient
 from devicemanager.kube.kubelet import usage_from_pod_metrics, usage_from_summary
 from devicemanager.kube.role import COMPONENT, COMPONENT_LABEL, MANUFACTURER_LABEL
 from devicemanager.model import Card, Identities
-from devicemanager.pods import PodInfo, pod_info
-from devicemanager.snapshot import fresh, from_json
+from devicemanager.node.pods import PodInfo, pod_info
 
 log = logging.getLogger("instance-metrics")
 

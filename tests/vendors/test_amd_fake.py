@@ -20,6 +20,7 @@ from devicemanager.model import Card, ReadRequest, Reason, VendorReading
 from tests.conftest import REPO, agent_env
 from tests.fakelib import amd as fake
 from tests.fakelib.amd import GIB, scenarios
+from tests.vendors import kit
 from vendors.amd import VIA_AMDSMI, VIA_ROCM_SMI, VIA_WITHHELD, AmdBackend
 
 pytestmark = pytest.mark.timeout(90)
@@ -350,9 +351,6 @@ def test_an_unknown_rocm_release_reads_amdsmi(node) -> None:  # type: ignore[no-
 def sliced_round(backend: AmdBackend, tmp: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """One monitor round over `backend` with two GPUStack slices on card 0 (PIDs 9601, 9602):
     the snapshot as served, and each Instance's per-grant figures as /metrics publishes them."""
-    from devicemanager.attribution import Attributor
-    from devicemanager.monitor import BackendWorker, Monitor
-    from devicemanager.pods import PodIndex
     from tests.world import pod, process
 
     key = "device.gpustack.ai/accelerator.allocated"
@@ -363,20 +361,7 @@ def sliced_round(backend: AmdBackend, tmp: Path) -> tuple[dict[str, Any], dict[s
     ]
     process(tmp / "proc", 9601, "big")
     process(tmp / "proc", 9602, "even")
-    index = PodIndex.of(pods)
-    monitor = Monitor(
-        [BackendWorker(backend)],
-        period=15,
-        deadline=10,
-        liveness_timeout=60,
-        node="n1",
-        pods=lambda: index,
-        attributor=Attributor(tmp / "proc"),
-    )
-    try:
-        published = monitor.run_round()
-    finally:
-        monitor.stop()
+    published = kit.one_round(backend, tmp / "proc", pods)
     figures: dict[str, Any] = {}
     for family in text_string_to_metric_families(published.metrics.plain.decode()):
         if family.name.startswith("gpustack_instance_accelerator_"):

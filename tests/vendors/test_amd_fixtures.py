@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from devicemanager.agent.replay import load_recording
 from devicemanager.model import ReadRequest, Reason, VendorReading
-from devicemanager.replay import load_recording
 from tests.conftest import FIXTURES
 from tests.fakelib import amd as fake
 from tests.fakelib.amd import GIB, scenarios

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from devicemanager.model import BackendState
-from devicemanager.monitor import BackendWorker, Monitor
 from tests.fakelib import Layout, ctypes_layout, layout
 from tests.fakelib import amd as fake
+from tests.vendors import kit
 from vendors._amd_lib import import_amdsmi
 from vendors._rocm_smi_lib import RsmiProcessInfo
 from vendors.amd import AmdBackend
@@ -147,8 +147,7 @@ def test_a_hung_call_costs_its_round_a_deadline_and_then_is_stuck(
 ) -> None:
     doc = fake.scenario([fake.card(0)], hang={"amdsmi_get_gpu_activity": 2})
     monkeypatch.setenv(fake.SCENARIO_ENV, str(fake.write(tmp_path / "s.txt", doc)))
-    worker = BackendWorker(AmdBackend({"amd_smi": str(rocm_root)}, sysfs=tmp_path))
-    monitor = Monitor([worker], period=1, deadline=0.3, liveness_timeout=60, node="n1")
+    monitor = kit.hung(AmdBackend({"amd_smi": str(rocm_root)}, sysfs=tmp_path))
     first = monitor.run_round().snapshot
     second = monitor.run_round().snapshot
     assert [b.state for b in first.backends] == [BackendState.TIMEOUT]

@@ -9,15 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from devicemanager.attribution import Attributor
+from devicemanager.agent.monitor import Published
 from devicemanager.model import ReadRequest, Reason, VendorReading
-from devicemanager.monitor import BackendWorker, Monitor, Published
-from devicemanager.pods import PodIndex
 from tests.conftest import Agent
 from tests.fakelib import ascend as fake_dcmi
 from tests.fakelib.ascend import scenarios
+from tests.vendors import kit
+from tests.vendors.kit import series
 from tests.world import pod, process, uid
 from vendors.ascend import VDEV_TOTAL, AscendBackend, gpustack_id, hami_id
 
@@ -336,13 +335,6 @@ def test_a_driver_without_vnpus_answers_unsupported(libdcmi: Path, scenario) -> 
 # -- through the monitor round ------------------------------------------------------------------
 
 
-def series(published: Published) -> dict[str, list[tuple[dict[str, str], float]]]:
-    return {
-        f.name: [(s.labels, s.value) for s in f.samples]
-        for f in text_string_to_metric_families(published.metrics.plain.decode())
-    }
-
-
 def gpustack(containers: dict[str, list[dict[str, Any]]]) -> dict[str, str]:
     doc = {
         c: {"devices": {"groups": [{"id": 0, "manufacturer": "ascend", "accelerators": accs}]}}
@@ -352,19 +344,7 @@ def gpustack(containers: dict[str, list[dict[str, Any]]]) -> dict[str, str]:
 
 
 def round_over(libdcmi: Path, tmp: Path, pods: list[dict[str, Any]]) -> Published:
-    index = PodIndex.of(pods)
-    monitor = Monitor(
-        [BackendWorker(AscendBackend({"dcmi": str(libdcmi)}))],
-        period=15,
-        deadline=10,
-        liveness_timeout=60,
-        node="n1",
-        pods=lambda: index,
-        attributor=Attributor(tmp / "proc"),
-    )
-    published = monitor.run_round()
-    monitor.stop()
-    return published
+    return kit.one_round(AscendBackend({"dcmi": str(libdcmi)}), tmp / "proc", pods)
 
 
 def test_hami_slices_and_a_vnpu_partition_through_the_round(

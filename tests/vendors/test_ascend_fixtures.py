@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from devicemanager.agent.replay import load_recording
 from devicemanager.model import ReadRequest, Reason
-from devicemanager.replay import load_recording
 from tests.conftest import FIXTURES
 from tests.fakelib import ascend as fake_dcmi
 from tests.fakelib.ascend import scenarios

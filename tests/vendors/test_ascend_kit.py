@@ -12,10 +12,10 @@ import pytest
 
 from devicemanager.backend import BackendUnavailable
 from devicemanager.model import BackendState, ReadRequest
-from devicemanager.monitor import BackendWorker, Monitor
 from tests.fakelib import ascend as fake_dcmi
 from tests.fakelib import ctypes_layout, layout
 from tests.fakelib.ascend import scenarios
+from tests.vendors import kit
 from vendors import _ascend_lib as lib
 from vendors.ascend import AscendBackend, DcmiError
 
@@ -158,13 +158,7 @@ def test_an_npu_that_leaves_enumeration_is_gone_from_the_next_round(
 
 def test_a_hung_call_costs_its_round_a_deadline_and_then_is_stuck(libdcmi: Path, scenario) -> None:  # type: ignore[no-untyped-def]
     scenario(scenarios.eight_910b2(), hang={"dcmi_get_device_power_info": 0})
-    monitor = Monitor(
-        [BackendWorker(AscendBackend({"dcmi": str(libdcmi)}))],
-        period=1,
-        deadline=0.3,
-        liveness_timeout=60,
-        node="n1",
-    )
+    monitor = kit.hung(AscendBackend({"dcmi": str(libdcmi)}))
     started = time.monotonic()
     first = monitor.run_round().snapshot
     second = monitor.run_round().snapshot

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from devicemanager.grants import node_grants
-from devicemanager.pods import PodIndex
-from devicemanager.replay import load_recording
+from devicemanager.agent.replay import load_recording
+from devicemanager.grants.grants import node_grants
+from devicemanager.node.pods import PodIndex
 from tests.conftest import NODES, scenario_monitor
 from tests.fakelib import nvidia as fake_nvml
 from tests.fakelib import thead as fake_hgml

@@ -13,17 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from devicemanager.attribution import Attributor
+from devicemanager.agent.monitor import Monitor
 from devicemanager.model import ReadRequest, Reason
-from devicemanager.monitor import BackendWorker, Monitor
-from devicemanager.pods import PodIndex
 from tests.conftest import REPO, Agent, agent_env
 from tests.fakelib import hygon as fake
 from tests.fakelib import nvidia as fake_nvml
 from tests.fakelib.hygon import GIB, MIB, scenarios
 from tests.fakelib.hygon.scenarios import dcu, mig_uuid
+from tests.vendors import kit
+from tests.vendors.kit import series
 from tests.world import gpu, pod, process, uid
 from vendors.hygon import HygonBackend
 
@@ -99,23 +98,9 @@ def hami_pod(name: str, device: str, memory_mib: int, cores: int) -> dict[str, A
 def monitor(
     libs: dict[str, str], tmp: Path, pods: list[dict[str, Any]], mig_config: Path | None = None
 ) -> Monitor:
-    index = PodIndex.of(pods)
-    return Monitor(
-        [BackendWorker(HygonBackend(libs, mig_config=mig_config or "/nonexistent"))],
-        period=15,
-        deadline=10,
-        liveness_timeout=60,
-        node="n1",
-        pods=lambda: index,
-        attributor=Attributor(tmp / "proc"),
+    return kit.monitor(
+        HygonBackend(libs, mig_config=mig_config or "/nonexistent"), tmp / "proc", pods
     )
-
-
-def series(text: bytes) -> dict[str, list[tuple[dict[str, str], float]]]:
-    return {
-        f.name: [(s.labels, s.value) for s in f.samples]
-        for f in text_string_to_metric_families(text.decode())
-    }
 
 
 def entries(text: bytes) -> dict[tuple[str, str], dict[str, float]]:

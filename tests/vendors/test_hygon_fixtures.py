@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from devicemanager.agent.replay import load_recording
 from devicemanager.model import ReadRequest, Reason
-from devicemanager.replay import load_recording
 from tests.conftest import FIXTURES
 from tests.fakelib import hygon as fake
 from tests.fakelib.hygon import GIB, MIB, scenarios

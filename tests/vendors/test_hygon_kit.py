@@ -15,11 +15,11 @@ import pytest
 
 from devicemanager.backend import BackendUnavailable, create_backend
 from devicemanager.model import BackendState, ReadRequest, Reason
-from devicemanager.monitor import BackendWorker, Monitor
 from tests.fakelib import ctypes_layout, layout
 from tests.fakelib import hygon as fake
 from tests.fakelib.hygon import scenarios
 from tests.fakelib.hygon.scenarios import dcu, k100
+from tests.vendors import kit
 from vendors import _hygon_lib as lib
 from vendors.hygon import HYDMI, HYDMI_MIG, ROCM_SMI, HygonBackend
 
@@ -246,9 +246,7 @@ def test_a_refused_enumeration_is_an_error_round_not_a_node_without_cards(
     libs: dict[str, str], scenario
 ) -> None:  # type: ignore[no-untyped-def]
     scenario(fake.node([k100(0)], faults={"rsmi_num_monitor_devices": 3}))
-    monitor = Monitor(
-        [BackendWorker(HygonBackend(libs))], period=1, deadline=5, liveness_timeout=60, node="n1"
-    )
+    monitor = kit.monitor(HygonBackend(libs), period=1, deadline=5)
     snap = monitor.run_round().snapshot
     monitor.stop()
     (status,) = snap.backends
@@ -258,13 +256,7 @@ def test_a_refused_enumeration_is_an_error_round_not_a_node_without_cards(
 
 def test_a_hung_call_costs_its_round_a_deadline(libs: dict[str, str], scenario) -> None:  # type: ignore[no-untyped-def]
     scenario(fake.node([k100(0)], hang={"rsmi_dev_busy_percent_get": 2}))
-    monitor = Monitor(
-        [BackendWorker(HygonBackend(libs))],
-        period=1,
-        deadline=0.3,
-        liveness_timeout=60,
-        node="n1",
-    )
+    monitor = kit.hung(HygonBackend(libs))
     started = time.monotonic()
     first = monitor.run_round().snapshot
     assert time.monotonic() - started < 2

@@ -18,16 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from devicemanager.attribution import Attributor
+from devicemanager.agent.monitor import Monitor
 from devicemanager.model import ReadRequest, Reason, VendorReading
-from devicemanager.monitor import BackendWorker, Monitor
-from devicemanager.pods import PodIndex
 from tests.conftest import REPO, Agent, agent_env
 from tests.fakelib import metax as fake
 from tests.fakelib.metax import scenarios
 from tests.fakelib.metax.scenarios import sgpu_uuid
+from tests.vendors import kit
+from tests.vendors.kit import series
 from tests.world import gpu, pod, process, uid
 from vendors import _metax_lib as mx
 from vendors.metax import MetaxBackend
@@ -338,23 +337,7 @@ def gpustack(name: str, accelerators: list[dict[str, Any]], **extra: Any) -> dic
 
 
 def monitor(lib: Path, tmp: Path, pods: list[dict[str, Any]]) -> Monitor:
-    index = PodIndex.of(pods)
-    return Monitor(
-        [BackendWorker(MetaxBackend({"mxsml": str(lib)}, node_name="n1"))],
-        period=15,
-        deadline=10,
-        liveness_timeout=60,
-        node="n1",
-        pods=lambda: index,
-        attributor=Attributor(tmp / "proc"),
-    )
-
-
-def series(text: bytes) -> dict[str, list[tuple[dict[str, str], float]]]:
-    return {
-        f.name: [(s.labels, s.value) for s in f.samples]
-        for f in text_string_to_metric_families(text.decode())
-    }
+    return kit.monitor(MetaxBackend({"mxsml": str(lib)}, node_name="n1"), tmp / "proc", pods)
 
 
 def entries(m: Monitor) -> dict[str, dict[str, float]]:

@@ -16,11 +16,11 @@ import pytest
 
 from devicemanager.backend import BackendUnavailable
 from devicemanager.model import BackendState, ReadRequest, Reason
-from devicemanager.monitor import BackendWorker, Monitor
 from tests.conftest import REPO, agent_env
 from tests.fakelib import ctypes_layout, layout
 from tests.fakelib import metax as fake
 from tests.fakelib.metax import scenarios
+from tests.vendors import kit
 from tests.world import gpu
 from vendors import _metax_lib as mx
 from vendors.metax import MetaxBackend
@@ -172,9 +172,7 @@ def test_a_card_that_leaves_enumeration_is_gone_from_the_next_round(
 
 def test_a_hung_call_costs_its_round_a_deadline_and_then_is_stuck(libmxsml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
     scenario([fake.card(gpu(0))], hang={"mxSmlGetBoardPowerInfo": 0})
-    monitor = Monitor(
-        [BackendWorker(backend(libmxsml))], period=1, deadline=0.3, liveness_timeout=60, node="n1"
-    )
+    monitor = kit.hung(backend(libmxsml))
     started = time.monotonic()
     first = monitor.run_round().snapshot
     second = monitor.run_round().snapshot

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from devicemanager.agent.replay import load_recording
 from devicemanager.model import (
     DeviceProcesses,
     PartitionReading,
@@ -21,7 +22,6 @@ from devicemanager.model import (
     Reason,
     VendorReading,
 )
-from devicemanager.replay import load_recording
 from tests.conftest import FIXTURES
 from tests.world import accel, card, gpu, pod, process, run
 from vendors import _metax_lib as mx

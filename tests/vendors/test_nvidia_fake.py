@@ -13,16 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from devicemanager.attribution import Attributor
+from devicemanager.agent.monitor import Monitor
 from devicemanager.backend import BackendUnavailable
 from devicemanager.model import ReadRequest, Reason
-from devicemanager.monitor import BackendWorker, Monitor
-from devicemanager.pods import PodIndex
 from tests.conftest import REPO, Agent, agent_env
 from tests.fakelib import nvidia as fake_nvml
 from tests.fakelib.nvidia import scenarios
+from tests.vendors import kit
+from tests.vendors.kit import series
 from tests.world import accel, gpu, pod, process
 from vendors.nvidia import NvidiaBackend
 
@@ -40,23 +39,7 @@ def scenario(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[n
 
 
 def monitor(lib: Path, tmp: Path, pods: list[dict[str, Any]]) -> Monitor:
-    index = PodIndex.of(pods)
-    return Monitor(
-        [BackendWorker(NvidiaBackend({"nvml": str(lib)}))],
-        period=15,
-        deadline=10,
-        liveness_timeout=60,
-        node="n1",
-        pods=lambda: index,
-        attributor=Attributor(tmp / "proc"),
-    )
-
-
-def series(text: bytes) -> dict[str, list[tuple[dict[str, str], float]]]:
-    return {
-        f.name: [(s.labels, s.value) for s in f.samples]
-        for f in text_string_to_metric_families(text.decode())
-    }
+    return kit.monitor(NvidiaBackend({"nvml": str(lib)}), tmp / "proc", pods)
 
 
 def read_payload(lib: Path, request: ReadRequest, rounds: int = 1) -> list[dict[str, Any]]:

@@ -15,12 +15,10 @@ from typing import Any
 
 import pytest
 
-from devicemanager.attribution import Attributor
 from devicemanager.model import BackendState, ReadRequest, Reason
-from devicemanager.monitor import BackendWorker, Monitor
-from devicemanager.pods import PodIndex
 from tests.fakelib import nvidia as fake
 from tests.fakelib.nvidia import scenarios
+from tests.vendors import kit
 from tests.world import accel, gpu, pod
 from vendors import _nvml_family as family
 from vendors._nvml_family import GPM_MIN_INTERVAL
@@ -187,15 +185,8 @@ def test_a_read_takes_one_sample_per_partition_and_never_waits_for_a_second(
         {"main": [accel(1, 4, 200_000, allocatedPhysicalID=SMALL)]},
         instance="whisper",
     )
-    index = PodIndex.of([holder])
-    m = Monitor(
-        [BackendWorker(NvidiaBackend({"nvml": str(libnvml)}))],
-        period=1,
-        deadline=5,
-        liveness_timeout=60,
-        node="n1",
-        pods=lambda: index,
-        attributor=Attributor(tmp_path / "proc"),
+    m = kit.monitor(
+        NvidiaBackend({"nvml": str(libnvml)}), tmp_path / "proc", [holder], period=1, deadline=5
     )
     snapshots, taken = [], []
     try:
@@ -349,7 +340,7 @@ def test_record_with_a_partition_records_its_measured_compute(
     import subprocess
     import sys
 
-    from devicemanager.replay import load_recording
+    from devicemanager.agent.replay import load_recording
     from tests.conftest import REPO, agent_env
 
     path = scenario(scenarios.h100_mig())

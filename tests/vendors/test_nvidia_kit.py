@@ -12,10 +12,10 @@ import pytest
 
 from devicemanager.backend import BackendUnavailable
 from devicemanager.model import BackendState, ReadRequest
-from devicemanager.monitor import BackendWorker, Monitor
 from tests.fakelib import ctypes_layout, layout
 from tests.fakelib import nvidia as fake_nvml
 from tests.fakelib.nvidia import scenarios
+from tests.vendors import kit
 from tests.world import gpu
 from vendors.nvidia import NvidiaBackend
 
@@ -71,13 +71,7 @@ def test_a_card_that_leaves_enumeration_is_gone_from_the_next_round(
 
 def test_a_hung_call_costs_its_round_a_deadline_and_then_is_stuck(libnvml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
     scenario([fake_nvml.device(gpu(0))], hang={"nvmlDeviceGetPowerUsage": 0})
-    monitor = Monitor(
-        [BackendWorker(NvidiaBackend({"nvml": str(libnvml)}))],
-        period=1,
-        deadline=0.3,
-        liveness_timeout=60,
-        node="n1",
-    )
+    monitor = kit.hung(NvidiaBackend({"nvml": str(libnvml)}))
     started = time.monotonic()
     first = monitor.run_round().snapshot
     second = monitor.run_round().snapshot

@@ -10,16 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from devicemanager.attribution import Attributor
+from devicemanager.agent.monitor import Monitor
 from devicemanager.model import ReadRequest, Reason
-from devicemanager.monitor import BackendWorker, Monitor
-from devicemanager.pods import PodIndex
 from tests.conftest import Agent
 from tests.fakelib import thead as fake
 from tests.fakelib.thead import scenarios
+from tests.vendors import kit
 from tests.vendors.conftest import ManualClock
+from tests.vendors.kit import series
 from tests.world import GIB, accel, pod, process
 from tests.world import gpu as card_id
 from vendors._nvml_family import GPM_MIN_INTERVAL
@@ -67,23 +66,7 @@ def read(lib: Path, request: ReadRequest, rounds: int = 1, gap: float = 0.0) -> 
 
 
 def monitor(lib: Path, tmp: Path, pods: list[dict[str, Any]]) -> Monitor:
-    index = PodIndex.of(pods)
-    return Monitor(
-        [BackendWorker(TheadBackend({"hgml": str(lib)}))],
-        period=15,
-        deadline=10,
-        liveness_timeout=60,
-        node="n1",
-        pods=lambda: index,
-        attributor=Attributor(tmp / "proc"),
-    )
-
-
-def series(text: bytes) -> dict[str, list[tuple[dict[str, str], float]]]:
-    return {
-        f.name: [(s.labels, s.value) for s in f.samples]
-        for f in text_string_to_metric_families(text.decode())
-    }
+    return kit.monitor(TheadBackend({"hgml": str(lib)}), tmp / "proc", pods)
 
 
 def entries(text: bytes) -> dict[str, dict[str, float]]:

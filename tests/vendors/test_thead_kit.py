@@ -15,11 +15,11 @@ import pytest
 
 from devicemanager.backend import BackendUnavailable, create_backend
 from devicemanager.model import BackendState, ReadRequest
-from devicemanager.monitor import BackendWorker, Monitor
 from tests.conftest import REPO, agent_env
 from tests.fakelib import ctypes_layout, gcc_missing, layout
 from tests.fakelib import thead as fake
 from tests.fakelib.thead import scenarios
+from tests.vendors import kit
 from tests.world import gpu
 from vendors import _thead_lib as hgml
 from vendors.thead import HGML, TheadBackend
@@ -129,13 +129,7 @@ def test_a_card_that_leaves_enumeration_is_gone_from_the_next_round(
 
 def test_a_hung_call_costs_its_round_a_deadline_and_then_is_stuck(libhgml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
     scenario([scenarios.whole(40)], hang={"hgmlDeviceGetPowerUsage": 0})
-    monitor = Monitor(
-        [BackendWorker(TheadBackend({"hgml": str(libhgml)}))],
-        period=1,
-        deadline=0.3,
-        liveness_timeout=60,
-        node="n1",
-    )
+    monitor = kit.hung(TheadBackend({"hgml": str(libhgml)}))
     started = time.monotonic()
     first = monitor.run_round().snapshot
     second = monitor.run_round().snapshot

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from devicemanager.agent.replay import load_recording
 from devicemanager.model import ReadRequest, Reason
-from devicemanager.replay import load_recording
 from tests.conftest import FIXTURES
 from tests.fakelib import thead as fake
 from tests.fakelib.thead import scenarios

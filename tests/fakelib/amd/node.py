@@ -489,9 +489,9 @@ def payload(rocm_root: Path, work: Path) -> dict[str, Any]:
     """Two rounds of the amd backend's read() over the fake, asked what the pods' grants ask."""
     import os
 
-    from devicemanager.grants import node_grants
+    from devicemanager.grants.grants import node_grants
     from devicemanager.model import Identities, ReadRequest
-    from devicemanager.pods import PodIndex
+    from devicemanager.node.pods import PodIndex
     from vendors.amd import AmdBackend
 
     doc = scenario(devices(), rocm=ROCM, driver=DRIVER)

@@ -24,9 +24,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from devicemanager.grants import node_grants
+from devicemanager.grants.grants import node_grants
 from devicemanager.model import Identities, Payload
-from devicemanager.pods import PodIndex
+from devicemanager.node.pods import PodIndex
 from tests.fakelib import ascend as fake_dcmi
 from vendors.ascend import AscendBackend, gpustack_id, hami_id
 

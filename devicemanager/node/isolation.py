@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from devicemanager.pods import PodIndex
+from devicemanager.node.pods import PodIndex
 
 log = logging.getLogger("devicemanager.isolation")
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.utils import floatToGoString
 
-from devicemanager.figures import AcceleratorEntry, InstanceEntries, PodLevel
+from devicemanager.figures.figures import AcceleratorEntry, InstanceEntries, PodLevel
 from devicemanager.model import BackendState, Card, Snapshot
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4

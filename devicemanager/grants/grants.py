@@ -14,16 +14,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from devicemanager.allocations import (
+from devicemanager.grants.allocations import (
     UNITS_PER_CARD,
     Allocation,
     Mode,
     allocations_of,
     has_allocation_annotation,
 )
-from devicemanager.isolation import GRANTS, PodFault, per_pod
 from devicemanager.model import Identities, ReadRequest
-from devicemanager.pods import PodIndex, PodInfo
+from devicemanager.node.isolation import GRANTS, PodFault, per_pod
+from devicemanager.node.pods import PodIndex, PodInfo
 
 log = logging.getLogger("instance-accelerator-metrics")
 

@@ -19,10 +19,8 @@ from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from devicemanager.allocations import Mode
-from devicemanager.attribution import DeviceAttribution
-from devicemanager.grants import Grant
-from devicemanager.isolation import FIGURES, PodFault, per_pod
+from devicemanager.grants.allocations import Mode
+from devicemanager.grants.grants import Grant
 from devicemanager.model import (
     MIB,
     Card,
@@ -34,6 +32,8 @@ from devicemanager.model import (
     as_number,
     mib_from_bytes,
 )
+from devicemanager.node.attribution import DeviceAttribution
+from devicemanager.node.isolation import FIGURES, PodFault, per_pod
 
 SCHEMA_VERSION = 1
 SUPPORTED_VERSIONS = range(1, 2)

@@ -41,10 +41,10 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from devicemanager.allocations import Allocation, Mode
-from devicemanager.grants import Grant, grants_from, live
+from devicemanager.grants.allocations import Allocation, Mode
+from devicemanager.grants.grants import Grant, grants_from, live
 from devicemanager.model import Card, VendorReading, identity_map
-from devicemanager.pods import PodIndex, PodInfo
+from devicemanager.node.pods import PodIndex, PodInfo
 
 # Bounds on one answer (the kubelet's, but a node's pods shape it): a node runs at most a few
 # hundred pods; a container holds at most a few dozen devices.

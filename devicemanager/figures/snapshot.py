@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from devicemanager import slices as slice_section
+from devicemanager.figures import slices as slice_section
+from devicemanager.figures.slices import SliceSection
 from devicemanager.model import (
     BackendState,
     BackendStatus,
@@ -24,7 +25,6 @@ from devicemanager.model import (
     as_int,
     as_number,
 )
-from devicemanager.slices import SliceSection
 
 # What Go's zero time.Time marshals to: the worker tells "no round yet" by it.
 ZERO_TIME = "0001-01-01T00:00:00Z"

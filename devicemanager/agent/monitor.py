@@ -22,13 +22,14 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Protocol
 
-from devicemanager import deviceplugins, exposition, isolation, slices, snapshot
-from devicemanager.attribution import Attributor, boot_seconds
 from devicemanager.backend import Backend, BackendUnavailable
-from devicemanager.deviceplugins import KubeletAnswer
-from devicemanager.figures import View, exported
-from devicemanager.grants import Disagreement, NodeGrants, RememberedGrants, node_grants
-from devicemanager.isolation import FaultLog, PodFault
+from devicemanager.figures import exposition, slices, snapshot
+from devicemanager.figures.figures import View, exported
+from devicemanager.figures.slices import SliceSection
+from devicemanager.figures.snapshot import BackendResult
+from devicemanager.grants import deviceplugins
+from devicemanager.grants.deviceplugins import KubeletAnswer
+from devicemanager.grants.grants import Disagreement, NodeGrants, RememberedGrants, node_grants
 from devicemanager.model import (
     BackendState,
     BackendStatus,
@@ -39,9 +40,10 @@ from devicemanager.model import (
     Snapshot,
     finite_reading,
 )
-from devicemanager.pods import PodIndex
-from devicemanager.slices import SliceSection
-from devicemanager.snapshot import BackendResult
+from devicemanager.node import isolation
+from devicemanager.node.attribution import Attributor, boot_seconds
+from devicemanager.node.isolation import FaultLog, PodFault
+from devicemanager.node.pods import PodIndex
 
 log = logging.getLogger("devicemanager.monitor")
 

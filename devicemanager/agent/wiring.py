@@ -27,10 +27,12 @@ from typing import TYPE_CHECKING
 import anyio
 import uvicorn
 
-from devicemanager import __version__, logs
-from devicemanager.attribution import Attributor
+from devicemanager import __version__
+from devicemanager.agent import logs
+from devicemanager.agent.config import Settings, default_node_name
+from devicemanager.agent.monitor import BackendWorker, Monitor
+from devicemanager.agent.replay import ReplayBackend, Scenario, load_scenario
 from devicemanager.backend import Backend, create_backend, sdk_versions
-from devicemanager.config import Settings, default_node_name
 from devicemanager.kube.client import KubeClient, config_from
 from devicemanager.kube.cluster import ClusterRound
 from devicemanager.kube.informer import PodInformer
@@ -41,9 +43,8 @@ from devicemanager.kube.podresources import (
     PodResourcesPoller,
     RecordedPodResources,
 )
-from devicemanager.monitor import BackendWorker, Monitor
-from devicemanager.pods import PodIndex, PodsFile
-from devicemanager.replay import ReplayBackend, Scenario, load_scenario
+from devicemanager.node.attribution import Attributor
+from devicemanager.node.pods import PodIndex, PodsFile
 from devicemanager.serve.access import Reviewer
 from devicemanager.serve.app import Routes, create_app
 from devicemanager.serve.http import Limits, protocol_for
@@ -329,7 +330,7 @@ class AgentServer(uvicorn.Server):
 def raise_descriptor_limit() -> None:
     """The soft descriptor limit up to the hard one, as Go programs do at start: a runtime may
     hand containers a soft limit of 1,024, and the agent holds a pidfd per GPU process
-    (devicemanager.pidfds) beside its connections."""
+    (devicemanager.node.pidfds) beside its connections."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = hard if hard != resource.RLIM_INFINITY else 1 << 20
     if soft != resource.RLIM_INFINITY and soft < target:

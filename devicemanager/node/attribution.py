@@ -29,12 +29,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from devicemanager import cgroup, procfs
-from devicemanager.cgroup import CgroupIdentity
 from devicemanager.model import DeviceProcesses, ProcessRow, Reason
-from devicemanager.pidfds import PidFds
-from devicemanager.pods import PodIndex
-from devicemanager.procfs import ProcError
+from devicemanager.node import cgroup, procfs
+from devicemanager.node.cgroup import CgroupIdentity
+from devicemanager.node.pidfds import PidFds
+from devicemanager.node.pods import PodIndex
+from devicemanager.node.procfs import ProcError
 
 # The logger operators grep for absent figures (R-O5); the name is the reference's.
 log = logging.getLogger("instance-accelerator-metrics")
@@ -372,7 +372,7 @@ class Attributor:
 
     `recycled_check`: compare each process's start time with the vendor's read. On for the live
     /proc; off where the /proc tree is a recording whose start times are not this machine's.
-    `pidfds`: hold each placed process by a pidfd (see devicemanager.pidfds); only for the live
+    `pidfds`: hold each placed process by a pidfd (see devicemanager.node.pidfds); only for the live
     /proc of this agent's own PID namespace.
     """
 

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from devicemanager.allocations import Mode
-from devicemanager.grants import (
+from devicemanager.figures.slices import Lookup, figures
+from devicemanager.grants.allocations import Mode
+from devicemanager.grants.grants import (
     Grant,
     InstanceRef,
     NodeGrants,
@@ -22,11 +23,10 @@ from devicemanager.grants import (
     owned_by_instance,
     resolved,
 )
-from devicemanager.isolation import FIGURES, POD_LEVEL, PodFault, per_pod
+from devicemanager.grants.quantity import parse_quantity
 from devicemanager.model import MIB, Card, Identities, Snapshot, utilization_percent
-from devicemanager.pods import PodIndex, PodInfo
-from devicemanager.quantity import parse_quantity
-from devicemanager.slices import Lookup, figures
+from devicemanager.node.isolation import FIGURES, POD_LEVEL, PodFault, per_pod
+from devicemanager.node.pods import PodIndex, PodInfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +73,7 @@ class View:
 def view_of_document(doc: Any, now: float) -> View | None:
     """The view a consumer gets from a fetched /monitor/snapshot document: None when it cannot
     be read or is older than three periods (a failing monitor: no accelerator figures)."""
-    from devicemanager.snapshot import fresh, from_json
+    from devicemanager.figures.snapshot import fresh, from_json
 
     try:
         snap = from_json(doc)
