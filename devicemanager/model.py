@@ -12,10 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar
-
-if TYPE_CHECKING:
-    from devicemanager.figures.slices import SliceSection
+from typing import Any, TypeVar
 
 # What a vendor library answered, keyed by entry point, as JSON-able values.
 Payload = dict[str, Any]
@@ -235,6 +232,71 @@ class Group:
     timestamp: float  # unix time the read completed
     cards: tuple[Card, ...]
     driver_version: str | None = None
+
+
+# -- the per-grant section's records (built by figures/slices.py) --------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PodFault:
+    """What one pod's own data did to a stage of a round (node/isolation.py): that pod's alone."""
+
+    stage: str
+    error: str
+
+
+SCHEMA_VERSION = 1  # of the snapshot's `slices` section
+
+
+@dataclass(frozen=True, slots=True)
+class SliceUsage:
+    manufacturer: str
+    pod_uid: str
+    container: str
+    device_id: str
+    memory_used_mib: int | None
+    cores_utilization_percent: float | None  # share of the whole card, capped at 100
+
+
+@dataclass(frozen=True, slots=True)
+class SliceDevice:
+    manufacturer: str
+    device_id: str
+    memory_reason: Reason | None = None
+    cores_reason: Reason | None = None
+    rows_returned: int = 0
+    rows_attributed: int = 0
+    rows_non_instance: int = 0
+    rows_unreadable: int = 0
+    rows_ambiguous: int = 0
+    reads_truncated: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SlicePartition:
+    manufacturer: str
+    pod_uid: str
+    container: str
+    device_id: str  # the parent card
+    id: str  # the partition's own id; "" when its allocation recorded none
+    memory_total_mib: int | None = None
+    memory_used_mib: int | None = None
+    cores_percent: float | None = None
+    memory_reason: Reason | None = None
+    cores_reason: Reason | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SliceSection:
+    schema_version: int = SCHEMA_VERSION
+    truncated: bool = False
+    usages: tuple[SliceUsage, ...] = ()
+    devices: tuple[SliceDevice, ...] = ()
+    partitions: tuple[SlicePartition, ...] = ()
+    # Pods whose own part raised while the section was built (the first fault of each), by pod
+    # UID: their usages carry no figures and their partitions no record. The round counts and
+    # logs them; never served (an error's text may quote the tenant's input).
+    faults: tuple[tuple[str, PodFault], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

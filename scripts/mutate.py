@@ -443,7 +443,9 @@ class Workspace:
     def install(self, module: str, source: str) -> None:
         target = source_path(self.root, module)
         target.write_text(source)
-        for stale in (source_path(self.root, module).parent / "__pycache__").glob(f"{module}.*.pyc"):
+        for stale in (source_path(self.root, module).parent / "__pycache__").glob(
+            f"{module}.*.pyc"
+        ):
             stale.unlink()
 
     def restore(self, module: str) -> None:

@@ -23,7 +23,6 @@ from devicemanager.figures.figures import (
     pod_level,
     totals,
 )
-from devicemanager.figures.slices import SliceDevice, SliceSection
 from devicemanager.figures.snapshot import BackendResult
 from devicemanager.grants.allocations import (
     AllocationError,
@@ -52,6 +51,8 @@ from devicemanager.model import (
     Group,
     ProcessRow,
     Reason,
+    SliceDevice,
+    SliceSection,
     Snapshot,
     VendorReading,
 )

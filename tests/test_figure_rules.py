@@ -14,7 +14,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from devicemanager.figures import exposition, snapshot
-from devicemanager.figures.slices import SliceDevice, SliceSection, from_json, merge
+from devicemanager.figures.slices import from_json, merge
 from devicemanager.figures.snapshot import BackendResult
 from devicemanager.grants.allocations import Mode
 from devicemanager.grants.grants import ceil_restated, grants_of
@@ -25,6 +25,8 @@ from devicemanager.model import (
     PartitionReading,
     ProcessRow,
     Reason,
+    SliceDevice,
+    SliceSection,
     VendorReading,
 )
 from devicemanager.node.pods import pod_info

@@ -13,8 +13,8 @@ import pytest
 
 from devicemanager.figures import figures
 from devicemanager.grants.grants import Grant, node_grants
-from devicemanager.model import Card, PartitionReading, Reason
-from devicemanager.node.isolation import FIGURES, POD_LEVEL, PodFault
+from devicemanager.model import Card, PartitionReading, PodFault, Reason
+from devicemanager.node.isolation import FIGURES, POD_LEVEL
 from devicemanager.node.pods import PodIndex, PodInfo
 from tests.world import CARD_MIB, GIB, MIB, accel, card, gpu, pod, process, rows, run, uid
 

@@ -21,8 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from devicemanager.agent.monitor import BackendWorker, Monitor, Published
+from devicemanager.agent.monitor import BackendWorker, Monitor
 from devicemanager.figures import figures, slices
+from devicemanager.figures.published import Published
 from devicemanager.grants.allocations import (
     GPUSTACK_KEY,
     HAMI_KEY,
@@ -38,13 +39,14 @@ from devicemanager.model import (
     Card,
     DeviceProcesses,
     PartitionReading,
+    PodFault,
     ProcessRow,
     VendorReading,
     as_number,
     finite_reading,
 )
 from devicemanager.node.attribution import Attributor
-from devicemanager.node.isolation import FIGURES, PodFault
+from devicemanager.node.isolation import FIGURES
 from devicemanager.node.pods import PodIndex, PodInfo
 from tests.kube_server import summary_for
 from tests.world import GIB, ReadingBackend, accel, card, gpu, pod, process, rows, run, uid

@@ -29,12 +29,13 @@ from devicemanager.model import (
     Card,
     DeviceProcesses,
     PartitionReading,
+    PodFault,
     ProcessRow,
     Reason,
     VendorReading,
 )
 from devicemanager.node.attribution import DeviceAttribution, Placement, RowCounts
-from devicemanager.node.isolation import FIGURES, PodFault
+from devicemanager.node.isolation import FIGURES
 
 M = "nvidia"
 

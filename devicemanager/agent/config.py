@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_PORT = 32443
+from devicemanager.serve import DEFAULT_PORT
+
 DEFAULT_PERIOD = 15.0
 MIN_PERIOD = 0.05
 DEFAULT_POD_RESOURCES_TIMEOUT = 2.0

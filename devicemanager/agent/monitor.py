@@ -18,14 +18,14 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from typing import Any, Protocol
 
 from devicemanager.backend import Backend, BackendUnavailable
 from devicemanager.figures import exposition, slices, snapshot
 from devicemanager.figures.figures import View, exported
-from devicemanager.figures.slices import SliceSection
+from devicemanager.figures.published import Published, publish
 from devicemanager.figures.snapshot import BackendResult
 from devicemanager.grants import deviceplugins
 from devicemanager.grants.deviceplugins import KubeletAnswer
@@ -36,46 +36,20 @@ from devicemanager.model import (
     Card,
     Identities,
     Payload,
+    PodFault,
     ReadRequest,
-    Snapshot,
+    SliceSection,
     finite_reading,
 )
 from devicemanager.node import isolation
 from devicemanager.node.attribution import Attributor, boot_seconds
-from devicemanager.node.isolation import FaultLog, PodFault
+from devicemanager.node.isolation import FaultLog
 from devicemanager.node.pods import PodIndex
 
 log = logging.getLogger("devicemanager.monitor")
 
 # A consumer treats a snapshot older than this many periods as a failing monitor (R-S3).
 FRESH_PERIODS = 3
-
-
-@dataclass(frozen=True, slots=True)
-class Published:
-    """Everything the HTTP handlers serve, made once per round and swapped in whole."""
-
-    snapshot: Snapshot
-    snapshot_json: bytes
-    snapshot_gzipped: bytes  # for a client that sends Accept-Encoding: gzip
-    metrics: exposition.Exposition
-    stale_metrics: exposition.Exposition  # the verdict alone, for when this round is too old
-    published_at: float  # monotonic
-
-
-def publish(
-    snap: Snapshot, now_mono: float, extras: exposition.Extras = exposition.NO_EXTRAS
-) -> Published:
-    rendered = exposition.Rendered.of(snap, extras)
-    document = exposition.Exposition.of(snapshot.encode(snap))
-    return Published(
-        snapshot=snap,
-        snapshot_json=document.plain,
-        snapshot_gzipped=document.gzipped,
-        metrics=rendered.fresh,
-        stale_metrics=rendered.stale,
-        published_at=now_mono,
-    )
 
 
 class BackendWorker:

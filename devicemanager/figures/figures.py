@@ -24,8 +24,8 @@ from devicemanager.grants.grants import (
     resolved,
 )
 from devicemanager.grants.quantity import parse_quantity
-from devicemanager.model import MIB, Card, Identities, Snapshot, utilization_percent
-from devicemanager.node.isolation import FIGURES, POD_LEVEL, PodFault, per_pod
+from devicemanager.model import MIB, Card, Identities, PodFault, Snapshot, utilization_percent
+from devicemanager.node.isolation import FIGURES, POD_LEVEL, per_pod
 from devicemanager.node.pods import PodIndex, PodInfo
 
 

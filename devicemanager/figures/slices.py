@@ -23,73 +23,27 @@ from devicemanager.grants.allocations import Mode
 from devicemanager.grants.grants import Grant
 from devicemanager.model import (
     MIB,
+    SCHEMA_VERSION,
     Card,
     PartitionReading,
+    PodFault,
     ProcessRow,
     Reason,
+    SliceDevice,
+    SlicePartition,
+    SliceSection,
+    SliceUsage,
     VendorReading,
     as_int,
     as_number,
     mib_from_bytes,
 )
 from devicemanager.node.attribution import DeviceAttribution
-from devicemanager.node.isolation import FIGURES, PodFault, per_pod
+from devicemanager.node.isolation import FIGURES, per_pod
 
-SCHEMA_VERSION = 1
 SUPPORTED_VERSIONS = range(1, 2)
 MAX_USAGES = 4096
 MAX_DEVICES = 256
-
-
-@dataclass(frozen=True, slots=True)
-class SliceUsage:
-    manufacturer: str
-    pod_uid: str
-    container: str
-    device_id: str
-    memory_used_mib: int | None
-    cores_utilization_percent: float | None  # share of the whole card, capped at 100
-
-
-@dataclass(frozen=True, slots=True)
-class SliceDevice:
-    manufacturer: str
-    device_id: str
-    memory_reason: Reason | None = None
-    cores_reason: Reason | None = None
-    rows_returned: int = 0
-    rows_attributed: int = 0
-    rows_non_instance: int = 0
-    rows_unreadable: int = 0
-    rows_ambiguous: int = 0
-    reads_truncated: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class SlicePartition:
-    manufacturer: str
-    pod_uid: str
-    container: str
-    device_id: str  # the parent card
-    id: str  # the partition's own id; "" when its allocation recorded none
-    memory_total_mib: int | None = None
-    memory_used_mib: int | None = None
-    cores_percent: float | None = None
-    memory_reason: Reason | None = None
-    cores_reason: Reason | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SliceSection:
-    schema_version: int = SCHEMA_VERSION
-    truncated: bool = False
-    usages: tuple[SliceUsage, ...] = ()
-    devices: tuple[SliceDevice, ...] = ()
-    partitions: tuple[SlicePartition, ...] = ()
-    # Pods whose own part raised while the section was built (the first fault of each), by pod
-    # UID: their usages carry no figures and their partitions no record. The round counts and
-    # logs them; never served (an error's text may quote the tenant's input).
-    faults: tuple[tuple[str, PodFault], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,12 +14,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from devicemanager.figures import slices as slice_section
-from devicemanager.figures.slices import SliceSection
 from devicemanager.model import (
     BackendState,
     BackendStatus,
     Card,
     Group,
+    SliceSection,
     Snapshot,
     VendorReading,
     as_int,

@@ -21,8 +21,8 @@ from devicemanager.grants.allocations import (
     allocations_of,
     has_allocation_annotation,
 )
-from devicemanager.model import Identities, ReadRequest
-from devicemanager.node.isolation import GRANTS, PodFault, per_pod
+from devicemanager.model import Identities, PodFault, ReadRequest
+from devicemanager.node.isolation import GRANTS, per_pod
 from devicemanager.node.pods import PodIndex, PodInfo
 
 log = logging.getLogger("instance-accelerator-metrics")

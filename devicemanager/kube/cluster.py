@@ -22,7 +22,7 @@ from devicemanager.figures.figures import pod_level
 from devicemanager.grants.grants import NodeGrants
 from devicemanager.kube.kubelet import Reading, usage_from_summary
 from devicemanager.kube.role import Role, exporter_role
-from devicemanager.node.isolation import PodFault
+from devicemanager.model import PodFault
 from devicemanager.node.pods import PodIndex
 
 log = logging.getLogger("devicemanager.kube.cluster")

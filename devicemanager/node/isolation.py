@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
-from dataclasses import dataclass
 from typing import TypeVar
 
+from devicemanager.model import PodFault
 from devicemanager.node.pods import PodIndex
 
 log = logging.getLogger("devicemanager.isolation")
@@ -32,12 +32,6 @@ FIGURES = "figures"  # the per-grant section's records (slices.build) and the In
 POD_LEVEL = "pod_level"
 
 MAX_ERROR_CHARS = 300  # an exception's text may quote the tenant's input; keep the log bounded
-
-
-@dataclass(frozen=True, slots=True)
-class PodFault:
-    stage: str
-    error: str
 
 
 def describe(exc: BaseException) -> str:

@@ -24,8 +24,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from devicemanager.agent.monitor import Published
 from devicemanager.figures.exposition import CONTENT_TYPE
+from devicemanager.figures.published import Published
 from devicemanager.serve.access import Guard, Reviewer
 from devicemanager.serve.http import Answer
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from devicemanager.agent.config import DEFAULT_PORT
+from devicemanager.serve import DEFAULT_PORT
 
 AGENT = f"https://127.0.0.1:{DEFAULT_PORT}"
 SNAPSHOT_URL = f"{AGENT}/monitor/snapshot"

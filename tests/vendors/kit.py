@@ -14,8 +14,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from devicemanager.agent.monitor import BackendWorker, Monitor, Published
+from devicemanager.agent.monitor import BackendWorker, Monitor
 from devicemanager.backend import Backend
+from devicemanager.figures.published import Published
 from devicemanager.node.attribution import Attributor
 from devicemanager.node.pods import PodIndex
 

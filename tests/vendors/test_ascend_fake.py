@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from devicemanager.agent.monitor import Published
+from devicemanager.figures.published import Published
 from devicemanager.model import ReadRequest, Reason, VendorReading
 from tests.conftest import Agent
 from tests.fakelib import ascend as fake_dcmi
