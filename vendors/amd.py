@@ -2,6 +2,11 @@
 (librocm_smi64, our own ctypes declarations) answering the per-process query on the ROCm
 release where amdsmi's process list is publicly known to be wrong.
 
+Here: the backend (where its libraries are, open, read, parse, close), its amdsmi reading, and
+the parse of the whole payload: how its sockets become cards, partitions and process answers,
+and which path answered the per-process query. What one processor's amdsmi answers mean is in
+vendors/_amd_smi.py; ROCm SMI's per-process reading and its parse are in vendors/_amd_rocm_smi.py.
+
 `read()` asks the libraries and writes down what each entry point answered under its C name
 (the wheel's Python names are the C names); a failed call is {"error": <exception>, "code":
 <amdsmi_status_t>}. The wheel's "N/A" strings are kept as they come. `parse()` is pure.
@@ -19,13 +24,12 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 from devicemanager.backend import BackendUnavailable, Library
 from devicemanager.model import (
-    Address,
     Card,
     DeviceProcesses,
     PartitionReading,
@@ -37,26 +41,33 @@ from devicemanager.model import (
     as_int,
 )
 from vendors._amd_lib import import_amdsmi, processors_of, rocm_version
-from vendors._common import Baseline, Sample, error_code, failed, finite, load, rate_percent
-from vendors._rocm_smi_lib import CU_OCCUPANCY_INVALID, RocmSmi, RsmiError
-from vendors._rocm_smi_lib import INSUFFICIENT_SIZE as RSMI_INSUFFICIENT_SIZE
-from vendors._rocm_smi_lib import NOT_FOUND as RSMI_NOT_FOUND
-from vendors._rocm_smi_lib import NOT_SUPPORTED as RSMI_NOT_SUPPORTED
-from vendors._rocm_smi_lib import NOT_YET_IMPLEMENTED as RSMI_NOT_YET_IMPLEMENTED
-from vendors._rocm_smi_lib import PERMISSION as RSMI_PERMISSION
+from vendors._amd_rocm_smi import read_processes, rsmi_rows
+from vendors._amd_rocm_smi import rsmi_reason_for as rsmi_reason_for
+from vendors._amd_smi import NO_PERM as NO_PERM
+from vendors._amd_smi import NOT_FOUND as NOT_FOUND
+from vendors._amd_smi import NOT_SUPPORTED as NOT_SUPPORTED
+from vendors._amd_smi import OUT_OF_RESOURCES as OUT_OF_RESOURCES
+from vendors._amd_smi import (
+    Rows,
+    amdsmi_rows,
+    compute_units_of,
+    device_aliases,
+    device_uuid,
+    entries,
+    mapping,
+    partition_reading,
+    physical_card,
+    physical_id,
+    processor_card,
+    text,
+)
+from vendors._amd_smi import occupancy_percent as occupancy_percent
+from vendors._amd_smi import reason_for as reason_for
+from vendors._amd_smi import serial_id as serial_id
+from vendors._common import Baseline, Sample, error_code, failed, finite, load
+from vendors._rocm_smi_lib import RocmSmi, RsmiError
 
 MANUFACTURER = "amd"
-
-# amdsmi_status_t (amdsmi.h).
-NOT_SUPPORTED = 2
-NOT_YET_IMPLEMENTED = 3
-FAIL_LOAD_SYMBOL = 5
-NO_PERM = 10
-OUT_OF_RESOURCES = 15
-NOT_FOUND = 31
-INSUFFICIENT_SIZE = 41
-
-NA = "N/A"  # the wheel's word for a sentinel (0xFFFF, UINT32_MAX, an empty string)
 
 # The ROCm releases whose amdsmi per-process list is publicly known to be wrong, where ROCm SMI
 # answers instead. ROCm 7.2.0: the per-device list ignores the processor handle (every process
@@ -79,392 +90,7 @@ ROCM_CORE = Library("rocm_core", ("librocm-core.so.1", "librocm-core.so"), (ROCM
 MAX_XCP_PLATFORM_DEVICES = 1024
 
 
-# -- reasons --------------------------------------------------------------------------------------
-
-
-def reason_for(code: int) -> Reason:
-    """Why a figure is absent, from an amdsmi_status_t: "cannot" apart from "could not"."""
-    if code in (NOT_SUPPORTED, NOT_YET_IMPLEMENTED, FAIL_LOAD_SYMBOL):
-        return Reason.UNSUPPORTED
-    if code == NO_PERM:
-        return Reason.PERMISSION
-    if code in (OUT_OF_RESOURCES, INSUFFICIENT_SIZE):
-        return Reason.TRUNCATED
-    # RETRY, TIMEOUT, BUSY, a lost device, anything unknown: the next round asks again.
-    return Reason.TRANSIENT_DRIVER_ERROR
-
-
-def rsmi_reason_for(code: int) -> Reason:
-    """The same for an rsmi_status_t (the ROCm SMI fallback)."""
-    if code in (RSMI_NOT_SUPPORTED, RSMI_NOT_YET_IMPLEMENTED):
-        return Reason.UNSUPPORTED
-    if code == RSMI_PERMISSION:
-        return Reason.PERMISSION
-    if code == RSMI_INSUFFICIENT_SIZE:
-        return Reason.TRUNCATED
-    return Reason.TRANSIENT_DRIVER_ERROR
-
-
-# -- identity (shared by read() and parse()) -----------------------------------------------------
-
-
-def _text(value: Any) -> str | None:
-    """A string the library gave, or None for the wheel's "N/A" and anything not a string."""
-    return value if isinstance(value, str) and value and value != NA else None
-
-
-def _number(value: Any) -> float | None:
-    """A finite number the library gave; the wheel's "N/A" strings are absent."""
-    return finite(value)
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    """An entry point's answer when it answered with an object, else empty."""
-    if isinstance(value, Mapping) and error_code(value) is None:
-        return value
-    return {}
-
-
-def _entries(value: Any) -> list[Mapping[str, Any]]:
-    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
-
-
-def serial_id(asic: Mapping[str, Any]) -> str | None:
-    """GPUStack's id for an AMD card: `GPU-` + the ASIC serial in lower-case hex, without the
-    wheel's `0x` (also the HSA agent UUID rocminfo shows). Every XCP of a partitioned card
-    shares it, so it names the physical card."""
-    serial = _text(asic.get("asic_serial"))
-    if serial is None:
-        return None
-    digits = serial.lower().removeprefix("0x")
-    if not digits or any(c not in "0123456789abcdef" for c in digits):
-        return None
-    return f"GPU-{digits}"
-
-
-def _identity(device: Mapping[str, Any]) -> Mapping[str, Any]:
-    """What the device answered about itself this round, else what it answered before."""
-    known = device.get("known")
-    return known if isinstance(known, Mapping) else {}
-
-
-def device_uuid(device: Mapping[str, Any]) -> str | None:
-    uuid = _text(device.get("amdsmi_get_gpu_device_uuid"))
-    return uuid if uuid is not None else _text(_identity(device).get("uuid"))
-
-
-def _asic(device: Mapping[str, Any]) -> Mapping[str, Any]:
-    asic = _mapping(device.get("amdsmi_get_gpu_asic_info"))
-    return asic or _mapping(_identity(device).get("asic"))
-
-
-def _bdf(device: Mapping[str, Any]) -> str | None:
-    bdf = _text(device.get("amdsmi_get_gpu_device_bdf"))
-    return bdf if bdf is not None else _text(_identity(device).get("bdf"))
-
-
-def _render_minor(device: Mapping[str, Any]) -> int | None:
-    info = _mapping(device.get("amdsmi_get_gpu_enumeration_info"))
-    info = info or _mapping(_identity(device).get("enumeration"))
-    return as_int(info.get("drm_render"))
-
-
-def device_aliases(
-    device: Mapping[str, Any], platform: Mapping[str, Any], whole: bool
-) -> tuple[str, ...]:
-    """The other ids allocators record for one processor: GPUStack's `GPU-<ASIC serial>` (a
-    whole card only: an XCP shares it with its siblings), the PCI address the AMD device
-    plugin names a card (and a partitioned card's first XCP) by, and the `amdgpu_xcp_<N>`
-    platform device it names every other XCP by. HAMi's AMD device plugin registers the
-    amdsmi UUID itself, the canonical id."""
-    out: list[str] = []
-    if whole and (serial := serial_id(_asic(device))) is not None:
-        out.append(serial)
-    if (bdf := _bdf(device)) is not None:
-        out.append(bdf)
-    minor = _render_minor(device)
-    name = platform.get(str(minor)) if minor is not None else None
-    if isinstance(name, str) and name:
-        out.append(name)
-    uuid = device_uuid(device)
-    return tuple(dict.fromkeys(a for a in out if a != uuid))
-
-
-def physical_id(socket: Mapping[str, Any], devices: Sequence[Mapping[str, Any]]) -> str | None:
-    """The id of a partitioned card: its ASIC serial as GPUStack records it, else the socket
-    as amdsmi names it."""
-    for device in devices:
-        if (serial := serial_id(_asic(device))) is not None:
-            return serial
-    info = _text(socket.get("amdsmi_get_socket_info"))
-    return f"socket-{info}" if info is not None else None
-
-
-def _board(devices: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The XCP that answers for the board: the one read() marked, else the first."""
-    for device in devices:
-        if device.get("board") is True:
-            return device
-    return devices[0] if devices else None
-
-
-# -- card figures ---------------------------------------------------------------------------------
-
-
-def _lost(device: Mapping[str, Any]) -> bool:
-    """The processor stopped answering for itself: "Device Not found" to its identity calls
-    (a sensor or feature that is missing answers NOT_SUPPORTED, not this)."""
-    return any(
-        error_code(device.get(key)) == NOT_FOUND
-        for key in ("amdsmi_get_gpu_device_uuid", "amdsmi_get_gpu_asic_info")
-    )
-
-
-def _temperature(device: Mapping[str, Any]) -> float | None:
-    """Hotspot (junction) first, as MI300 has no edge sensor; edge elsewhere. °C."""
-    temps = device.get("amdsmi_get_temp_metric")
-    if not isinstance(temps, Mapping):
-        return None
-    for sensor in ("HOTSPOT", "EDGE"):
-        value = _number(temps.get(sensor))
-        if value is not None:
-            return value
-    return None
-
-
-def _power(device: Mapping[str, Any]) -> float | None:
-    """Watts: MI300 and later answer current_socket_power; older cards average_socket_power."""
-    info = _mapping(device.get("amdsmi_get_power_info"))
-    for key in ("current_socket_power", "average_socket_power"):
-        value = _number(info.get(key))
-        if value is not None:
-            return value
-    return None
-
-
-def _memory(device: Mapping[str, Any]) -> tuple[int | None, int | None]:
-    """(total, used) MiB: amdsmi_get_gpu_vram_usage answers MiB (amdsmi.h "MegaBytes", computed
-    by dividing bytes by 1024 * 1024), so no conversion is made."""
-    usage = _mapping(device.get("amdsmi_get_gpu_vram_usage"))
-    return as_int(usage.get("vram_total")), as_int(usage.get("vram_used"))
-
-
-def _utilization(device: Mapping[str, Any]) -> float | None:
-    """GFX activity in percent; "N/A" (a secondary XCP on some stacks) and nonsense absent."""
-    value = _number(_mapping(device.get("amdsmi_get_gpu_activity")).get("gfx_activity"))
-    return value if value is not None and 0.0 <= value <= 100.0 else None
-
-
-def _unhealthy(device: Mapping[str, Any]) -> str | None:
-    if _lost(device):
-        return "device_lost"
-    ecc = _mapping(device.get("amdsmi_get_gpu_total_ecc_count"))
-    uncorrectable = as_int(ecc.get("uncorrectable_count"))
-    if uncorrectable is not None and uncorrectable > 0:
-        return "ecc_uncorrectable"
-    return None
-
-
-def _address(socket: int, device: Mapping[str, Any] | None) -> Address:
-    if device is None:
-        return (("socket", socket),)
-    kfd = _mapping(device.get("amdsmi_get_gpu_kfd_info"))
-    partition = as_int(kfd.get("current_partition_id"))
-    return (("socket", socket),) if partition is None else (("socket", socket), ("xcp", partition))
-
-
-def _card(
-    device: Mapping[str, Any],
-    socket: int,
-    platform: Mapping[str, Any],
-    *,
-    whole: bool,
-    parent: str | None = None,
-) -> Card | None:
-    uuid = device_uuid(device)
-    index = as_int(device.get("index"))
-    if uuid is None or index is None:
-        return None  # without its identity a device can be named in no figure
-    total, used = _memory(device)
-    reason = _unhealthy(device)
-    return Card(
-        id=uuid,
-        index=index,
-        name=_text(_asic(device).get("market_name")),
-        memory_total_mib=total,
-        memory_used_mib=used,
-        cores_utilization_percent=_utilization(device),
-        # A partition's board figures are its physical card's, never its own entry's.
-        temperature_celsius=_temperature(device) if whole else None,
-        power_usage_watts=_power(device) if whole else None,
-        unhealthy=reason is not None,
-        unhealthy_reason=reason,
-        aliases=device_aliases(device, platform, whole),
-        address=_address(socket, None if whole else device),
-        parent_id=parent,
-    )
-
-
-def _physical_card(
-    socket_doc: Mapping[str, Any], socket: int, devices: list[Mapping[str, Any]]
-) -> Card | None:
-    """A partitioned card's own entry: board temperature, power and health from its first XCP
-    only; memory and utilization are its XCPs' and stay on them."""
-    pid = physical_id(socket_doc, devices)
-    board = _board(devices)
-    index = as_int(board.get("index")) if board is not None else None
-    if pid is None or board is None or index is None:
-        return None
-    reason = _unhealthy(board) or next(("device_lost" for d in devices if _lost(d)), None)
-    mode = _text(board.get("amdsmi_get_gpu_compute_partition"))
-    address: Address = (("socket", socket),) + ((("compute_partition", mode),) if mode else ())
-    return Card(
-        id=pid,
-        index=index,
-        name=_text(_asic(board).get("market_name")),
-        temperature_celsius=_temperature(board),
-        power_usage_watts=_power(board),
-        unhealthy=reason is not None,
-        unhealthy_reason=reason,
-        address=address,
-    )
-
-
-# -- per-process ----------------------------------------------------------------------------------
-
-
-def occupancy_percent(cu: Any, compute_units: int | None) -> float | None:
-    """A CU count as a percent of the device's compute units; "N/A" (0xFFFFFFFF), a count
-    above the device's units, or an unknown unit count are absent."""
-    count = as_int(cu)
-    if count is None or count == CU_OCCUPANCY_INVALID or not compute_units:
-        return None
-    if count < 0 or count > compute_units:
-        return None
-    return round(count * 100.0 / compute_units, 2)
-
-
-def _compute_units(device: Mapping[str, Any]) -> int | None:
-    units = as_int(_asic(device).get("num_compute_units"))
-    return units if units is not None and units > 0 else None
-
-
-Rows = tuple[list[ProcessRow], Reason | None, Reason | None]
-
-
-def _scaled(value: float | None, scale: float | None) -> float | None:
-    """A device-share percent restated as a share of a larger whole (None: cannot be)."""
-    if value is None or scale is None:
-        return None
-    return round(value * scale, 2)
-
-
-def _amdsmi_rows(device: Mapping[str, Any], partition: str | None, scale: float | None) -> Rows:
-    """Rows from amdsmi_get_gpu_process_list. Memory: VRAM bytes. Compute: the process's GFX
-    engine time between this round and the last, as a percent of the wall time between them
-    (first round: `no_baseline`). A process whose engine counter did not move is not shown
-    idle on that evidence alone: ROCm compute queues run through the KFD and never advance the
-    DRM engine counter (ROCm/amdsmi#130), so its KFD `cu_occupancy` answers instead, as a
-    share of the device's compute units, and is absent for that row where invalid."""
-    listed = device["amdsmi_get_gpu_process_list"]
-    code = error_code(listed)
-    if code is not None:
-        reason = reason_for(code)
-        return [], reason, reason
-    at = _number(device.get("processAt"))
-    previous_at = _number(device.get("processPreviousAt"))
-    previous = device.get("processPrevious")
-    previous = previous if isinstance(previous, Mapping) else {}
-    units = _compute_units(device)
-    first = previous_at is None
-    rows: list[ProcessRow] = []
-    for proc in _entries(listed):
-        pid = as_int(proc.get("pid"))
-        if pid is None:
-            continue
-        vram = as_int(_mapping(proc.get("memory_usage")).get("vram_mem"))  # bytes
-        cores = None
-        gfx = _number(_mapping(proc.get("engine_usage")).get("gfx"))  # cumulative ns
-        before = _number(previous.get(str(pid)))
-        if not first and gfx is not None and before is not None:
-            rate, _ = rate_percent(
-                {"value": before, "at": previous_at}, {"value": gfx, "at": at}, scale=1e-9
-            )
-            if rate is not None and rate > 0:
-                cores = rate
-            elif rate is not None:
-                cores = occupancy_percent(proc.get("cu_occupancy"), units)
-        rows.append(
-            ProcessRow(
-                pid=pid,
-                memory_bytes=vram,
-                cores_percent=_scaled(cores, scale),
-                partition_id=partition,
-            )
-        )
-    return rows, None, Reason.NO_BASELINE if first else None
-
-
-def _rsmi_rows(
-    device: Mapping[str, Any],
-    payload: Mapping[str, Any],
-    partition: str | None,
-    scale: float | None,
-) -> Rows:
-    """Rows from ROCm SMI: the host-wide list, the devices each PID holds, and the PID's
-    figures on this device alone. Memory: VRAM bytes. Compute: `cu_occupancy`, which ROCm SMI
-    already gives as a percent of the device's compute units; CU_OCCUPANCY_INVALID is absent
-    for that row alone. A PID that exited between the calls (NOT_FOUND) is no row."""
-    rsmi = device.get("rocm_smi")
-    if not isinstance(rsmi, Mapping) or error_code(rsmi) is not None:
-        return [], Reason.TRANSIENT_DRIVER_ERROR, Reason.TRANSIENT_DRIVER_ERROR
-    listed = payload.get("rsmi_compute_process_info_get")
-    code = error_code(listed)
-    if code is not None:
-        refused = rsmi_reason_for(code)
-        return [], refused, refused
-    index = as_int(rsmi.get("index"))
-    gpus = payload.get("rsmi_compute_process_gpus_get")
-    gpus = gpus if isinstance(gpus, Mapping) else {}
-    mine = rsmi.get("rsmi_compute_process_info_by_device_get")
-    mine = mine if isinstance(mine, Mapping) else {}
-    rows: list[ProcessRow] = []
-    reason: Reason | None = None
-    for proc in _entries(listed):
-        pid = as_int(proc.get("process_id"))
-        if pid is None:
-            continue
-        held = gpus.get(str(pid))
-        held_code = error_code(held)
-        if held_code == RSMI_NOT_FOUND:
-            continue  # exited since the host-wide list
-        if held_code is not None:
-            reason = reason or rsmi_reason_for(held_code)
-            continue
-        if not isinstance(held, list) or index not in held:
-            continue  # on other devices only
-        info = mine.get(str(pid))
-        info_code = error_code(info)
-        if info_code == RSMI_NOT_FOUND:
-            continue
-        if info_code is not None or not isinstance(info, Mapping):
-            reason = reason or rsmi_reason_for(info_code if info_code is not None else -1)
-            continue
-        cu = as_int(info.get("cu_occupancy"))
-        cores = None
-        if cu is not None and cu != CU_OCCUPANCY_INVALID and 0 <= cu <= 100:
-            cores = _scaled(float(cu), scale)
-        rows.append(
-            ProcessRow(
-                pid=pid,
-                memory_bytes=as_int(info.get("vram_usage")),
-                cores_percent=cores,
-                partition_id=partition,
-            )
-        )
-    if reason is not None:
-        return [], reason, reason
-    return rows, None, None
+# -- per-process: the path that answered ------------------------------------------------------
 
 
 def _rows(
@@ -476,11 +102,11 @@ def _rows(
     """One device's rows by the path that answered, or None when none was asked for."""
     path = payload.get("processPath")
     if path == VIA_ROCM_SMI and "rocm_smi" in device:
-        return _rsmi_rows(device, payload, partition, scale)
+        return rsmi_rows(device, payload, partition, scale)
     if path == VIA_WITHHELD and device.get("processesAsked") is True:
         return [], Reason.UNSUPPORTED, Reason.UNSUPPORTED
     if "amdsmi_get_gpu_process_list" in device:
-        return _amdsmi_rows(device, partition, scale)
+        return amdsmi_rows(device, partition, scale)
     return None
 
 
@@ -506,39 +132,6 @@ def _answer(device_id: str, parts: Iterable[Rows]) -> DeviceProcesses:
     )
 
 
-# -- partitions -----------------------------------------------------------------------------------
-
-
-def _partition_reading(
-    parent_id: str, device: Mapping[str, Any], platform: Mapping[str, Any]
-) -> PartitionReading:
-    uuid = device_uuid(device) or ""
-    total, used = _memory(device)
-    cores = _utilization(device)
-    activity = device.get("amdsmi_get_gpu_activity")
-    if cores is not None:
-        cores_reason = None
-    elif error_code(activity) is not None:
-        cores_reason = reason_for(error_code(activity) or -1)
-    else:
-        cores_reason = Reason.UNSUPPORTED  # "N/A" on this handle: a secondary XCP on this stack
-    vram = device.get("amdsmi_get_gpu_vram_usage")
-    memory_reason = None
-    if total is None:
-        code = error_code(vram)
-        memory_reason = reason_for(code) if code is not None else Reason.TRANSIENT_DRIVER_ERROR
-    return PartitionReading(
-        id=uuid,
-        parent_id=parent_id,
-        memory_total_mib=total,
-        memory_used_mib=used,
-        cores_percent=cores,
-        memory_reason=memory_reason,
-        cores_reason=cores_reason,
-        aliases=device_aliases(device, platform, whole=False),
-    )
-
-
 # -- the whole payload ----------------------------------------------------------------------------
 
 
@@ -548,7 +141,7 @@ class _Socket:
     def __init__(self, position: int, doc: Mapping[str, Any], platform: Mapping[str, Any]):
         self.position = position
         self.doc = doc
-        self.devices = _entries(doc.get("processors"))
+        self.devices = entries(doc.get("processors"))
         self.partitioned = len(self.devices) > 1
         self.physical = physical_id(doc, self.devices) if self.partitioned else None
         self.ids: list[tuple[str, ...]] = []
@@ -561,7 +154,7 @@ class _Socket:
 def _sockets(payload: Mapping[str, Any]) -> list[_Socket]:
     platform = payload.get("xcpPlatformDevices")
     platform = platform if isinstance(platform, Mapping) else {}
-    return [_Socket(i, s, platform) for i, s in enumerate(_entries(payload.get("sockets")))]
+    return [_Socket(i, s, platform) for i, s in enumerate(entries(payload.get("sockets")))]
 
 
 def _request(payload: Mapping[str, Any], key: str) -> list[Any]:
@@ -600,7 +193,7 @@ def parse_partitions(
             elif parent != socket.physical:
                 reason = Reason.TRANSIENT_DRIVER_ERROR  # not under the card it was recorded on
             else:
-                out.append(_partition_reading(socket.physical, device, platform))
+                out.append(partition_reading(socket.physical, device, platform))
                 continue
         out.append(
             PartitionReading(
@@ -620,7 +213,7 @@ def parse_processes(
     out: list[DeviceProcesses] = []
     for socket in sockets:
         whole = socket.partitioned and socket.physical is not None and socket.physical in carved
-        units_total = sum(_compute_units(d) or 0 for d in socket.devices)
+        units_total = sum(compute_units_of(d) or 0 for d in socket.devices)
         parts: list[Rows] = []
         for device, ids in zip(socket.devices, socket.ids, strict=True):
             if not ids:
@@ -629,7 +222,7 @@ def parse_processes(
             if own is not None:
                 out.append(_answer(ids[0], [own]))
             if whole:
-                units = _compute_units(device)
+                units = compute_units_of(device)
                 share = units / units_total if units and units_total else None
                 part = _rows(device, payload, ids[0], share)
                 failed_part: Rows = (
@@ -651,14 +244,16 @@ def parse(payload: Payload) -> VendorReading:
     for socket in sockets:
         if not socket.partitioned:
             for device in socket.devices:
-                if (card := _card(device, socket.position, platform, whole=True)) is not None:
+                if (
+                    card := processor_card(device, socket.position, platform, whole=True)
+                ) is not None:
                     cards.append(card)
             continue
-        physical = _physical_card(socket.doc, socket.position, socket.devices)
+        physical = physical_card(socket.doc, socket.position, socket.devices)
         if physical is not None:
             cards.append(physical)
         for device in socket.devices:
-            card = _card(
+            card = processor_card(
                 device,
                 socket.position,
                 platform,
@@ -670,8 +265,8 @@ def parse(payload: Payload) -> VendorReading:
     driver = None
     for socket in sockets:
         for device in socket.devices:
-            driver = driver or _text(
-                _mapping(device.get("amdsmi_get_gpu_driver_info")).get("driver_version")
+            driver = driver or text(
+                mapping(device.get("amdsmi_get_gpu_driver_info")).get("driver_version")
             )
     path = payload.get("processPath")
     return VendorReading(
@@ -854,9 +449,9 @@ class AmdBackend:
         the bus between two calls of a read answers its UUID and then NOT_FOUND, and the
         identity it gave before (its serial, its PCI address) must survive that read. A
         processor whose identity call failed carries what was known of it (`known`)."""
-        uuid = _text(device["amdsmi_get_gpu_device_uuid"])
+        uuid = text(device["amdsmi_get_gpu_device_uuid"])
         known = self._known.get(key, {})
-        if uuid is not None and _text(known.get("uuid")) != uuid:
+        if uuid is not None and text(known.get("uuid")) != uuid:
             known = {}  # another processor at this position: nothing of the old one is its
         answered = {
             name: device[entry]
@@ -897,7 +492,7 @@ class AmdBackend:
             device["processesAsked"] = True
             return set()
         if self._path == VIA_ROCM_SMI:
-            return set()  # answered host-wide in _rocm_smi()
+            return set()  # answered host-wide in read_processes() (vendors/_amd_rocm_smi.py)
         listed = self._call(smi.amdsmi_get_gpu_process_list, handle)
         device["amdsmi_get_gpu_process_list"] = listed
         device["processAt"] = now
@@ -905,9 +500,9 @@ class AmdBackend:
         previous_at = self._baseline.exchange(f"{uuid}|", Sample(0.0, now))
         device["processPreviousAt"] = previous_at.at if previous_at is not None else None
         previous: dict[str, float] = {}
-        for proc in _entries(listed):
+        for proc in entries(listed):
             pid = as_int(proc.get("pid"))
-            gfx = finite(_mapping(proc.get("engine_usage")).get("gfx"))
+            gfx = finite(mapping(proc.get("engine_usage")).get("gfx"))
             if pid is None or gfx is None:
                 continue
             key = f"{uuid}|{pid}"
@@ -917,69 +512,6 @@ class AmdBackend:
                 previous[str(pid)] = before.value
         device["processPrevious"] = previous
         return seen
-
-    def _rocm_smi(self, payload: dict[str, Any], carved: list[dict[str, Any]]) -> None:
-        """ROCm SMI's answer for the carved devices: which rsmi device each one is (by PCI id,
-        partition bits included), the host-wide list, each PID's devices, its figures there."""
-        rsmi = self._rsmi
-        if rsmi is None:
-            return
-        try:
-            indices = {rsmi.pci_id(i): i for i in range(rsmi.device_count())}
-        except RsmiError as exc:
-            for device in carved:
-                device["rocm_smi"] = failed(exc.name, exc.code)
-            return
-        try:
-            listed = [
-                {
-                    "process_id": p.pid,
-                    "pasid": p.pasid,
-                    "vram_usage": p.vram_bytes,
-                    "sdma_usage": p.sdma_us,
-                    "cu_occupancy": p.cu_occupancy,
-                }
-                for p in rsmi.processes()
-            ]
-        except RsmiError as exc:
-            payload["rsmi_compute_process_info_get"] = failed(exc.name, exc.code)
-            for device in carved:
-                bdf_id = as_int(device.get("amdsmi_get_gpu_bdf_id"))
-                device["rocm_smi"] = {"index": indices.get(bdf_id) if bdf_id is not None else None}
-            return
-        payload["rsmi_compute_process_info_get"] = listed
-        held: dict[str, Any] = {}
-        for proc in listed:
-            try:
-                held[str(proc["process_id"])] = rsmi.gpus_of(proc["process_id"])
-            except RsmiError as exc:
-                held[str(proc["process_id"])] = failed(exc.name, exc.code)
-        payload["rsmi_compute_process_gpus_get"] = held
-        for device in carved:
-            bdf_id = as_int(device.get("amdsmi_get_gpu_bdf_id"))
-            index = indices.get(bdf_id) if bdf_id is not None else None
-            if index is None:
-                device["rocm_smi"] = failed("no rsmi device with this PCI id", -1)
-                continue
-            mine: dict[str, Any] = {}
-            for pid, devices in held.items():
-                if isinstance(devices, list) and index in devices:
-                    try:
-                        p = rsmi.process_on(int(pid), index)
-                    except RsmiError as exc:
-                        mine[pid] = failed(exc.name, exc.code)
-                        continue
-                    mine[pid] = {
-                        "process_id": p.pid,
-                        "pasid": p.pasid,
-                        "vram_usage": p.vram_bytes,
-                        "sdma_usage": p.sdma_us,
-                        "cu_occupancy": p.cu_occupancy,
-                    }
-            device["rocm_smi"] = {
-                "index": index,
-                "rsmi_compute_process_info_by_device_get": mine,
-            }
 
     def read(self, request: ReadRequest) -> Payload:
         smi = self._smi
@@ -1020,7 +552,7 @@ class AmdBackend:
             partitioned = len(devices) > 1
             board = 0
             for p, device in enumerate(devices):
-                kfd = _mapping(device["amdsmi_get_gpu_kfd_info"])
+                kfd = mapping(device["amdsmi_get_gpu_kfd_info"])
                 if as_int(kfd.get("current_partition_id")) == 0:
                     board = p
                     break
@@ -1036,8 +568,8 @@ class AmdBackend:
                     carved_devices.append(device)
             doc["processors"] = devices
             payload["sockets"].append(doc)
-        if self._path == VIA_ROCM_SMI and carved_devices:
-            self._rocm_smi(payload, carved_devices)
+        if self._path == VIA_ROCM_SMI and carved_devices and self._rsmi is not None:
+            read_processes(self._rsmi, payload, carved_devices)
         self._baseline.keep_only(seen)
         return payload
 

@@ -4,6 +4,12 @@ DCUs) and `libhydmi_mig.so` (multi-instance partitions, under NVML's symbol name
 privately and deep-bound so it never answers for a libnvidia-ml in the same process, nor the
 other way).
 
+Here: the backend (which libraries, open, read, parse, close), and what ROCm SMI answers, read
+and parsed: identity, card figures and per-process rows. What each of the two optional libraries
+answers is read and parsed in a module of its own: vDCUs in vendors/_hygon_vdcu.py, MIG
+partitions and the driver's registry of them in vendors/_hygon_mig.py. parse_partitions() here
+sends each partition asked for to the one that names it.
+
 `read()` asks the libraries and writes down what each entry point answered under its C name; a
 failed call is {"error": <status name>, "code": <status>}. `parse()` is pure. Facts used here:
 ../shared/reference/vendors.md §4 and §12, reference-implementation.md (Hygon), Hygon's public
@@ -21,9 +27,8 @@ library gives no UUID, is `MIG-<card id>/<gpu instance>/<compute instance>`, wit
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping
-from ctypes import byref, c_char, c_int, c_int64, c_uint32, c_uint64, c_void_p
+from ctypes import byref, c_char, c_int64, c_uint32, c_uint64
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -44,6 +49,10 @@ from devicemanager.model import (
 from vendors import _hygon_lib as lib
 from vendors._common import error_code as _error
 from vendors._common import failed, finite, load, reasons
+from vendors._hygon_mig import MIG_CONFIG as MIG_CONFIG
+from vendors._hygon_mig import MIG_CONFIG_ENV as MIG_CONFIG_ENV
+from vendors._hygon_mig import Instance, instance_reading, mig_instances, mig_reading, read_mig
+from vendors._hygon_vdcu import VDCU, read_vdcu, vdcu_reading
 
 MANUFACTURER = "hygon"
 
@@ -59,44 +68,20 @@ ROCM_SMI = Library(
 HYDMI = Library("hydmi", ("libhydmi.so", "libhydmi.so.1"), DIRECTORIES)
 HYDMI_MIG = Library("hydmi_mig", ("libhydmi_mig.so", "libhydmi_mig.so.1"), DIRECTORIES)
 
-# The driver's registry of live MIG compute instances, one dev<N>gi<G>ci<C>.conf each, the only
-# place their UUIDs are written. The variable points the backend at a copy (tests, a container
-# that mounts it elsewhere).
-MIG_CONFIG_ENV = "DEVICEMANAGER_HYGON_MIG_CONFIG"
-MIG_CONFIG = "/etc/dmi_mig_config"
-
 PROCESS_LIST_ATTEMPTS = 3  # asked again when the list grew between the size probe and the read
 MAX_PROCESSES = 4096  # the most rows one list read takes; more is `truncated`
 MAX_DEVICES_PER_PROCESS = 64
 MAX_PARTITIONS = 1024  # partitions one round reads; a node holds far fewer
-MAX_REGISTRY_FILES = 1024
-MAX_REGISTRY_BYTES = 65536
 
 rsmi_reason = reasons(
     unsupported=frozenset({lib.RSMI_NOT_SUPPORTED, lib.RSMI_NOT_YET_IMPLEMENTED}),
     permission=frozenset({lib.RSMI_PERMISSION}),
     truncated=frozenset({lib.RSMI_INSUFFICIENT_SIZE}),
 )
-dmi_reason = reasons(
-    unsupported=frozenset(
-        {lib.DMI_NOT_SUPPORTED, lib.DMI_DEVICE_NOT_SUPPORT, lib.DMI_NOT_YET_IMPLEMENTED}
-    ),
-    permission=frozenset({lib.DMI_PERMISSION}),
-    truncated=frozenset({24}),
-)
-mig_reason = reasons(
-    unsupported=frozenset({lib.MIG_NOT_SUPPORTED, lib.MIG_FUNCTION_NOT_FOUND, lib.MIG_DEPRECATED}),
-    permission=frozenset({lib.MIG_NO_PERMISSION}),
-    truncated=frozenset({lib.MIG_INSUFFICIENT_SIZE}),
-)
 
 # Where a call is refused because the library does not export it: each library's own
 # "not supported" code, so the reason is `unsupported`.
 NOT_EXPORTED = "NOT_EXPORTED"
-
-_VDCU = re.compile(r"(?:vDCU-|vdev)(\d{1,6})", re.IGNORECASE)
-_REGISTRY_NAME = re.compile(r"dev(\d{1,4})gi(\d{1,6})ci(\d{1,6})\.conf")
-_UUID = re.compile(r"[0-9A-Za-z][0-9A-Za-z-]{0,63}")
 
 
 # -- parse: pure ------------------------------------------------------------------------------
@@ -338,221 +323,6 @@ def parse_processes(
     )
 
 
-def _normal_uuid(value: str) -> str:
-    return value[4:].lower() if value[:4].upper() == "MIG-" else value.lower()
-
-
-class _Instance:
-    """One MIG compute instance as the partition walk found it."""
-
-    def __init__(
-        self, card_id: str, card: Mapping[str, Any], mig: Mapping[str, Any], uuid: str | None
-    ) -> None:
-        self.card_id = card_id
-        self.card = card
-        self.mig = mig
-        self.gi = as_int(mig.get("nvmlDeviceGetGpuInstanceId"))
-        self.ci = as_int(mig.get("nvmlDeviceGetComputeInstanceId"))
-        self.id = f"MIG-{card_id}/{self.gi}/{self.ci}"
-        self.uuid = uuid
-        aliases = []
-        if uuid:
-            aliases += [f"MIG-{uuid}", f"MIG-{uuid.lower()}"]
-        self.aliases = tuple(dict.fromkeys(a for a in aliases if a != self.id))
-
-    def answers_to(self, wanted: str) -> bool:
-        if wanted == self.id or wanted in self.aliases:
-            return True
-        return self.uuid is not None and _normal_uuid(wanted) == self.uuid.lower()
-
-
-def _instances(payload: Mapping[str, Any], ids: Mapping[int, tuple[str, ...]]) -> list[_Instance]:
-    mig = payload.get("mig")
-    if not isinstance(mig, Mapping):
-        return []
-    registry = mig.get("registry")
-    registry = registry if isinstance(registry, Mapping) and _error(registry) is None else {}
-    out = []
-    for card in _entries(mig.get("cards")):
-        index = as_int(card.get("index"))
-        if index not in ids or index is None:
-            continue
-        dmi_index = as_int(card.get("nvmlDeviceGetIndex"))
-        for m in _entries(card.get("migDevices")):
-            gi = as_int(m.get("nvmlDeviceGetGpuInstanceId"))
-            ci = as_int(m.get("nvmlDeviceGetComputeInstanceId"))
-            if gi is None or ci is None:
-                continue
-            uuid = registry.get(f"dev{dmi_index}gi{gi}ci{ci}") if dmi_index is not None else None
-            valid = isinstance(uuid, str) and _UUID.fullmatch(uuid)
-            out.append(_Instance(ids[index][0], card, m, uuid if valid else None))
-    return out
-
-
-def _card_walk_reason(card: Mapping[str, Any]) -> Reason | None:
-    """Why a card's MIG handles could not be listed, or None when they were."""
-    for key in (
-        "nvmlDeviceGetHandleByPciBusId",
-        "nvmlDeviceGetIndex",
-        "nvmlDeviceGetMaxMigDeviceCount",
-        "migDevices",
-    ):
-        code = _error(card.get(key))
-        if code is not None:
-            return mig_reason(code)  # NOT_FOUND (no card at that bus id) is transient
-    bus, reported = card.get("busId"), card.get("nvmlDeviceGetPciInfo")
-    # The library's own PCI query answers an empty string (measured); a bus id it does write
-    # must be the card's, or the handle is another card's.
-    if (
-        isinstance(reported, str)
-        and reported
-        and isinstance(bus, str)
-        and (reported.lower() != bus.lower())
-    ):
-        return Reason.INVALID_DATA
-    return None
-
-
-def _mig_reading(
-    wanted: str,
-    parent: str,
-    payload: Mapping[str, Any],
-    instances: list[_Instance],
-    parent_ids: tuple[str, ...] | None,
-) -> PartitionReading | _Instance:
-    """The instance a MIG partition request names, or a reading saying why it has none."""
-
-    def absent(reason: Reason) -> PartitionReading:
-        return PartitionReading(
-            id=wanted, parent_id=parent, memory_reason=reason, cores_reason=reason
-        )
-
-    libraries = payload.get("libraries")
-    if not (isinstance(libraries, Mapping) and libraries.get("hydmi_mig") is True):
-        return absent(Reason.UNSUPPORTED)  # no multi-instance library on this node
-    mig = payload.get("mig")
-    if not isinstance(mig, Mapping):
-        return absent(Reason.TRANSIENT_DRIVER_ERROR)
-    mode = mig.get("nvmlGetSystemMigMode")
-    if _error(mode) is not None:
-        return absent(mig_reason(_error(mode) or 0))
-    if not (isinstance(mode, Mapping) and mode.get("current") == lib.MIG_ENABLE):
-        return absent(Reason.UNSUPPORTED)  # the node is not in multi-instance mode
-    if parent and parent_ids is None:
-        return absent(Reason.TRANSIENT_DRIVER_ERROR)  # its card is not enumerated
-    found = [
-        i for i in instances if i.answers_to(wanted) and (parent_ids is None or i.card_id == parent)
-    ]
-    if len(found) > 1 or (
-        found
-        and sum(
-            1
-            for i in instances
-            if (i.card_id, i.gi, i.ci) == (found[0].card_id, found[0].gi, found[0].ci)
-        )
-        > 1
-    ):
-        return absent(Reason.INVALID_DATA)  # two handles claim it: neither can be trusted
-    if not found:
-        cards = [
-            c for c in _entries(mig.get("cards")) if parent_ids is None or c.get("id") == parent
-        ]
-        walk = [r for r in map(_card_walk_reason, cards) if r is not None]
-        return absent(walk[0] if walk else Reason.TRANSIENT_DRIVER_ERROR)
-    if (walk_reason := _card_walk_reason(found[0].card)) is not None:
-        return absent(walk_reason)
-    return found[0]
-
-
-def _instance_reading(instance: _Instance, aliases: Iterable[str]) -> PartitionReading:
-    m = instance.mig
-    memory, util = m.get("nvmlDeviceGetMemoryInfo"), m.get("nvmlDeviceGetUtilizationRates")
-    m_code, u_code = _error(memory), _error(util)
-    total = used = None
-    memory_reason = mig_reason(m_code) if m_code is not None else None
-    if memory_reason is None and isinstance(memory, Mapping):
-        total = mib_from_bytes(as_int(memory.get("total")))  # bytes, as NVML's struct
-        used = mib_from_bytes(as_int(memory.get("used")))
-        if total is None or used is None:
-            memory_reason, total, used = Reason.INVALID_DATA, None, None
-    cores_reason = mig_reason(u_code) if u_code is not None else None
-    cores = None
-    if cores_reason is None and isinstance(util, Mapping):
-        # The partition's own utilization, measured on its own handle; never restated.
-        value = as_int(util.get("gpu"))
-        cores = float(value) if value is not None else None
-        cores_reason = None if cores is not None else Reason.INVALID_DATA
-    return PartitionReading(
-        id=instance.id,
-        parent_id=instance.card_id,
-        memory_total_mib=total,
-        memory_used_mib=used,
-        cores_percent=cores,
-        memory_reason=memory_reason,
-        cores_reason=cores_reason,
-        aliases=tuple(dict.fromkeys(a for a in (*instance.aliases, *aliases) if a != instance.id)),
-    )
-
-
-def _vdcu_reading(
-    wanted: str,
-    number: int,
-    parent: str,
-    payload: Mapping[str, Any],
-    devices: Mapping[int, tuple[str, ...]],
-    parent_ids: tuple[str, ...] | None,
-) -> PartitionReading:
-    """A virtual DCU read on its own index: memory (bytes) and its busy percent."""
-    canonical = f"vDCU-{number}"
-
-    def absent(reason: Reason, parent_id: str = parent) -> PartitionReading:
-        return PartitionReading(
-            id=wanted, parent_id=parent_id, memory_reason=reason, cores_reason=reason
-        )
-
-    libraries = payload.get("libraries")
-    if not (isinstance(libraries, Mapping) and libraries.get("hydmi") is True):
-        return absent(Reason.UNSUPPORTED)  # no vDCU library on this node
-    entry = next(
-        (v for v in _entries(payload.get("vdcu")) if as_int(v.get("index")) == number), None
-    )
-    if entry is None:
-        return absent(Reason.TRANSIENT_DRIVER_ERROR)
-    info = entry.get("dmiGetVDeviceInfo")
-    code = _error(info)
-    if code is not None or not isinstance(info, Mapping):
-        # VDEV_NOT_EXIST: destroyed under a live allocation, or not created yet.
-        return absent(dmi_reason(code) if code is not None else Reason.TRANSIENT_DRIVER_ERROR)
-    physical = as_int(info.get("device_id"))
-    card = devices.get(physical) if physical is not None else None
-    if card is None:
-        return absent(Reason.TRANSIENT_DRIVER_ERROR)  # its card is not enumerated
-    if parent and parent_ids is not None and card[0] != parent_ids[0]:
-        # The allocation names another card: not the vDCU it was given.
-        return absent(Reason.TRANSIENT_DRIVER_ERROR)
-    total = mib_from_bytes(as_int(info.get("global_mem_size")))
-    used = mib_from_bytes(as_int(info.get("usage_mem_size")))
-    memory_reason = None if total is not None and used is not None else Reason.INVALID_DATA
-    busy = entry.get("dmiGetVDevBusyPercent")
-    b_code = _error(busy)
-    busy_value = as_int(busy) if b_code is None else None
-    cores = float(busy_value) if busy_value is not None else None
-    cores_reason = None
-    if cores is None:
-        cores_reason = dmi_reason(b_code) if b_code is not None else Reason.INVALID_DATA
-    aliases = tuple(dict.fromkeys(a for a in (f"vdev{number}", wanted) if a != canonical))
-    return PartitionReading(
-        id=canonical,
-        parent_id=card[0],
-        memory_total_mib=None if memory_reason else total,
-        memory_used_mib=None if memory_reason else used,
-        cores_percent=cores,
-        memory_reason=memory_reason,
-        cores_reason=cores_reason,
-        aliases=aliases,
-    )
-
-
 def _wanted(payload: Mapping[str, Any]) -> list[tuple[str, str]]:
     request = payload.get("request")
     items = request.get("partitions") if isinstance(request, Mapping) else None
@@ -571,14 +341,14 @@ def parse_partitions(
     for card in ids.values():
         for alias in card:
             by_alias[alias] = card
-    instances = _instances(payload, ids)
-    found: dict[str, tuple[_Instance, list[str]]] = {}
+    instances = mig_instances(payload, ids)
+    found: dict[str, tuple[Instance, list[str]]] = {}
     out: dict[tuple[str, str], PartitionReading] = {}
     for parent, wanted in _wanted(payload):
         parent_ids = by_alias.get(parent) if parent else None
         canonical_parent = parent_ids[0] if parent_ids else parent
-        if m := _VDCU.fullmatch(wanted):
-            reading = _vdcu_reading(
+        if m := VDCU.fullmatch(wanted):
+            reading = vdcu_reading(
                 wanted, int(m.group(1)), canonical_parent, payload, ids, parent_ids
             )
             if (reading.id, reading.parent_id) in out:
@@ -590,14 +360,14 @@ def parse_partitions(
                 reading = PartitionReading(**{**_fields(previous), "aliases": aliases})
             out[(reading.id, reading.parent_id)] = reading
             continue
-        answer = _mig_reading(wanted, canonical_parent, payload, instances, parent_ids)
+        answer = mig_reading(wanted, canonical_parent, payload, instances, parent_ids)
         if isinstance(answer, PartitionReading):
             out.setdefault((answer.id, answer.parent_id), answer)
             continue
         instance, spellings = found.setdefault(answer.id, (answer, []))
         spellings.append(wanted)
     for instance, spellings in found.values():
-        reading = _instance_reading(instance, spellings)
+        reading = instance_reading(instance, spellings)
         out[(reading.id, reading.parent_id)] = reading
     return tuple(out.values())
 
@@ -651,37 +421,6 @@ def parse(payload: Payload) -> VendorReading:
 
 
 # -- read: the libraries ----------------------------------------------------------------------
-
-
-def read_registry(root: Path) -> dict[str, Any]:
-    """The driver's MIG registry: `dev<N>gi<G>ci<C>` -> the instance's UUID (`mig_uuid:`).
-
-    A missing directory is an empty registry (no instance exists); one that cannot be read is
-    recorded as such, so no request is answered "no such partition" from ignorance. Bounded in
-    files and bytes: a registry is a handful of small files."""
-    ci = root / "ci"
-    try:
-        names = sorted(os.listdir(ci))
-    except FileNotFoundError:
-        return {}
-    except OSError as exc:
-        return failed(f"unreadable: {exc.strerror or exc}", exc.errno or -1)
-    out: dict[str, Any] = {}
-    for name in names[:MAX_REGISTRY_FILES]:
-        m = _REGISTRY_NAME.fullmatch(name)
-        if m is None:
-            continue
-        try:
-            with open(ci / name, "rb") as f:
-                text = f.read(MAX_REGISTRY_BYTES).decode("utf-8", "replace")
-        except OSError:
-            continue  # one unreadable file does not blind the reader to the others
-        for line in text.splitlines():
-            key, sep, value = line.partition(":")
-            if sep and key.strip() == "mig_uuid" and _UUID.fullmatch(value.strip()):
-                out[f"dev{int(m.group(1))}gi{int(m.group(2))}ci{int(m.group(3))}"] = value.strip()
-                break
-    return out
 
 
 class HygonBackend:
@@ -956,154 +695,6 @@ class HygonBackend:
                 if isinstance(devices, list) and index in devices
             ]
 
-    def _vdcu(self, numbers: list[int]) -> list[dict[str, Any]]:
-        assert self._dmi is not None
-        out = []
-        for number in numbers:
-            entry: dict[str, Any] = {"index": number}
-            info_fn = self._dmi.get("dmiGetVDeviceInfo")
-            info = lib.DmiDeviceInfo()
-            rc = None if info_fn is None else int(info_fn(number, byref(info)))
-            if rc == lib.DMI_SUCCESS:
-                entry["dmiGetVDeviceInfo"] = {
-                    "name": lib.c_text(info.name),
-                    "compute_unit_count": info.compute_unit_count,
-                    "global_mem_size": info.global_mem_size,  # bytes
-                    "usage_mem_size": info.usage_mem_size,  # bytes
-                    "container_id": info.container_id,
-                    "device_id": info.device_id,  # the physical card's index
-                }
-            else:
-                code = lib.DMI_NOT_SUPPORTED if rc is None else rc
-                entry["dmiGetVDeviceInfo"] = failed(
-                    NOT_EXPORTED if rc is None else lib.dmi_status_name(code), code
-                )
-            busy_fn = self._dmi.get("dmiGetVDevBusyPercent")
-            busy = c_int()
-            rc = None if busy_fn is None else int(busy_fn(number, byref(busy)))
-            if rc == lib.DMI_SUCCESS:
-                entry["dmiGetVDevBusyPercent"] = busy.value  # percent of the vDCU, 0-100
-            else:
-                code = lib.DMI_NOT_SUPPORTED if rc is None else rc
-                entry["dmiGetVDevBusyPercent"] = failed(
-                    NOT_EXPORTED if rc is None else lib.dmi_status_name(code), code
-                )
-            out.append(entry)
-        return out
-
-    def _mig_call(self, name: str, *args: Any) -> int:
-        assert self._mig is not None
-        fn = self._mig.get(name)
-        return lib.MIG_FUNCTION_NOT_FOUND if fn is None else int(fn(*args))
-
-    def _mig_failed(self, name: str, rc: int) -> dict[str, Any]:
-        assert self._mig is not None
-        if self._mig.get(name) is None:
-            return failed(NOT_EXPORTED, lib.MIG_FUNCTION_NOT_FOUND)
-        return failed(lib.mig_status_name(rc), rc)
-
-    def _mig_value(self, name: str, *args: Any) -> Any:
-        out = c_uint32()
-        rc = self._mig_call(name, *args, byref(out))
-        return int(out.value) if rc == lib.MIG_SUCCESS else self._mig_failed(name, rc)
-
-    def _mig_device(self, handle: c_void_p, global_index: int) -> dict[str, Any]:
-        m: dict[str, Any] = {"nvmlDeviceGetMigDeviceHandleByIndex": global_index}
-        m["nvmlDeviceGetGpuInstanceId"] = self._mig_value("nvmlDeviceGetGpuInstanceId", handle)
-        m["nvmlDeviceGetComputeInstanceId"] = self._mig_value(
-            "nvmlDeviceGetComputeInstanceId", handle
-        )
-        memory = lib.MigMemory()
-        rc = self._mig_call("nvmlDeviceGetMemoryInfo", handle, byref(memory))
-        m["nvmlDeviceGetMemoryInfo"] = (
-            {"total": memory.total, "free": memory.free, "used": memory.used}  # bytes
-            if rc == lib.MIG_SUCCESS
-            else self._mig_failed("nvmlDeviceGetMemoryInfo", rc)
-        )
-        util = lib.MigUtilization()
-        rc = self._mig_call("nvmlDeviceGetUtilizationRates", handle, byref(util))
-        m["nvmlDeviceGetUtilizationRates"] = (
-            {"gpu": util.gpu, "memory": util.memory}  # percent of the partition
-            if rc == lib.MIG_SUCCESS
-            else self._mig_failed("nvmlDeviceGetUtilizationRates", rc)
-        )
-        return m
-
-    def _mig_card(self, index: int, card_id: str, bus: str | None, count: int) -> dict[str, Any]:
-        c: dict[str, Any] = {"index": index, "id": card_id, "busId": bus}
-        if bus is None:
-            # Without ROCm SMI's bus id the card cannot be reached in this library at all.
-            c["nvmlDeviceGetHandleByPciBusId"] = failed("NO_BUS_ID", lib.MIG_NOT_FOUND)
-            return c
-        handle = c_void_p()
-        rc = self._mig_call("nvmlDeviceGetHandleByPciBusId", bus.encode(), byref(handle))
-        if rc != lib.MIG_SUCCESS:
-            c["nvmlDeviceGetHandleByPciBusId"] = self._mig_failed(
-                "nvmlDeviceGetHandleByPciBusId", rc
-            )
-            return c
-        c["nvmlDeviceGetHandleByPciBusId"] = bus
-        c["nvmlDeviceGetIndex"] = self._mig_value("nvmlDeviceGetIndex", handle)
-        pci = lib.MigPciInfo()
-        rc = self._mig_call("nvmlDeviceGetPciInfo", handle, byref(pci))
-        c["nvmlDeviceGetPciInfo"] = (
-            lib.c_text(pci.bus_id)
-            if rc == lib.MIG_SUCCESS
-            else self._mig_failed("nvmlDeviceGetPciInfo", rc)
-        )
-        per_card = self._mig_value("nvmlDeviceGetMaxMigDeviceCount", handle)
-        c["nvmlDeviceGetMaxMigDeviceCount"] = per_card
-        if not isinstance(per_card, int):
-            return c
-        # MIG device indexes number the whole node's instances (GPUStack measured it): an
-        # index of another card's answers NOT_FOUND here, so the sweep covers the node's space
-        # and stops once this card's own maximum is found.
-        migs: list[dict[str, Any]] | dict[str, Any] = []
-        per_card = min(per_card, 64)
-        for global_index in range(per_card * max(count, 1)):
-            if isinstance(migs, list) and len(migs) >= per_card:
-                break
-            mig = c_void_p()
-            rc = self._mig_call(
-                "nvmlDeviceGetMigDeviceHandleByIndex", handle, global_index, byref(mig)
-            )
-            if rc == lib.MIG_SUCCESS and isinstance(migs, list):
-                migs.append(self._mig_device(mig, global_index))
-            elif rc in (lib.MIG_NOT_FOUND, lib.MIG_NOT_SUPPORTED, lib.MIG_INVALID_ARGUMENT):
-                continue  # another card's index, or an empty one: a gap, not a fault
-            else:
-                migs = self._mig_failed("nvmlDeviceGetMigDeviceHandleByIndex", rc)
-                break
-        c["migDevices"] = migs
-        return c
-
-    def _mig_read(
-        self, parents: set[str], cards: Mapping[int, tuple[str, ...]], buses: Mapping[int, Any]
-    ) -> dict[str, Any]:
-        current, pending = c_uint32(), c_uint32()
-        rc = self._mig_call("nvmlGetSystemMigMode", byref(current), byref(pending))
-        out: dict[str, Any] = {
-            "nvmlGetSystemMigMode": {"current": current.value, "pending": pending.value}
-            if rc == lib.MIG_SUCCESS
-            else self._mig_failed("nvmlGetSystemMigMode", rc)
-        }
-        if rc != lib.MIG_SUCCESS or current.value != lib.MIG_ENABLE:
-            return out  # the node is not in multi-instance mode: no partition to walk
-        count = self._mig_value("nvmlDeviceGetCount")
-        out["nvmlDeviceGetCount"] = count
-        out["registry"] = read_registry(self.mig_config)
-        out["cards"] = [
-            self._mig_card(
-                index,
-                ids[0],
-                bus_id_of(buses.get(index)),
-                count if isinstance(count, int) else len(cards),
-            )
-            for index, ids in sorted(cards.items())
-            if "" in parents or parents & set(ids)
-        ]
-        return out
-
     def read(self, request: ReadRequest) -> Payload:
         if self._rsmi is None:
             raise BackendUnavailable("read() before open()")
@@ -1139,18 +730,24 @@ class HygonBackend:
         if carved:
             self._processes(payload, carved)
         vdcus = sorted(
-            {int(m.group(1)) for _, p in partitions if (m := _VDCU.fullmatch(p)) is not None}
+            {int(m.group(1)) for _, p in partitions if (m := VDCU.fullmatch(p)) is not None}
         )
         if vdcus and self._dmi is not None:
-            payload["vdcu"] = self._vdcu(vdcus)
-        mig_parents = {parent for parent, p in partitions if not _VDCU.fullmatch(p)}
+            payload["vdcu"] = read_vdcu(self._dmi, vdcus)
+        mig_parents = {parent for parent, p in partitions if not VDCU.fullmatch(p)}
         if mig_parents and self._mig is not None:
             buses = {d["index"]: d.get("rsmi_dev_pci_id_get") for d in devices}
             for d in devices:
                 known = d.get("known")
                 if not isinstance(buses[d["index"]], int) and isinstance(known, dict):
                     buses[d["index"]] = known.get("bdf")
-            payload["mig"] = self._mig_read(mig_parents, ids, buses)
+            payload["mig"] = read_mig(
+                self._mig,
+                self.mig_config,
+                mig_parents,
+                ids,
+                {index: bus_id_of(bdf) for index, bdf in buses.items()},
+            )
         return payload
 
     def parse(self, payload: Payload) -> VendorReading:

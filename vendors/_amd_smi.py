@@ -1,0 +1,383 @@
+"""What amdsmi answered for AMD Instinct, parsed: the pure part of the amdsmi path, whose
+reading (through the `amdsmi` wheel) is the backend's, in vendors/amd.py.
+
+Apart from vendors/amd.py (the backend, its amdsmi reading and the whole payload's parse) so
+that each can be read on its own: here is what one processor's answers mean (its identity, the
+ids allocators know it by, its card figures, its amdsmi process rows, its reading as a
+partition), there how a payload's sockets become cards, partitions and process answers. The
+identity helpers are shared by read() and parse(). What ROCm SMI answers where amdsmi's process
+list is known broken is in vendors/_amd_rocm_smi.py, and gives its rows in the form here (Rows).
+
+A failed call is {"error": <exception>, "code": <amdsmi_status_t>}; the wheel's "N/A" strings
+are kept in the payload as they come and are absent figures here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from devicemanager.model import Address, Card, PartitionReading, ProcessRow, Reason, as_int
+from vendors._common import error_code, finite, rate_percent
+from vendors._rocm_smi_lib import CU_OCCUPANCY_INVALID
+
+# amdsmi_status_t (amdsmi.h).
+NOT_SUPPORTED = 2
+NOT_YET_IMPLEMENTED = 3
+FAIL_LOAD_SYMBOL = 5
+NO_PERM = 10
+OUT_OF_RESOURCES = 15
+NOT_FOUND = 31
+INSUFFICIENT_SIZE = 41
+
+NA = "N/A"  # the wheel's word for a sentinel (0xFFFF, UINT32_MAX, an empty string)
+
+
+# -- reasons --------------------------------------------------------------------------------------
+
+
+def reason_for(code: int) -> Reason:
+    """Why a figure is absent, from an amdsmi_status_t: "cannot" apart from "could not"."""
+    if code in (NOT_SUPPORTED, NOT_YET_IMPLEMENTED, FAIL_LOAD_SYMBOL):
+        return Reason.UNSUPPORTED
+    if code == NO_PERM:
+        return Reason.PERMISSION
+    if code in (OUT_OF_RESOURCES, INSUFFICIENT_SIZE):
+        return Reason.TRUNCATED
+    # RETRY, TIMEOUT, BUSY, a lost device, anything unknown: the next round asks again.
+    return Reason.TRANSIENT_DRIVER_ERROR
+
+
+# -- identity (shared by read() and parse()) -----------------------------------------------------
+
+
+def text(value: Any) -> str | None:
+    """A string the library gave, or None for the wheel's "N/A" and anything not a string."""
+    return value if isinstance(value, str) and value and value != NA else None
+
+
+def _number(value: Any) -> float | None:
+    """A finite number the library gave; the wheel's "N/A" strings are absent."""
+    return finite(value)
+
+
+def mapping(value: Any) -> Mapping[str, Any]:
+    """An entry point's answer when it answered with an object, else empty."""
+    if isinstance(value, Mapping) and error_code(value) is None:
+        return value
+    return {}
+
+
+def entries(value: Any) -> list[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def serial_id(asic: Mapping[str, Any]) -> str | None:
+    """GPUStack's id for an AMD card: `GPU-` + the ASIC serial in lower-case hex, without the
+    wheel's `0x` (also the HSA agent UUID rocminfo shows). Every XCP of a partitioned card
+    shares it, so it names the physical card."""
+    serial = text(asic.get("asic_serial"))
+    if serial is None:
+        return None
+    digits = serial.lower().removeprefix("0x")
+    if not digits or any(c not in "0123456789abcdef" for c in digits):
+        return None
+    return f"GPU-{digits}"
+
+
+def _identity(device: Mapping[str, Any]) -> Mapping[str, Any]:
+    """What the device answered about itself this round, else what it answered before."""
+    known = device.get("known")
+    return known if isinstance(known, Mapping) else {}
+
+
+def device_uuid(device: Mapping[str, Any]) -> str | None:
+    uuid = text(device.get("amdsmi_get_gpu_device_uuid"))
+    return uuid if uuid is not None else text(_identity(device).get("uuid"))
+
+
+def _asic(device: Mapping[str, Any]) -> Mapping[str, Any]:
+    asic = mapping(device.get("amdsmi_get_gpu_asic_info"))
+    return asic or mapping(_identity(device).get("asic"))
+
+
+def _bdf(device: Mapping[str, Any]) -> str | None:
+    bdf = text(device.get("amdsmi_get_gpu_device_bdf"))
+    return bdf if bdf is not None else text(_identity(device).get("bdf"))
+
+
+def _render_minor(device: Mapping[str, Any]) -> int | None:
+    info = mapping(device.get("amdsmi_get_gpu_enumeration_info"))
+    info = info or mapping(_identity(device).get("enumeration"))
+    return as_int(info.get("drm_render"))
+
+
+def device_aliases(
+    device: Mapping[str, Any], platform: Mapping[str, Any], whole: bool
+) -> tuple[str, ...]:
+    """The other ids allocators record for one processor: GPUStack's `GPU-<ASIC serial>` (a
+    whole card only: an XCP shares it with its siblings), the PCI address the AMD device
+    plugin names a card (and a partitioned card's first XCP) by, and the `amdgpu_xcp_<N>`
+    platform device it names every other XCP by. HAMi's AMD device plugin registers the
+    amdsmi UUID itself, the canonical id."""
+    out: list[str] = []
+    if whole and (serial := serial_id(_asic(device))) is not None:
+        out.append(serial)
+    if (bdf := _bdf(device)) is not None:
+        out.append(bdf)
+    minor = _render_minor(device)
+    name = platform.get(str(minor)) if minor is not None else None
+    if isinstance(name, str) and name:
+        out.append(name)
+    uuid = device_uuid(device)
+    return tuple(dict.fromkeys(a for a in out if a != uuid))
+
+
+def physical_id(socket: Mapping[str, Any], devices: Sequence[Mapping[str, Any]]) -> str | None:
+    """The id of a partitioned card: its ASIC serial as GPUStack records it, else the socket
+    as amdsmi names it."""
+    for device in devices:
+        if (serial := serial_id(_asic(device))) is not None:
+            return serial
+    info = text(socket.get("amdsmi_get_socket_info"))
+    return f"socket-{info}" if info is not None else None
+
+
+def _board(devices: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The XCP that answers for the board: the one read() marked, else the first."""
+    for device in devices:
+        if device.get("board") is True:
+            return device
+    return devices[0] if devices else None
+
+
+# -- card figures ---------------------------------------------------------------------------------
+
+
+def _lost(device: Mapping[str, Any]) -> bool:
+    """The processor stopped answering for itself: "Device Not found" to its identity calls
+    (a sensor or feature that is missing answers NOT_SUPPORTED, not this)."""
+    return any(
+        error_code(device.get(key)) == NOT_FOUND
+        for key in ("amdsmi_get_gpu_device_uuid", "amdsmi_get_gpu_asic_info")
+    )
+
+
+def _temperature(device: Mapping[str, Any]) -> float | None:
+    """Hotspot (junction) first, as MI300 has no edge sensor; edge elsewhere. °C."""
+    temps = device.get("amdsmi_get_temp_metric")
+    if not isinstance(temps, Mapping):
+        return None
+    for sensor in ("HOTSPOT", "EDGE"):
+        value = _number(temps.get(sensor))
+        if value is not None:
+            return value
+    return None
+
+
+def _power(device: Mapping[str, Any]) -> float | None:
+    """Watts: MI300 and later answer current_socket_power; older cards average_socket_power."""
+    info = mapping(device.get("amdsmi_get_power_info"))
+    for key in ("current_socket_power", "average_socket_power"):
+        value = _number(info.get(key))
+        if value is not None:
+            return value
+    return None
+
+
+def _memory(device: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """(total, used) MiB: amdsmi_get_gpu_vram_usage answers MiB (amdsmi.h "MegaBytes", computed
+    by dividing bytes by 1024 * 1024), so no conversion is made."""
+    usage = mapping(device.get("amdsmi_get_gpu_vram_usage"))
+    return as_int(usage.get("vram_total")), as_int(usage.get("vram_used"))
+
+
+def _utilization(device: Mapping[str, Any]) -> float | None:
+    """GFX activity in percent; "N/A" (a secondary XCP on some stacks) and nonsense absent."""
+    value = _number(mapping(device.get("amdsmi_get_gpu_activity")).get("gfx_activity"))
+    return value if value is not None and 0.0 <= value <= 100.0 else None
+
+
+def _unhealthy(device: Mapping[str, Any]) -> str | None:
+    if _lost(device):
+        return "device_lost"
+    ecc = mapping(device.get("amdsmi_get_gpu_total_ecc_count"))
+    uncorrectable = as_int(ecc.get("uncorrectable_count"))
+    if uncorrectable is not None and uncorrectable > 0:
+        return "ecc_uncorrectable"
+    return None
+
+
+def _address(socket: int, device: Mapping[str, Any] | None) -> Address:
+    if device is None:
+        return (("socket", socket),)
+    kfd = mapping(device.get("amdsmi_get_gpu_kfd_info"))
+    partition = as_int(kfd.get("current_partition_id"))
+    return (("socket", socket),) if partition is None else (("socket", socket), ("xcp", partition))
+
+
+def processor_card(
+    device: Mapping[str, Any],
+    socket: int,
+    platform: Mapping[str, Any],
+    *,
+    whole: bool,
+    parent: str | None = None,
+) -> Card | None:
+    uuid = device_uuid(device)
+    index = as_int(device.get("index"))
+    if uuid is None or index is None:
+        return None  # without its identity a device can be named in no figure
+    total, used = _memory(device)
+    reason = _unhealthy(device)
+    return Card(
+        id=uuid,
+        index=index,
+        name=text(_asic(device).get("market_name")),
+        memory_total_mib=total,
+        memory_used_mib=used,
+        cores_utilization_percent=_utilization(device),
+        # A partition's board figures are its physical card's, never its own entry's.
+        temperature_celsius=_temperature(device) if whole else None,
+        power_usage_watts=_power(device) if whole else None,
+        unhealthy=reason is not None,
+        unhealthy_reason=reason,
+        aliases=device_aliases(device, platform, whole),
+        address=_address(socket, None if whole else device),
+        parent_id=parent,
+    )
+
+
+def physical_card(
+    socket_doc: Mapping[str, Any], socket: int, devices: list[Mapping[str, Any]]
+) -> Card | None:
+    """A partitioned card's own entry: board temperature, power and health from its first XCP
+    only; memory and utilization are its XCPs' and stay on them."""
+    pid = physical_id(socket_doc, devices)
+    board = _board(devices)
+    index = as_int(board.get("index")) if board is not None else None
+    if pid is None or board is None or index is None:
+        return None
+    reason = _unhealthy(board) or next(("device_lost" for d in devices if _lost(d)), None)
+    mode = text(board.get("amdsmi_get_gpu_compute_partition"))
+    address: Address = (("socket", socket),) + ((("compute_partition", mode),) if mode else ())
+    return Card(
+        id=pid,
+        index=index,
+        name=text(_asic(board).get("market_name")),
+        temperature_celsius=_temperature(board),
+        power_usage_watts=_power(board),
+        unhealthy=reason is not None,
+        unhealthy_reason=reason,
+        address=address,
+    )
+
+
+# -- per-process ----------------------------------------------------------------------------------
+
+
+def occupancy_percent(cu: Any, compute_units: int | None) -> float | None:
+    """A CU count as a percent of the device's compute units; "N/A" (0xFFFFFFFF), a count
+    above the device's units, or an unknown unit count are absent."""
+    count = as_int(cu)
+    if count is None or count == CU_OCCUPANCY_INVALID or not compute_units:
+        return None
+    if count < 0 or count > compute_units:
+        return None
+    return round(count * 100.0 / compute_units, 2)
+
+
+def compute_units_of(device: Mapping[str, Any]) -> int | None:
+    units = as_int(_asic(device).get("num_compute_units"))
+    return units if units is not None and units > 0 else None
+
+
+# One device's process rows, and why its memory and its compute figures are absent: what the
+# amdsmi path here and the ROCm SMI path (vendors/_amd_rocm_smi.py) both answer.
+Rows = tuple[list[ProcessRow], Reason | None, Reason | None]
+
+
+def scaled(value: float | None, scale: float | None) -> float | None:
+    """A device-share percent restated as a share of a larger whole (None: cannot be)."""
+    if value is None or scale is None:
+        return None
+    return round(value * scale, 2)
+
+
+def amdsmi_rows(device: Mapping[str, Any], partition: str | None, scale: float | None) -> Rows:
+    """Rows from amdsmi_get_gpu_process_list. Memory: VRAM bytes. Compute: the process's GFX
+    engine time between this round and the last, as a percent of the wall time between them
+    (first round: `no_baseline`). A process whose engine counter did not move is not shown
+    idle on that evidence alone: ROCm compute queues run through the KFD and never advance the
+    DRM engine counter (ROCm/amdsmi#130), so its KFD `cu_occupancy` answers instead, as a
+    share of the device's compute units, and is absent for that row where invalid."""
+    listed = device["amdsmi_get_gpu_process_list"]
+    code = error_code(listed)
+    if code is not None:
+        reason = reason_for(code)
+        return [], reason, reason
+    at = _number(device.get("processAt"))
+    previous_at = _number(device.get("processPreviousAt"))
+    previous = device.get("processPrevious")
+    previous = previous if isinstance(previous, Mapping) else {}
+    units = compute_units_of(device)
+    first = previous_at is None
+    rows: list[ProcessRow] = []
+    for proc in entries(listed):
+        pid = as_int(proc.get("pid"))
+        if pid is None:
+            continue
+        vram = as_int(mapping(proc.get("memory_usage")).get("vram_mem"))  # bytes
+        cores = None
+        gfx = _number(mapping(proc.get("engine_usage")).get("gfx"))  # cumulative ns
+        before = _number(previous.get(str(pid)))
+        if not first and gfx is not None and before is not None:
+            rate, _ = rate_percent(
+                {"value": before, "at": previous_at}, {"value": gfx, "at": at}, scale=1e-9
+            )
+            if rate is not None and rate > 0:
+                cores = rate
+            elif rate is not None:
+                cores = occupancy_percent(proc.get("cu_occupancy"), units)
+        rows.append(
+            ProcessRow(
+                pid=pid,
+                memory_bytes=vram,
+                cores_percent=scaled(cores, scale),
+                partition_id=partition,
+            )
+        )
+    return rows, None, Reason.NO_BASELINE if first else None
+
+
+# -- partitions -----------------------------------------------------------------------------------
+
+
+def partition_reading(
+    parent_id: str, device: Mapping[str, Any], platform: Mapping[str, Any]
+) -> PartitionReading:
+    uuid = device_uuid(device) or ""
+    total, used = _memory(device)
+    cores = _utilization(device)
+    activity = device.get("amdsmi_get_gpu_activity")
+    if cores is not None:
+        cores_reason = None
+    elif error_code(activity) is not None:
+        cores_reason = reason_for(error_code(activity) or -1)
+    else:
+        cores_reason = Reason.UNSUPPORTED  # "N/A" on this handle: a secondary XCP on this stack
+    vram = device.get("amdsmi_get_gpu_vram_usage")
+    memory_reason = None
+    if total is None:
+        code = error_code(vram)
+        memory_reason = reason_for(code) if code is not None else Reason.TRANSIENT_DRIVER_ERROR
+    return PartitionReading(
+        id=uuid,
+        parent_id=parent_id,
+        memory_total_mib=total,
+        memory_used_mib=used,
+        cores_percent=cores,
+        memory_reason=memory_reason,
+        cores_reason=cores_reason,
+        aliases=device_aliases(device, platform, whole=False),
+    )
