@@ -7,6 +7,15 @@ constant changed (0 and 1 swapped, other numbers plus one, True and False swappe
 changed (`ceil`/`floor`, `min`/`max`, a `round()` dropped). Docstrings, strings, annotations,
 decorators and log calls are left alone: a break there changes no figure.
 
+Beside these line mutants, semantic mutants make the changes a competent person makes on a busy
+day (`--semantic` runs only them): two chained `.replace()` calls in the other order (an escape
+that no longer round-trips), a `strip()` dropped, two fallbacks of an `or` swapped, the guard
+before a division dropped (the `if` that returns before dividing, or the `x / y if y else …`
+that becomes `x / y`), and the refusal of several matches dropped (an `if len(found) != 1:
+return …` removed, so the first match is taken). Each mutant carries the requirement ids
+(`R-…`) its function's docstring cites, else its module's, and the report lists survivors by
+requirement.
+
 Every mutant runs the module's own tests (ordered fastest-to-kill first, stopping at the first
 failure) in a private copy of the working tree, under a time limit; a mutant the tests pass is
 a survivor. Survivors judged equivalent (no input can tell them from the original) are listed
@@ -16,9 +25,10 @@ in EQUIVALENT below, each with its reason, and counted out of the score.
     scripts/mutate -j 2 -m slices -m cgroup
     scripts/mutate --list -m grants      # the mutants, without running anything
     scripts/mutate --json report.json    # the outcome of every mutant
+    scripts/mutate --semantic -j 2       # only the semantic mutants
 
-Not part of CI: on the 2-core development machine the whole core takes about six minutes with
--j 2 (540 mutants).
+Not part of CI: on the 2-core development machine the whole core takes about 25 minutes with
+-j 2; docs/design.md has the last run's table.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ import copy
 import json
 import os
 import queue
+import re
 import shutil
 import subprocess
 import sys
@@ -50,6 +61,9 @@ FIGURES_TESTS = [
     "tests/test_instance_metrics.py",
 ]
 CORE_RULES = "tests/test_core_rules.py"
+# The rules a person's bugs break (issue 34): cgroup lines, the pod index, escaping, absent and
+# empty sections, and what the semantic mutants showed unpinned.
+PERSON_RULES = ["tests/test_person_rules_core.py", "tests/test_person_rules_node.py"]
 ISOLATION = "tests/test_isolation.py"  # one boundary per pod; what a round remembers of a pod
 # Where each module lives, under devicemanager/: the core's steps are folders (docs/design.md).
 STEP = {
@@ -63,7 +77,7 @@ def source_path(root: Path, module: str) -> Path:
     return root / "devicemanager" / STEP[module] / f"{module}.py"
 
 
-TESTS: dict[str, list[str]] = {
+TESTS: dict[str, list[str]] = {  # PERSON_RULES first for every module, added below
     "allocations": [CORE_RULES, "tests/test_allocations.py", *FIGURES_TESTS, ISOLATION],
     "grants": [
         CORE_RULES,
@@ -107,6 +121,8 @@ TESTS: dict[str, list[str]] = {
     ],
 }
 
+TESTS = {module: [*PERSON_RULES, *tests] for module, tests in TESTS.items()}
+
 # Survivors that no input can tell from the original, by key, with the reason.
 EQUIVALENT: dict[str, str] = {
     "attribution:attribute_device:True  ->  False": (
@@ -115,6 +131,11 @@ EQUIVALENT: dict[str, str] = {
     "attribution:_start_and_state:20  ->  21": (
         "split(None, 21) instead of 20: the state (field 3) and the start time (field 22) are "
         "whole tokens under any split of 20 or more; only the unused remainder differs"
+    ),
+    "attribution:Resolver._identify:self._read(pid, 'comm').strip()  ->  self._read(pid, 'comm')": (
+        "comm feeds only a startswith() test; the kernel writes it with one trailing newline, "
+        "which startswith ignores; leading whitespace would be a name the tenant chose, and "
+        "MPS's daemons never do"
     ),
     "cgroup:parse_path:1  ->  0#2": (
         "searching from the pod segment itself: a pod segment (pod<uid>, ...-pod<uid>.slice) "
@@ -153,6 +174,12 @@ EQUIVALENT: dict[str, str] = {
         "x * 100 / cap (about 1e-14 of it); they differ only for inputs with 10 significant "
         "decimals, which no vendor reports"
     ),
+    "exposition:_escape:value.replace('\\\\', '\\\\\\\\').replace('\\n', '\\\\n').replace('\"', "
+    "'\\\\\"')  ->  value.replace('\\\\', '\\\\\\\\').replace('\"', '\\\\\"')"
+    ".replace('\\n', '\\\\n')": (
+        "the quote and the newline escapes in the other order: neither writes the other's "
+        "character, so every value comes out the same"
+    ),
     "pods:pod_info:isinstance(spec, Mapping) and isinstance(status, Mapping)  ->  "
     "isinstance(spec, Mapping) or isinstance(status, Mapping)": (
         "an assert for the type checker: the two lines above make both Mappings always"
@@ -168,6 +195,8 @@ class Mutant:
     where: str  # the enclosing function or class
     change: str  # what was broken, as source
     key: str  # module:where:change, stable across unrelated edits
+    kind: str = "line"  # "line" or "semantic"
+    requirements: tuple[str, ...] = ()  # the ids its function's docstring cites, else its module's
 
 
 def _short(node: ast.AST) -> str:
@@ -198,6 +227,94 @@ _CALL_SWAPS = {"ceil": "floor", "floor": "ceil", "min": "max", "max": "min"}
 _LOGGERS = {"log", "logger", "logging"}
 
 
+REQUIREMENT = re.compile(r"\bR-[A-Z]{1,2}\d{1,2}\b")
+_STRIPS = {"strip", "lstrip", "rstrip"}
+_DIVISIONS = (ast.Div, ast.FloorDiv, ast.Mod)
+# Calls that answer yes or no: an `or` of them is a condition, not two fallbacks.
+_PREDICATES = {
+    "isinstance",
+    "issubclass",
+    "callable",
+    "hasattr",
+    "any",
+    "all",
+    "bool",
+    "match",
+    "fullmatch",
+    "search",
+    "startswith",
+    "endswith",
+    "isdigit",
+    "isascii",
+}
+
+
+def _is_condition(node: ast.AST) -> bool:
+    if isinstance(node, ast.Compare | ast.UnaryOp | ast.BoolOp):
+        return True
+    if isinstance(node, ast.Call):
+        f = node.func
+        name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+        return name in _PREDICATES or name.startswith(("is_", "has_")) or "_after" in name
+    return isinstance(node, ast.Constant) and isinstance(node.value, bool)
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
+    }
+
+
+def _divisors(node: ast.AST) -> set[str]:
+    """The names any division under `node` divides by, and the names those were assigned from
+    (`allowance = cap if cap > 0 else 100` makes `cap` a divisor of `x / allowance`)."""
+    out: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.BinOp) and isinstance(n.op, _DIVISIONS):
+            out |= _names(n.right)
+    assigned = [
+        (t.id, n.value)
+        for n in ast.walk(node)
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    ]
+    for _ in range(3):  # a few steps of assignment are enough for the core's code
+        for name, value in assigned:
+            if name in out:
+                out |= _names(value)
+    return out
+
+
+def _has_division(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.BinOp) and isinstance(n.op, _DIVISIONS) for n in ast.walk(node))
+
+
+def _refuses_several(test: ast.AST) -> bool:
+    """`len(x) != 1`, `len(x) > 1`, `len(x) >= 2`, `1 < len(x)`: a refusal of several matches."""
+    if not isinstance(test, ast.Compare) or len(test.ops) != 1:
+        return False
+    left, right, op = test.left, test.comparators[0], test.ops[0]
+
+    def is_len(n: ast.AST) -> bool:
+        return isinstance(n, ast.Call) and getattr(n.func, "id", None) == "len"
+
+    def const(n: ast.AST) -> object:
+        return n.value if isinstance(n, ast.Constant) else None
+
+    if is_len(left):
+        return (isinstance(op, ast.NotEq | ast.Gt) and const(right) == 1) or (
+            isinstance(op, ast.GtE) and const(right) == 2
+        )
+    if is_len(right):
+        return isinstance(op, ast.Lt) and const(left) == 1
+    return False
+
+
+def _leaves(body: list[ast.stmt]) -> bool:
+    return bool(body) and isinstance(body[-1], ast.Return | ast.Continue | ast.Raise | ast.Break)
+
+
 class Mutator(ast.NodeTransformer):
     """Walks a module in a fixed order, numbering every possible mutation; applies the one
     numbered `target` (or none, with -1) and records all of them."""
@@ -206,16 +323,32 @@ class Mutator(ast.NodeTransformer):
         self.target = target
         self.count = 0
         self.scope: list[str] = []
-        self.found: list[tuple[int, str, str]] = []
+        self.found: list[tuple[int, str, str, str, tuple[str, ...]]] = []
         self.applied = False
+        self.requirements: list[tuple[str, ...]] = []  # by scope: the ids its docstring cites
+        self.divisors: list[set[str]] = []  # by function: the names it divides by
+        self.tests: set[int] = set()  # ids of the nodes that are an if's, while's or assert's test
 
-    def _offer(self, node: ast.AST, make: Callable[[], ast.AST]) -> ast.AST | None:
+    def _cited(self, node: ast.Module | ast.ClassDef | ast.FunctionDef) -> tuple[str, ...]:
+        doc = ast.get_docstring(node)
+        return tuple(sorted(set(REQUIREMENT.findall(doc or ""))))
+
+    def visit_Module(self, node: ast.Module) -> ast.AST:
+        self.requirements.append(self._cited(node))
+        node.body = [self.visit(s) for s in node.body]
+        self.requirements.pop()
+        return node
+
+    def _offer(
+        self, node: ast.AST, make: Callable[[], ast.AST], kind: str = "line"
+    ) -> ast.AST | None:
         number = self.count
         self.count += 1
         mutated = make()
         where = ".".join(self.scope) or "<module>"
         change = f"{_short(node)}  ->  {_short(mutated)}"
-        self.found.append((getattr(node, "lineno", 0), where, change))
+        cited = next((ids for ids in reversed(self.requirements) if ids), ())
+        self.found.append((getattr(node, "lineno", 0), where, change, kind, cited))
         if number == self.target:
             self.applied = True
             return mutated
@@ -226,9 +359,13 @@ class Mutator(ast.NodeTransformer):
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
         # Decorators and annotations are left alone; default values are figures too.
         self.scope.append(node.name)
+        self.requirements.append(self._cited(node))
+        self.divisors.append(_divisors(node))
         node.args.defaults = [self.visit(d) for d in node.args.defaults]
         node.args.kw_defaults = [d if d is None else self.visit(d) for d in node.args.kw_defaults]
         node.body = [self.visit(s) for s in node.body]
+        self.divisors.pop()
+        self.requirements.pop()
         self.scope.pop()
         return node
 
@@ -236,7 +373,9 @@ class Mutator(ast.NodeTransformer):
 
     def visit_ClassDef(self, node: ast.ClassDef) -> ast.AST:
         self.scope.append(node.name)
+        self.requirements.append(self._cited(node))
         node.body = [self.visit(s) for s in node.body]
+        self.requirements.pop()
         self.scope.pop()
         return node
 
@@ -254,10 +393,51 @@ class Mutator(ast.NodeTransformer):
     def visit_JoinedStr(self, node: ast.JoinedStr) -> ast.AST:
         return node
 
+    def _mark_test(self, test: ast.AST) -> None:
+        self.tests.add(id(test))
+
+    def visit_While(self, node: ast.While) -> ast.AST:
+        self._mark_test(node.test)
+        return self.generic_visit(node)
+
+    def visit_Assert(self, node: ast.Assert) -> ast.AST:
+        self._mark_test(node.test)
+        return self.generic_visit(node)
+
+    def visit_comprehension(self, node: ast.comprehension) -> ast.AST:
+        for test in node.ifs:
+            self._mark_test(test)
+        return self.generic_visit(node)
+
     def visit_If(self, node: ast.If) -> ast.AST:
         if isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
             return node
-        return self.generic_visit(node)
+        self._mark_test(node.test)
+        node = self.generic_visit(node)  # type: ignore[assignment]
+        if node.orelse or not _leaves(node.body):
+            return node
+        divisors = self.divisors[-1] if self.divisors else set()
+        # A guard before a division (`if not total: return None`), or the refusal of several
+        # matches (`if len(found) != 1: return None`): dropped, the code goes on past it.
+        if _refuses_several(node.test) or (divisors and _names(node.test) & divisors):
+            return self._offer(node, lambda: ast.Pass(), "semantic") or node
+        return node
+
+    def visit_IfExp(self, node: ast.IfExp) -> ast.AST:
+        self._mark_test(node.test)
+        node = self.generic_visit(node)  # type: ignore[assignment]
+        # `x / y if y else None` -> `x / y`, and `d = y if y > 0 else 1` -> `d = y` before a
+        # division by `d`: the guard before the division dropped.
+        divisors = self.divisors[-1] if self.divisors else set()
+        for branch in (node.body, node.orelse):
+            guarded = _has_division(branch) and _names(node.test) & _divisors(branch)
+            if guarded or (branch is node.body and _names(node.test) & divisors):
+                found = self._offer(node, lambda b=branch: copy.deepcopy(b), "semantic")
+                if found is not None:
+                    return found
+                if not guarded:
+                    break
+        return node
 
     def visit_Expr(self, node: ast.Expr) -> ast.AST:
         if isinstance(node.value, ast.Constant):
@@ -275,7 +455,33 @@ class Mutator(ast.NodeTransformer):
         ):
             return node  # a log line: no figure depends on it
         node = self.generic_visit(node)  # type: ignore[assignment]
+        func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if name in _STRIPS and isinstance(func, ast.Attribute) and not node.args:
+            receiver = func.value
+            return self._offer(node, lambda: copy.deepcopy(receiver), "semantic") or node
+        if (
+            name == "replace"
+            and isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Call)
+            and isinstance(func.value.func, ast.Attribute)
+            and func.value.func.attr == "replace"
+        ):
+            inner = func.value
+
+            def reordered() -> ast.AST:
+                # Y.replace(c, d).replace(a, b)  ->  Y.replace(a, b).replace(c, d)
+                assert isinstance(inner.func, ast.Attribute)
+                first = ast.Call(
+                    ast.Attribute(copy.deepcopy(inner.func.value), "replace", ast.Load()),
+                    copy.deepcopy(node.args),
+                    [],
+                )
+                return ast.Call(
+                    ast.Attribute(first, "replace", ast.Load()), copy.deepcopy(inner.args), []
+                )
+
+            return self._offer(node, reordered, "semantic") or node
         if name in _CALL_SWAPS:
 
             def swapped() -> ast.AST:
@@ -309,6 +515,7 @@ class Mutator(ast.NodeTransformer):
         return node
 
     def visit_BoolOp(self, node: ast.BoolOp) -> ast.AST:
+        in_test = id(node) in self.tests
         node = self.generic_visit(node)  # type: ignore[assignment]
 
         def swapped() -> ast.AST:
@@ -316,7 +523,24 @@ class Mutator(ast.NodeTransformer):
             out.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
             return out
 
-        return self._offer(node, swapped) or node
+        found = self._offer(node, swapped)
+        if found is not None:
+            return found
+        if (
+            isinstance(node.op, ast.Or)
+            and not in_test
+            and not any(_is_condition(v) for v in node.values)
+            # `x or ""` is a default, not a second fallback: swapped it only ever leaks x
+            and not any(isinstance(v, ast.Constant) for v in node.values)
+        ):
+            # `a or b` -> `b or a`: two fallbacks in the other order.
+            def reversed_fallbacks() -> ast.AST:
+                out = copy.deepcopy(node)
+                out.values = list(reversed(out.values))
+                return out
+
+            return self._offer(node, reversed_fallbacks, "semantic") or node
+        return node
 
     def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
         node = self.generic_visit(node)  # type: ignore[assignment]
@@ -356,11 +580,11 @@ def enumerate_mutants(module: str) -> list[Mutant]:
     mutator.visit(ast.parse(source))
     seen: dict[str, int] = {}
     out = []
-    for number, (line, where, change) in enumerate(mutator.found):
+    for number, (line, where, change, kind, cited) in enumerate(mutator.found):
         base = f"{module}:{where}:{change}"
         seen[base] = seen.get(base, 0) + 1
         key = base if seen[base] == 1 else f"{base}#{seen[base]}"
-        out.append(Mutant(module, number, line, where, change, key))
+        out.append(Mutant(module, number, line, where, change, key, kind, cited))
     return out
 
 
@@ -520,7 +744,24 @@ def summary(outcomes: list[Outcome]) -> Iterator[str]:
         f"{'core':<12} {total:>7} {killed:>6} {equivalent:>6} "
         f"{total - killed - equivalent:>8} {score:>5.1f}%   (killed/all: {raw:.1f}%)"
     )
+    semantic = [o for o in outcomes if o.mutant.kind == "semantic"]
+    if semantic:
+        k = sum(o.status != "survived" for o in semantic)
+        e = sum(o.status == "survived" and o.mutant.key in EQUIVALENT for o in semantic)
+        yield f"of which semantic: {len(semantic)} mutants, {k} killed, {e} equivalent"
     survivors = [o for o in outcomes if o.status == "survived"]
+    by_requirement: dict[str, list[Outcome]] = {}
+    for o in survivors:
+        if o.mutant.key not in EQUIVALENT:
+            for rid in o.mutant.requirements or ("(no requirement cited)",):
+                by_requirement.setdefault(rid, []).append(o)
+    if by_requirement:
+        yield ""
+        yield "survivors by requirement:"
+        for rid, items in sorted(by_requirement.items()):
+            yield f"  {rid}: " + "; ".join(
+                f"{o.mutant.module}.py:{o.mutant.line} {o.mutant.where}" for o in items
+            )
     if survivors:
         yield ""
         yield "survivors:"
@@ -528,7 +769,9 @@ def summary(outcomes: list[Outcome]) -> Iterator[str]:
             m = o.mutant
             why = EQUIVALENT.get(m.key)
             tag = f"equivalent: {why}" if why else "NOT KILLED"
-            yield f"  {m.module}.py:{m.line} in {m.where}: {m.change}\n      {tag}"
+            cited = ", ".join(m.requirements) or "no requirement cited"
+            yield f"  {m.module}.py:{m.line} in {m.where} ({m.kind}; {cited}): {m.change}"
+            yield f"      {tag}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -537,18 +780,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-j", "--jobs", type=int, default=1)
     parser.add_argument("--list", action="store_true", help="list the mutants, run nothing")
     parser.add_argument("--only", help="run only mutants whose key contains this text")
+    parser.add_argument("--semantic", action="store_true", help="run only the semantic mutants")
     parser.add_argument("--json", type=Path, help="write every mutant's outcome here")
     args = parser.parse_args(argv)
     modules = args.module or sorted(TESTS)
     mutants = [m for module in modules for m in enumerate_mutants(module)]
     if args.only:
         mutants = [m for m in mutants if args.only in m.key]
+    if args.semantic:
+        mutants = [m for m in mutants if m.kind == "semantic"]
     unknown = set(EQUIVALENT) - {m.key for module in TESTS for m in enumerate_mutants(module)}
     if unknown:
         print(f"mutate: EQUIVALENT names mutants that no longer exist: {sorted(unknown)}")
     if args.list:
         for m in mutants:
-            print(f"{m.module}.py:{m.line} [{m.number}] {m.where}: {m.change}")
+            cited = ",".join(m.requirements) or "-"
+            print(f"{m.module}.py:{m.line} [{m.number}] {m.kind} {cited} {m.where}: {m.change}")
         print(f"{len(mutants)} mutants")
         return 0
     print(f"mutate: {len(mutants)} mutants over {', '.join(modules)}; {args.jobs} job(s)")

@@ -57,3 +57,20 @@ def test_golden_metrics_pass_promtool(scenario: str) -> None:
     assert result.stdout.decode().strip() == "" and result.stderr.decode().strip() == "", (
         result.stdout.decode() + result.stderr.decode()
     )
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_the_instance_label_is_instance_name_never_instance(scenario: str) -> None:
+    """R-E6: `instance` is Prometheus's target label; a series of ours that carried it would be
+    renamed `exported_instance` on scrape, or overwrite the target's. Every per-Instance series
+    names its Instance in `instance_name`, and no series of any scenario carries `instance`."""
+    text = (NODES / scenario / "golden" / "metrics.txt").read_text()
+    per_instance = 0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            assert "instance" not in sample.labels, sample
+            if family.name.startswith("gpustack_instance_accelerator_"):
+                per_instance += 1
+                assert sample.labels.get("instance_name"), sample
+    if scenario != "b200-per-process-unsupported":
+        assert per_instance > 0  # the check above ran over real per-Instance series

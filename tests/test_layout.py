@@ -36,30 +36,10 @@ ALLOWED: dict[str, set[str]] = {
     "report": {"model"},
     "kube": {"model", "node", "grants", "figures"},
     "serve": {"devicemanager", "model", "node", "grants", "figures", "kube"},
-    "agent": {
-        "devicemanager",
-        "model",
-        "backend",
-        "node",
-        "grants",
-        "figures",
-        "kube",
-        "serve",
-    },
-    "cli": {
-        "devicemanager",
-        "model",
-        "backend",
-        "node",
-        "grants",
-        "figures",
-        "kube",
-        "serve",
-        "report",
-        "agent",
-    },
+    "agent": {"devicemanager", "model", "backend", "node", "grants", "figures", "kube", "serve"},
     "__main__": {"cli"},
 }
+ALLOWED["cli"] = ALLOWED["agent"] | {"agent", "report"}
 NEVER_FROM_CORE = {"kube", "serve", "report", "vendors", "agent", "cli", "__main__", "backend"}
 
 

@@ -205,19 +205,21 @@ class Built:
     rows: list[Row] = field(default_factory=list)
 
     def fraction(self) -> float | None:
+        # A negative allocation is no share of the device, as a limit of 0 or less is none
+        # (and over a tiny limit it would overflow to minus infinity).
         parts = [
             a / lim
             for a, lim in (
                 (self.cores_allocated, self.cores_limit),
                 (self.memory_allocated, self.memory_limit),
             )
-            if a is not None and lim is not None and lim > 0
+            if a is not None and lim is not None and a >= 0 and lim > 0
         ]
         return min(1.0, max(parts)) if parts else None
 
     def usage_fraction(self) -> float | None:
         total = self.memory_limit if self.memory_limit is not None else self.host_total
-        if self.host_memory is None or total is None or total <= 0:
+        if self.host_memory is None or self.host_memory < 0 or total is None or total <= 0:
             return None
         return min(1.0, self.host_memory / total)
 

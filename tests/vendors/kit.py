@@ -35,23 +35,17 @@ def monitor(
 ) -> Monitor:
     """A monitor over one backend. With `proc_root`, rounds attribute processes through that
     /proc tree to the pods given (a whole node); without, the backend alone (no grants)."""
-    if proc_root is None:
-        return Monitor(
-            [BackendWorker(backend)],
-            period=period,
-            deadline=deadline,
-            liveness_timeout=60,
-            node=NODE,
-        )
-    index = PodIndex.of(list(pods or ()))
+    attribution: dict[str, Any] = {}
+    if proc_root is not None:
+        index = PodIndex.of(list(pods or ()))
+        attribution = {"pods": lambda: index, "attributor": Attributor(proc_root)}
     return Monitor(
         [BackendWorker(backend)],
         period=period,
         deadline=deadline,
         liveness_timeout=60,
         node=NODE,
-        pods=lambda: index,
-        attributor=Attributor(proc_root),
+        **attribution,
     )
 
 
