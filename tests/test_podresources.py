@@ -212,6 +212,19 @@ UPSTREAM: dict[str, dict[str, tuple[int, str, bool]]] = {
         "memory": (4, "ContainerMemory", True),
         "dynamic_resources": (5, "DynamicResource", True),
     },
+    "DynamicResource": {
+        "claim_name": (2, "string", False),
+        "claim_namespace": (3, "string", False),
+        "claim_resources": (4, "ClaimResource", True),
+    },
+    "ClaimResource": {
+        "cdi_devices": (1, "CDIDevice", True),
+        "driver_name": (2, "string", False),
+        "pool_name": (3, "string", False),
+        "device_name": (4, "string", False),
+        "share_id": (5, "string", False),
+    },
+    "CDIDevice": {"name": (1, "string", False)},
     "ContainerDevices": {
         "resource_name": (1, "string", False),
         "device_ids": (2, "string", True),

@@ -29,6 +29,7 @@ from devicemanager.figures.published import Published, publish
 from devicemanager.figures.snapshot import BackendResult
 from devicemanager.grants import deviceplugins
 from devicemanager.grants.deviceplugins import KubeletAnswer
+from devicemanager.grants.dra import DraInventory
 from devicemanager.grants.grants import Disagreement, NodeGrants, RememberedGrants, node_grants
 from devicemanager.model import (
     BackendState,
@@ -154,6 +155,7 @@ class Monitor:
         attributor: Attributor | None = None,
         cluster: ClusterRound | None = None,
         podresources: Callable[[], KubeletAnswer] | None = None,
+        dra: Callable[[frozenset[tuple[str, str]]], DraInventory] | None = None,
         build: tuple[tuple[str, str], ...] = (),
         wall: Callable[[], float] = time.time,
         mono: Callable[[], float] = time.monotonic,
@@ -171,6 +173,11 @@ class Monitor:
         self.cluster = cluster
         # The kubelet's device-plugin allocations (R-X2); None where there is no kubelet.
         self.podresources = podresources
+        # The node's DRA inventory (R-X6), asked with the claims the kubelet named; None where
+        # the cluster is not asked (replay without slices, no API server).
+        self.dra = dra
+        self._inventory: DraInventory | None = None
+        self._dra_error: str | None = None
         self._allocation_errors: dict[str, str] = {}
         self._annotation_grants = RememberedGrants()
         # Each manufacturer's aliases as its last reading named them: the round's requests ask
@@ -362,13 +369,32 @@ class Monitor:
             self._kubelet_state = state
         return answer
 
+    def _dra_inventory(self, kubelet: KubeletAnswer | None) -> DraInventory | None:
+        """The node's DRA slices and the claims the kubelet named; never raises. A change of
+        its error is logged once, not every round."""
+        if self.dra is None:
+            return None
+        try:
+            inventory = self.dra(deviceplugins.claim_refs(kubelet))
+        except Exception as exc:  # the reader never raises; a bug here must not end the round
+            inventory = DraInventory(error=_describe(exc))
+        if inventory.error != self._dra_error:
+            log.log(
+                logging.INFO if inventory.error is None else logging.WARNING,
+                "DRA ResourceSlices %s",
+                "read" if inventory.error is None else "not read",
+                extra={"error": inventory.error},
+            )
+            self._dra_error = inventory.error
+        return inventory
+
     def _grants(self, index: PodIndex | None, kubelet: KubeletAnswer | None) -> NodeGrants | None:
         if index is None:
             return None
         self._annotation_grants.retain(index)
         return node_grants(
             index,
-            deviceplugins.pod_kubelet_grants(kubelet, index, self._aliases),
+            deviceplugins.pod_kubelet_grants(kubelet, index, self._aliases, self._inventory),
             self._annotation_grants,
         )
 
@@ -415,6 +441,9 @@ class Monitor:
                 if missing:
                     reading = replace(reading, cards=reading.cards + missing)
                     result = replace(result, reading=reading)
+                reading = deviceplugins.with_dra_health(reading, self._inventory, self._aliases)
+                if reading is not result.reading:
+                    result = replace(result, reading=reading)
             out.append(result)
         return out
 
@@ -422,6 +451,7 @@ class Monitor:
         started = self._mono()
         index = self._pod_index()
         kubelet = self._kubelet()
+        self._inventory = self._dra_inventory(kubelet)
         recorded = self._grants(index, kubelet)
         grants = recorded.resolve(self._identities) if recorded is not None else None
         requests = {
@@ -466,6 +496,12 @@ class Monitor:
             allocation_errors=len(grants.errors) if grants is not None else 0,
             podresources_success=kubelet.ok if kubelet is not None else None,
             podresources_duration=kubelet.duration_seconds if kubelet is not None else None,
+            dra_success=None if self._inventory is None else self._inventory.error is None,
+            dra_unresolved=deviceplugins.count_unresolved(
+                kubelet, index, self._aliases, self._inventory
+            )
+            if self._inventory is not None and index is not None
+            else {},
             build=self.build,
         )
         if self.cluster is not None:

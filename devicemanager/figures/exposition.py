@@ -137,6 +137,10 @@ class Extras:
     # The kubelet's pod-resources socket (device-plugin grants); None: not read on this node.
     podresources_success: bool | None = None
     podresources_duration: float | None = None
+    # The node's DRA slices (R-X6); None: not read on this node. Claimed devices that gave no
+    # grant, by reason (no_slice, unmatched_device, …).
+    dra_success: bool | None = None
+    dra_unresolved: Mapping[str, int] = field(default_factory=dict)
     # The agent's build: (label, value) pairs of gpustack_device_manager_build_info.
     build: tuple[tuple[str, str], ...] = ()
 
@@ -162,7 +166,8 @@ def collector_families(
         "gpustack_instance_metrics_collector_success",
         "1 when the source's last round succeeded: snapshot = the monitor snapshot is fresh; "
         "kubelet = the round had a fresh kubelet summary (exporting agent only); podresources = "
-        "the round read the kubelet's device-plugin allocations.",
+        "the round read the kubelet's device-plugin allocations; dra = the round had the node's "
+        "DRA ResourceSlices.",
         labels=["source"],
     )
     duration = GaugeFamily(
@@ -179,11 +184,25 @@ def collector_families(
         success.add_metric(["podresources"], 1.0 if ok else 0.0)
         if extras.podresources_duration is not None:
             duration.add_metric(["podresources"], extras.podresources_duration)
+    if extras.dra_success is not None:
+        success.add_metric(["dra"], 1.0 if fresh and extras.dra_success else 0.0)
     success.add_metric(["snapshot"], 1.0 if fresh and snapshot.timestamp > 0 else 0.0)
     if snapshot.round_duration_seconds is not None:
         duration.add_metric(["snapshot"], snapshot.round_duration_seconds)
     yield success
     yield duration
+    if extras.dra_success is not None:
+        unresolved = GaugeFamily(
+            "gpustack_accelerator_dra_unresolved_devices",
+            "Devices the node's pods were given through DRA claims that give no grant, by why: "
+            "no_slice (no ResourceSlice lists it), duplicate_device (listed twice), "
+            "unmatched_device (no attribute names a card the library enumerates), "
+            "claim_unavailable (a share whose claim could not be read), no_inventory.",
+            labels=["node", "reason"],
+        )
+        for reason, count in sorted(extras.dra_unresolved.items()):
+            unresolved.add_metric([node, reason], float(count))
+        yield unresolved
     if extras.exporting is not None:
         role = GaugeFamily(
             "gpustack_instance_metrics_exporter",

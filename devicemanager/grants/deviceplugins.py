@@ -39,9 +39,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from devicemanager.grants import dra
 from devicemanager.grants.allocations import Allocation, Mode
+from devicemanager.grants.dra import ContainerClaim, DraInventory
 from devicemanager.grants.grants import Grant, grants_from, live
 from devicemanager.model import Card, VendorReading, identity_map
 from devicemanager.node.pods import PodIndex, PodInfo
@@ -71,6 +73,7 @@ class PodDevices:
     namespace: str
     name: str
     devices: tuple[ContainerDevices, ...]
+    claims: tuple[ContainerClaim, ...] = ()  # DRA claims by container (R-X6)
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,10 +241,15 @@ def allocations(pod: PodDevices, aliases: Aliases) -> tuple[Allocation, ...]:
     return tuple(out)
 
 
-def kubelet_grants(pod: PodInfo, devices: PodDevices, aliases: Aliases) -> tuple[Grant, ...]:
-    """One pod's grants from its device-plugin devices: the grant source for a pod without an
-    allocation annotation."""
-    return grants_from(pod, allocations(devices, aliases))
+def kubelet_grants(
+    pod: PodInfo, devices: PodDevices, aliases: Aliases, inventory: DraInventory | None = None
+) -> tuple[Grant, ...]:
+    """One pod's grants from what the kubelet allocated it: its device-plugin devices and its
+    DRA claims, resolved through the node's slices (R-X2, R-X6). The grant source for a pod
+    without an allocation annotation. The kubelet allocates each device once, so the two
+    cannot name one card twice; where they do (a DRA-backed extended resource), one grant."""
+    claimed = dra.pod_allocations(devices.claims, inventory, aliases, pod.uid).allocations
+    return grants_from(pod, (*allocations(devices, aliases), *claimed))
 
 
 def match_pods(answer: Iterable[PodDevices], index: PodIndex) -> dict[str, PodDevices]:
@@ -253,7 +261,7 @@ def match_pods(answer: Iterable[PodDevices], index: PodIndex) -> dict[str, PodDe
         by_name.setdefault((pod.namespace, pod.name), []).append(pod)
     out: dict[str, PodDevices] = {}
     for entry in answer:
-        if not entry.devices:
+        if not entry.devices and not entry.claims:
             continue
         candidates = by_name.get((entry.namespace, entry.name), [])
         if len(candidates) > 1:
@@ -265,27 +273,53 @@ def match_pods(answer: Iterable[PodDevices], index: PodIndex) -> dict[str, PodDe
 
 
 def pod_kubelet_grants(
-    answer: KubeletAnswer | None, index: PodIndex, aliases: Aliases
+    answer: KubeletAnswer | None,
+    index: PodIndex,
+    aliases: Aliases,
+    inventory: DraInventory | None = None,
 ) -> Callable[[PodInfo], tuple[Grant, ...]]:
     """The grants the kubelet's answer gives one pod, as a function the per-pod boundary
-    (grants.node_grants) calls: a device id that raises costs that pod alone."""
+    (grants.node_grants) calls: a device id or a claim that raises costs that pod alone."""
     if answer is None or answer.pods is None:
         return lambda pod: ()
     matched = match_pods(answer.pods, index)
 
     def grants_of_pod(pod: PodInfo) -> tuple[Grant, ...]:
         devices = matched.get(pod.uid)
-        return kubelet_grants(pod, devices, aliases) if devices is not None else ()
+        return kubelet_grants(pod, devices, aliases, inventory) if devices is not None else ()
 
     return grants_of_pod
 
 
 def node_kubelet_grants(
-    answer: KubeletAnswer | None, index: PodIndex, aliases: Aliases
+    answer: KubeletAnswer | None,
+    index: PodIndex,
+    aliases: Aliases,
+    inventory: DraInventory | None = None,
 ) -> dict[str, tuple[Grant, ...]]:
     """Pod UID -> grants the kubelet's answer gives it; empty when it did not answer."""
-    of_pod = pod_kubelet_grants(answer, index, aliases)
+    of_pod = pod_kubelet_grants(answer, index, aliases, inventory)
     return {uid: grants for uid, pod in index.pods.items() if (grants := of_pod(pod))}
+
+
+def claim_refs(answer: KubeletAnswer | None) -> frozenset[tuple[str, str]]:
+    """(namespace, name) of every DRA claim the kubelet's answer names: the claims whose
+    status the round needs (admin access, shares, who else holds them)."""
+    if answer is None or answer.pods is None:
+        return frozenset()
+    return frozenset((c.claim_namespace, c.claim_name) for pod in answer.pods for c in pod.claims)
+
+
+def unresolved_claims(
+    answer: KubeletAnswer | None, index: PodIndex, aliases: Aliases, inventory: DraInventory | None
+) -> tuple[dra.Unresolved, ...]:
+    """Every claimed device of the node's pods that gives no grant, with its reason."""
+    if answer is None or answer.pods is None:
+        return ()
+    out: list[dra.Unresolved] = []
+    for uid, devices in match_pods(answer.pods, index).items():
+        out.extend(dra.pod_allocations(devices.claims, inventory, aliases, uid).unresolved)
+    return tuple(out)
 
 
 def aliases_of(readings: Iterable[VendorReading]) -> dict[tuple[str, str], str]:
@@ -350,3 +384,40 @@ def missing_cards(
             )
         )
     return tuple(out)
+
+
+def count_unresolved(
+    answer: KubeletAnswer | None, index: PodIndex, aliases: Aliases, inventory: DraInventory | None
+) -> dict[str, int]:
+    """Claimed devices that gave no grant this round, by reason (R-X6)."""
+    out: dict[str, int] = {}
+    for missed in unresolved_claims(answer, index, aliases, inventory):
+        out[missed.reason] = out.get(missed.reason, 0) + 1
+    return out
+
+
+def with_dra_health(
+    reading: VendorReading, inventory: DraInventory | None, aliases: Aliases
+) -> VendorReading:
+    """The reading with each card its DRA driver tainted (`gpu.nvidia.com/xid`, `gpu-lost`,
+    KEP-5055) marked unhealthy, the taint its reason; a card already unhealthy keeps its own
+    reason and gains the taint's. The same reading when nothing is tainted."""
+    taints = {
+        card: reason
+        for (manufacturer, card), reason in dra.tainted(inventory, aliases).items()
+        if manufacturer == reading.manufacturer
+    }
+    if not taints or not any(c.id in taints for c in reading.cards):
+        return reading
+    cards = []
+    for card in reading.cards:
+        reason = taints.get(card.id)
+        if reason is not None:
+            own = card.unhealthy_reason if card.unhealthy else None
+            card = replace(
+                card,
+                unhealthy=True,
+                unhealthy_reason=f"{own},{reason}" if own else reason,
+            )
+        cards.append(card)
+    return replace(reading, cards=tuple(cards))

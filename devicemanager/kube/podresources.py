@@ -1,4 +1,5 @@
-"""The kubelet's pod-resources gRPC API (v1): which device-plugin devices each pod holds (R-X2).
+"""The kubelet's pod-resources gRPC API (v1): which device-plugin devices and DRA claims each pod
+holds (R-X2, R-X6).
 
 `List` names, per pod (namespace and name) and container, the device ids of each extended
 resource; `GetAllocatableResources` every device the kubelet can allocate on the node. Both are
@@ -34,6 +35,7 @@ from devicemanager.grants.deviceplugins import (
     KubeletAnswer,
     PodDevices,
 )
+from devicemanager.grants.dra import ClaimDevice, ContainerClaim
 from devicemanager.kube.proto import podresources_v1_pb2 as pb
 
 DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
@@ -52,6 +54,25 @@ def _devices(container: str, entries: Iterable[pb.ContainerDevices]) -> list[Con
     ]
 
 
+def _claims(container: str, entries: Iterable[pb.DynamicResource]) -> list[ContainerClaim]:
+    """A container's DRA claims (R-X6), each device by its DRA name; bounded like devices."""
+    out = []
+    for claim in list(entries)[:MAX_DEVICES]:
+        devices = tuple(
+            ClaimDevice(
+                r.driver_name,
+                r.pool_name,
+                r.device_name,
+                r.share_id if r.HasField("share_id") and r.share_id else None,
+            )
+            for r in claim.claim_resources[:MAX_DEVICES]
+            if r.driver_name and r.device_name
+        )
+        if claim.claim_name and devices:
+            out.append(ContainerClaim(container, claim.claim_namespace, claim.claim_name, devices))
+    return out
+
+
 def from_list(response: pb.ListPodResourcesResponse) -> tuple[tuple[PodDevices, ...], str | None]:
     """The core's view of a `List` answer, and what was cut from it to stay within bounds."""
     cut = []
@@ -60,13 +81,15 @@ def from_list(response: pb.ListPodResourcesResponse) -> tuple[tuple[PodDevices, 
     pods = []
     for pod in response.pod_resources[:MAX_PODS]:
         devices: list[ContainerDevices] = []
+        claims: list[ContainerClaim] = []
         if len(pod.containers) > MAX_CONTAINERS:
             cut.append(f"containers of {pod.namespace}/{pod.name} past {MAX_CONTAINERS}")
         for container in pod.containers[:MAX_CONTAINERS]:
             if any(len(d.device_ids) > MAX_DEVICES for d in container.devices):
                 cut.append(f"devices of {pod.namespace}/{pod.name} past {MAX_DEVICES}")
             devices.extend(_devices(container.name, container.devices))
-        pods.append(PodDevices(pod.namespace, pod.name, tuple(devices)))
+            claims.extend(_claims(container.name, container.dynamic_resources))
+        pods.append(PodDevices(pod.namespace, pod.name, tuple(devices), tuple(claims)))
     error = f"answer cut to bounds: {'; '.join(cut[:3])}" if cut else None
     return tuple(pods), error
 

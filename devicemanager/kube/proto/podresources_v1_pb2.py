@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15podresources_v1.proto\x12\x02v1\"\x19\n\x17ListPodResourcesRequest\"C\n\x18ListPodResourcesResponse\x12\'\n\rpod_resources\x18\x01 \x03(\x0b\x32\x10.v1.PodResources\"[\n\x0cPodResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12*\n\ncontainers\x18\x03 \x03(\x0b\x32\x16.v1.ContainerResources\"I\n\x12\x43ontainerResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x14.v1.ContainerDevices\"a\n\x10\x43ontainerDevices\x12\x15\n\rresource_name\x18\x01 \x01(\t\x12\x12\n\ndevice_ids\x18\x02 \x03(\t\x12\"\n\x08topology\x18\x03 \x01(\x0b\x32\x10.v1.TopologyInfo\"+\n\x0cTopologyInfo\x12\x1b\n\x05nodes\x18\x01 \x03(\x0b\x32\x0c.v1.NUMANode\"\x16\n\x08NUMANode\x12\n\n\x02ID\x18\x01 \x01(\x03\"\x1d\n\x1b\x41llocatableResourcesRequest\"E\n\x1c\x41llocatableResourcesResponse\x12%\n\x07\x64\x65vices\x18\x01 \x03(\x0b\x32\x14.v1.ContainerDevices2\xb9\x01\n\x12PodResourcesLister\x12\x43\n\x04List\x12\x1b.v1.ListPodResourcesRequest\x1a\x1c.v1.ListPodResourcesResponse\"\x00\x12^\n\x17GetAllocatableResources\x12\x1f.v1.AllocatableResourcesRequest\x1a .v1.AllocatableResourcesResponse\"\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15podresources_v1.proto\x12\x02v1\"\x19\n\x17ListPodResourcesRequest\"C\n\x18ListPodResourcesResponse\x12\'\n\rpod_resources\x18\x01 \x03(\x0b\x32\x10.v1.PodResources\"[\n\x0cPodResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12*\n\ncontainers\x18\x03 \x03(\x0b\x32\x16.v1.ContainerResources\"y\n\x12\x43ontainerResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x14.v1.ContainerDevices\x12.\n\x11\x64ynamic_resources\x18\x05 \x03(\x0b\x32\x13.v1.DynamicResource\"j\n\x0f\x44ynamicResource\x12\x12\n\nclaim_name\x18\x02 \x01(\t\x12\x17\n\x0f\x63laim_namespace\x18\x03 \x01(\t\x12*\n\x0f\x63laim_resources\x18\x04 \x03(\x0b\x32\x11.v1.ClaimResource\"\x94\x01\n\rClaimResource\x12\"\n\x0b\x63\x64i_devices\x18\x01 \x03(\x0b\x32\r.v1.CDIDevice\x12\x13\n\x0b\x64river_name\x18\x02 \x01(\t\x12\x11\n\tpool_name\x18\x03 \x01(\t\x12\x13\n\x0b\x64\x65vice_name\x18\x04 \x01(\t\x12\x15\n\x08share_id\x18\x05 \x01(\tH\x00\x88\x01\x01\x42\x0b\n\t_share_id\"\x19\n\tCDIDevice\x12\x0c\n\x04name\x18\x01 \x01(\t\"a\n\x10\x43ontainerDevices\x12\x15\n\rresource_name\x18\x01 \x01(\t\x12\x12\n\ndevice_ids\x18\x02 \x03(\t\x12\"\n\x08topology\x18\x03 \x01(\x0b\x32\x10.v1.TopologyInfo\"+\n\x0cTopologyInfo\x12\x1b\n\x05nodes\x18\x01 \x03(\x0b\x32\x0c.v1.NUMANode\"\x16\n\x08NUMANode\x12\n\n\x02ID\x18\x01 \x01(\x03\"\x1d\n\x1b\x41llocatableResourcesRequest\"E\n\x1c\x41llocatableResourcesResponse\x12%\n\x07\x64\x65vices\x18\x01 \x03(\x0b\x32\x14.v1.ContainerDevices2\xb9\x01\n\x12PodResourcesLister\x12\x43\n\x04List\x12\x1b.v1.ListPodResourcesRequest\x1a\x1c.v1.ListPodResourcesResponse\"\x00\x12^\n\x17GetAllocatableResources\x12\x1f.v1.AllocatableResourcesRequest\x1a .v1.AllocatableResourcesResponse\"\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,17 +38,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PODRESOURCES']._serialized_start=125
   _globals['_PODRESOURCES']._serialized_end=216
   _globals['_CONTAINERRESOURCES']._serialized_start=218
-  _globals['_CONTAINERRESOURCES']._serialized_end=291
-  _globals['_CONTAINERDEVICES']._serialized_start=293
-  _globals['_CONTAINERDEVICES']._serialized_end=390
-  _globals['_TOPOLOGYINFO']._serialized_start=392
-  _globals['_TOPOLOGYINFO']._serialized_end=435
-  _globals['_NUMANODE']._serialized_start=437
-  _globals['_NUMANODE']._serialized_end=459
-  _globals['_ALLOCATABLERESOURCESREQUEST']._serialized_start=461
-  _globals['_ALLOCATABLERESOURCESREQUEST']._serialized_end=490
-  _globals['_ALLOCATABLERESOURCESRESPONSE']._serialized_start=492
-  _globals['_ALLOCATABLERESOURCESRESPONSE']._serialized_end=561
-  _globals['_PODRESOURCESLISTER']._serialized_start=564
-  _globals['_PODRESOURCESLISTER']._serialized_end=749
+  _globals['_CONTAINERRESOURCES']._serialized_end=339
+  _globals['_DYNAMICRESOURCE']._serialized_start=341
+  _globals['_DYNAMICRESOURCE']._serialized_end=447
+  _globals['_CLAIMRESOURCE']._serialized_start=450
+  _globals['_CLAIMRESOURCE']._serialized_end=598
+  _globals['_CDIDEVICE']._serialized_start=600
+  _globals['_CDIDEVICE']._serialized_end=625
+  _globals['_CONTAINERDEVICES']._serialized_start=627
+  _globals['_CONTAINERDEVICES']._serialized_end=724
+  _globals['_TOPOLOGYINFO']._serialized_start=726
+  _globals['_TOPOLOGYINFO']._serialized_end=769
+  _globals['_NUMANODE']._serialized_start=771
+  _globals['_NUMANODE']._serialized_end=793
+  _globals['_ALLOCATABLERESOURCESREQUEST']._serialized_start=795
+  _globals['_ALLOCATABLERESOURCESREQUEST']._serialized_end=824
+  _globals['_ALLOCATABLERESOURCESRESPONSE']._serialized_start=826
+  _globals['_ALLOCATABLERESOURCESRESPONSE']._serialized_end=895
+  _globals['_PODRESOURCESLISTER']._serialized_start=898
+  _globals['_PODRESOURCESLISTER']._serialized_end=1083
 # @@protoc_insertion_point(module_scope)
