@@ -574,8 +574,9 @@ class Mutator(ast.NodeTransformer):
         return self._offer(node, lambda: ast.Constant(new)) or node
 
 
-def enumerate_mutants(module: str) -> list[Mutant]:
-    source = source_path(REPO, module).read_text()
+def enumerate_mutants(module: str, source: str | None = None) -> list[Mutant]:
+    if source is None:
+        source = source_path(REPO, module).read_text()
     mutator = Mutator()
     mutator.visit(ast.parse(source))
     seen: dict[str, int] = {}
@@ -588,8 +589,7 @@ def enumerate_mutants(module: str) -> list[Mutant]:
     return out
 
 
-def mutated_source(module: str, number: int) -> str:
-    source = source_path(REPO, module).read_text()
+def mutated_source(module: str, number: int, source: str) -> str:
     mutator = Mutator(number)
     tree = mutator.visit(ast.parse(source))
     if number >= 0 and not mutator.applied:
@@ -658,11 +658,24 @@ def run_tests(workdir: Path, module: str, timeout: float) -> tuple[str, float, s
 
 
 class Workspace:
-    """One private copy of the working tree per job; a mutant is written in, run, undone."""
+    """One private copy of the working tree per job; a mutant is written in, run, undone.
 
-    def __init__(self, root: Path) -> None:
+    Every copy is of one snapshot taken when the run starts, and a module is restored from
+    that snapshot, never from the tree: the tree may be edited while a run of half an hour
+    goes on, and a run must measure one version of the code."""
+
+    def __init__(self, root: Path, snapshot: Path | None = None) -> None:
         self.root = root
-        working_copy(root)
+        if snapshot is None:
+            working_copy(root)
+        else:
+            shutil.copytree(snapshot, root, symlinks=True)
+        self.originals: dict[str, str] = {}
+
+    def original(self, module: str) -> str:
+        if module not in self.originals:
+            self.originals[module] = source_path(self.root, module).read_text()
+        return self.originals[module]
 
     def install(self, module: str, source: str) -> None:
         target = source_path(self.root, module)
@@ -673,16 +686,13 @@ class Workspace:
             stale.unlink()
 
     def restore(self, module: str) -> None:
-        self.install(module, source_path(REPO, module).read_text())
+        self.install(module, self.original(module))
 
 
 def baseline(ws: Workspace, module: str) -> float:
     """The module's tests over the original, and over the original as the mutator writes it
     back (ast.unparse): both must pass, or a 'kill' would mean nothing."""
-    for source in (
-        source_path(REPO, module).read_text(),
-        mutated_source(module, -1),
-    ):
+    for source in (ws.original(module), mutated_source(module, -1, ws.original(module))):
         ws.install(module, source)
         status, took, detail = run_tests(ws.root, module, timeout=600)
         if status != "survived":
@@ -695,7 +705,15 @@ def baseline(ws: Workspace, module: str) -> float:
 def run(mutants: list[Mutant], jobs: int, report: Callable[[Outcome], None]) -> list[Outcome]:
     modules = sorted({m.module for m in mutants})
     with tempfile.TemporaryDirectory(prefix="devicemanager-mutate-") as tmp:
-        spaces = [Workspace(Path(tmp) / f"job{i}") for i in range(jobs)]
+        first = Workspace(Path(tmp) / "job0")
+        spaces = [first] + [
+            Workspace(Path(tmp) / f"job{i}", snapshot=first.root) for i in range(1, jobs)
+        ]
+        for module in modules:
+            listed = [m.key for m in mutants if m.module == module]
+            snapped = {m.key for m in enumerate_mutants(module, first.original(module))}
+            if not set(listed) <= snapped:
+                raise SystemExit(f"mutate: {module} changed since its mutants were listed")
         limits = {m: 3 * baseline(spaces[0], m) + 15 for m in modules}
         work: queue.Queue[Mutant] = queue.Queue()
         for m in mutants:
@@ -709,7 +727,7 @@ def run(mutants: list[Mutant], jobs: int, report: Callable[[Outcome], None]) -> 
                     m = work.get_nowait()
                 except queue.Empty:
                     return
-                ws.install(m.module, mutated_source(m.module, m.number))
+                ws.install(m.module, mutated_source(m.module, m.number, ws.original(m.module)))
                 status, took, detail = run_tests(ws.root, m.module, limits[m.module])
                 ws.restore(m.module)
                 outcome = Outcome(m, status, round(took, 2), detail)
