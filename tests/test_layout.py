@@ -205,7 +205,7 @@ def tree() -> set[str]:
                 continue
             if path.is_dir() and (path / "__init__.py").exists():
                 out.add(f"{rel}/")
-            elif path.suffix == ".py" and path.name != "__init__.py" and "proto" not in rel.parts:
+            elif path.suffix == ".py" and path.name != "__init__.py":
                 out.add(str(rel))
     for folder in ("tests", "fixtures", "deploy", "docs", "scripts", "bench"):
         out.add(f"{folder}/")

@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from types import MappingProxyType
 
 from devicemanager.grants.allocations import Allocation, Mode
@@ -348,47 +349,24 @@ def pod_allocations(
             if what is None:
                 missed.append(Unresolved(c.container, ref_text, d.key, UNMATCHED))
                 continue
+            held = partial(Allocation, c.container, what.manufacturer, what.card_id, None)
             if what.partition_id is not None:
                 out.append(
-                    Allocation(
-                        container=c.container,
-                        manufacturer=what.manufacturer,
-                        device_id=what.card_id,
-                        index=None,
-                        mode=Mode.PARTITIONED,
+                    held(
+                        Mode.PARTITIONED,
                         partition_id=what.partition_id,
                         profile=what.profile,
                         source=SOURCE,
                     )
                 )
-                continue
-            if d.share_id is not None:
+            elif d.share_id is not None:
                 consumed = result.consumed_capacity.get(MEMORY_CAPACITY) if result else None
                 if consumed is None:
                     missed.append(Unresolved(c.container, ref_text, d.key, NO_CLAIM))
-                    continue
-                out.append(
-                    Allocation(
-                        container=c.container,
-                        manufacturer=what.manufacturer,
-                        device_id=what.card_id,
-                        index=None,
-                        mode=Mode.SLICED,
-                        memory_mib=consumed // MIB,
-                        source=SOURCE,
-                    )
-                )
-                continue
-            out.append(
-                Allocation(
-                    container=c.container,
-                    manufacturer=what.manufacturer,
-                    device_id=what.card_id,
-                    index=None,
-                    mode=Mode.SHARED if shared else Mode.EXCLUSIVE,
-                    source=SOURCE,
-                )
-            )
+                else:
+                    out.append(held(Mode.SLICED, memory_mib=consumed // MIB, source=SOURCE))
+            else:
+                out.append(held(Mode.SHARED if shared else Mode.EXCLUSIVE, source=SOURCE))
     return PodClaims(tuple(out), tuple(missed))
 
 
