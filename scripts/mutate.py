@@ -106,6 +106,7 @@ TESTS: dict[str, list[str]] = {  # PERSON_RULES first for every module, added be
         "tests/test_serving_rules.py",
         "tests/test_monitor.py",
         "tests/test_podresources.py",
+        "tests/test_dra.py",
     ],
     "cgroup": [CORE_RULES, "tests/test_cgroup.py", "tests/test_attribution.py"],
     "pods": [CORE_RULES, "tests/test_pods.py", *FIGURES_TESTS, "tests/test_allocations.py"],

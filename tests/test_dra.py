@@ -222,3 +222,35 @@ def test_a_pod_without_annotations_holds_its_claims_and_an_annotated_pod_its_ann
     assert deviceplugins.count_unresolved(answer, index, ALIASES, inventory_of([])) == {
         dra.NO_SLICE: 1
     }
+
+
+def test_the_collector_says_whether_the_rounds_dra_inventory_was_read() -> None:
+    """R-X6, R-E4: `success{source="dra"}` is 1 only for a fresh round that had the node's
+    slices; the claimed devices that gave no grant are counted by reason; a node where DRA is
+    not read publishes neither."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from devicemanager.figures import exposition
+    from devicemanager.model import Snapshot
+
+    def rendered(fresh: bool, extras: exposition.Extras) -> dict[tuple[str, str], float]:
+        snap = Snapshot(timestamp=1000.0, period_seconds=15, node="n1")
+        text = exposition.render(exposition.collector_families(snap, fresh, extras)).decode()
+        return {
+            (s.name, s.labels.get("source") or s.labels.get("reason", "")): s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if "dra" in s.name or s.labels.get("source") == "dra"
+        }
+
+    success = "gpustack_instance_metrics_collector_success"
+    unresolved = "gpustack_accelerator_dra_unresolved_devices"
+    read = exposition.Extras(dra_success=True, dra_unresolved={dra.NO_SLICE: 2, dra.UNMATCHED: 1})
+    assert rendered(True, read) == {
+        (success, "dra"): 1.0,
+        (unresolved, dra.NO_SLICE): 2.0,
+        (unresolved, dra.UNMATCHED): 1.0,
+    }
+    assert rendered(False, read)[(success, "dra")] == 0.0  # a stale round
+    assert rendered(True, exposition.Extras(dra_success=False)) == {(success, "dra"): 0.0}
+    assert rendered(True, exposition.Extras()) == {}
