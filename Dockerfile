@@ -23,10 +23,14 @@ RUN pip install --no-cache-dir --no-index --find-links /wheels \
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 # Vendor libraries are not in the image: the NVIDIA container toolkit mounts the host's
-# libnvidia-ml.so.1 (NVIDIA_DRIVER_CAPABILITIES=utility). The image sets no USER, so on its own
-# it runs as the base image's root; the DaemonSet's securityContext sets the user: uid and gid
-# 65534 with every capability dropped (deploy/base/daemonset.yaml says why that is enough), or
-# root and privileged for the vendors whose device nodes only such a container can open
-# (deploy/components/device-access says why).
+# libnvidia-ml.so.1 (NVIDIA_DRIVER_CAPABILITIES=utility).
+# Not root by default: uid and gid 65534, numeric so that a kubelet's runAsNonRoot check can
+# verify it without a passwd lookup, and the very user the base DaemonSet runs as (with every
+# capability dropped; deploy/base/daemonset.yaml and tests/test_nonroot.py say why that is
+# enough). The agent writes nothing but its self-signed key, in /tmp. The overlays of the
+# vendors whose device nodes only a privileged root container can open (every one but NVIDIA)
+# set runAsUser: 0 themselves (deploy/components/device-access says why), so they never depend
+# on this default.
+USER 65534:65534
 EXPOSE 32443
 ENTRYPOINT ["devicemanager", "serve"]

@@ -12,6 +12,11 @@ unless `--debug`, and one set of exit codes:
 
 `--debug` adds the traceback of an unexpected failure and keeps its exit code. A standard output
 closed by its reader (`devicemanager snapshot | head -1`) ends the command quietly, exit 0.
+`serve` ended by SIGTERM or SIGINT stops cleanly and exits 0.
+
+Every input a command reads is bounded in size (files, tokens, CAs, answers) and every request
+in time, so a wrong argument (`--cgroup-file /dev/zero`) is an error, not a process that grows
+until the OOM killer ends it.
 """
 
 from __future__ import annotations
@@ -31,11 +36,15 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from devicemanager import __version__
-from devicemanager.agent.config import add_serve_flags, settings_from
+from devicemanager.agent.config import add_serve_flags, default_service_account_dir, settings_from
 from devicemanager.backend import BACKENDS, BackendUnavailable, create_backend, sdk_versions
 from devicemanager.model import ReadRequest
 
 OK, ABSENT, USAGE, UNREACHABLE = 0, 1, 2, 3
+
+MAX_CGROUP_BYTES = 64 * 1024  # what the agent reads of /proc/<pid>/cgroup (node/procfs.py)
+MAX_PODS_BYTES = 64 << 20  # a node's PodList is a few MiB at most
+MAX_KUBECONFIG_BYTES = 16 << 20
 
 
 class CliError(Exception):
@@ -84,24 +93,92 @@ def _client_call(fn: Callable[[], Any]) -> Any:
         raise CliError(str(exc), USAGE if exc.usage else UNREACHABLE) from None
 
 
+def default_token_file(environ: Mapping[str, str] = os.environ) -> Path:
+    """The pod's own service-account token: where `serve --service-account-dir` (and its
+    variable) says the account is mounted, the same file the agent's reviewer reads."""
+    return default_service_account_dir(environ) / "token"
+
+
+def _read_token(path: Path, flag: str) -> str:
+    from devicemanager.serve.client import MAX_TOKEN_BYTES
+
+    data = _small_file(flag, path, MAX_TOKEN_BYTES, "a bearer token")
+    token = data.decode("ascii", "replace").strip()
+    if not token or any(c.isspace() for c in token) or "\ufffd" in token:
+        raise CliError(f"{flag}: {path} holds no bearer token", USAGE)
+    return token
+
+
+class Token:
+    """The bearer token a command sends to the agent (for --access-control=kubernetes): the
+    file --token-file names, sent wherever the command is pointed over HTTPS; by default the
+    pod's own service-account token, when it is there, and sent only where the agent runs
+    beside the command (a loopback address) or to an agent verified with --cacert;
+    `--token-file ''` sends none."""
+
+    def __init__(self, token_file: str | None, environ: Mapping[str, str] = os.environ) -> None:
+        self.explicit = bool(token_file)
+        self.path: Path | None
+        if token_file is None:
+            self.path = default_token_file(environ)
+        else:
+            self.path = Path(token_file) if token_file else None
+        self._value: str | None = None
+
+    def value(self) -> str | None:
+        if self.path is None:
+            return None
+        if self._value is None:
+            if not self.explicit and not self.path.is_file():
+                return None  # not in a pod: no token, and none is needed without access control
+            try:
+                self._value = _read_token(self.path, "--token-file")
+            except CliError:
+                if self.explicit:
+                    raise
+                return None  # the pod's token unreadable: the agent's 401 says what is missing
+        return self._value
+
+    def for_url(self, url: str, verified: bool) -> str | None:
+        from devicemanager.serve.client import token_goes_to
+
+        if self.explicit:
+            if not url.lower().startswith("https://"):
+                raise CliError(f"--token-file: sent over https only, not to {url}", USAGE)
+            return self.value()
+        return self.value() if token_goes_to(url, verified) else None
+
+
+def _token(args: argparse.Namespace, url: str) -> str | None:
+    return Token(args.token_file).for_url(url, args.cacert is not None)
+
+
 def _cmd_snapshot(args: argparse.Namespace) -> int:
     from devicemanager.serve import client
 
-    doc = _client_call(lambda: client.fetch_snapshot(args.url, args.cacert, args.timeout))
+    doc = _client_call(
+        lambda: client.fetch_snapshot(args.url, args.cacert, args.timeout, _token(args, args.url))
+    )
     if args.json:
         print(json.dumps(doc, indent=2))
         return OK
     held = None
-    metrics_url = (
-        client.metrics_url_beside(args.url) if args.metrics_url is None else args.metrics_url
-    )
+    given = args.metrics_url is not None
+    metrics_url = args.metrics_url if given else client.metrics_url_beside(args.url)
     if metrics_url:
         # The grants each Instance holds are in /metrics, beside the cards' snapshot; without
-        # them the cards are still worth printing.
+        # them the cards are still worth printing, unless the operator named the URL: then
+        # it failing, like an answer that is not Prometheus text, is the command failing.
+        token = _token(args, metrics_url)
         try:
-            held = client.holdings(client.fetch(metrics_url, args.cacert, args.timeout).text)
+            text = client.fetch_metrics(metrics_url, args.cacert, args.timeout, token)
         except client.FetchError as exc:
+            if given or isinstance(exc, client.NotServed):
+                code = USAGE if exc.usage else UNREACHABLE
+                raise CliError(f"--metrics-url: {exc}", code) from None
             print(f"devicemanager snapshot: no grants table: {exc}", file=sys.stderr)
+        else:
+            held = client.holdings(text)
     print(client.render_snapshot(doc, held))
     return OK
 
@@ -109,8 +186,10 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
 def _cmd_metrics(args: argparse.Namespace) -> int:
     from devicemanager.serve import client
 
-    response = _client_call(lambda: client.fetch(args.url, args.cacert, args.timeout))
-    sys.stdout.write(response.text)
+    text = _client_call(
+        lambda: client.fetch_metrics(args.url, args.cacert, args.timeout, _token(args, args.url))
+    )
+    sys.stdout.write(text)
     return OK
 
 
@@ -218,16 +297,24 @@ def _cmd_record(args: argparse.Namespace) -> int:
 # -- whois ------------------------------------------------------------------------------------
 
 
+def _small_file(flag: str, path: Path, limit: int, what: str) -> bytes:
+    from devicemanager.serve.client import FetchError, read_bounded
+
+    try:
+        return read_bounded(flag, path, limit, what)
+    except FetchError as exc:
+        raise CliError(str(exc), USAGE) from None
+
+
 def _pods(path: Path | None) -> Any:
     from devicemanager.node.pods import PodIndex
 
     if path is None:
         return None
+    data = _small_file("--pods", path, MAX_PODS_BYTES, "a node's PodList")
     try:
-        return PodIndex.from_list(json.loads(path.read_text()))
-    except OSError as exc:
-        raise CliError(f"--pods: {exc.strerror}: {path}", USAGE) from None
-    except ValueError:
+        return PodIndex.from_list(json.loads(data))
+    except (ValueError, TypeError, AttributeError):
         raise CliError(f"--pods: {path} is not a JSON PodList", USAGE) from None
 
 
@@ -243,10 +330,8 @@ def whois(
 
     index = _pods(pods_file)
     if cgroup_file is not None:
-        try:
-            text = cgroup_file.read_text(errors="replace")
-        except OSError as exc:
-            raise CliError(f"--cgroup-file: {exc.strerror}: {cgroup_file}", USAGE) from None
+        data = _small_file("--cgroup-file", cgroup_file, MAX_CGROUP_BYTES, "a cgroup file")
+        text = data.decode(errors="replace")
         identified = Identified(cgroup.parse(text))
         doc: dict[str, Any] = {}
     else:
@@ -326,6 +411,12 @@ def _cmd_instance_metrics(args: argparse.Namespace) -> int:
     kubeconfig, label = given or kubeconfig_from() or (None, "--kubeconfig")
     if kubeconfig is not None and not kubeconfig.is_file():
         raise CliError(f"{label}: {kubeconfig} is not a file", USAGE)
+    if kubeconfig is not None and kubeconfig.stat().st_size > MAX_KUBECONFIG_BYTES:
+        raise CliError(
+            f"{label}: {kubeconfig} is larger than {MAX_KUBECONFIG_BYTES >> 20} MiB: "
+            "not a kubeconfig",
+            USAGE,
+        )
     try:
         config = config_from(kubeconfig, args.service_account_dir)
         client = KubeClient(config) if config is not None else None
@@ -342,8 +433,25 @@ def _cmd_instance_metrics(args: argparse.Namespace) -> int:
         raise CliError("no cluster: not in a pod, no --kubeconfig and no ~/.kube/config", USAGE)
     from devicemanager.kube.sampler import InstanceSampler
 
+    token = Token(
+        args.token_file,
+        {"DEVICEMANAGER_SERVICE_ACCOUNT_DIR": str(args.service_account_dir)},
+    )
+
+    def token_for(url: str) -> str | None:
+        # The agents the API server names (their pod IPs) get the pod's own token; a
+        # --snapshot-url only by the rule of `snapshot` (loopback, or a --token-file).
+        if args.snapshot_url is None or token.explicit:
+            return token.value() if url.startswith("https://") else None
+        return token.for_url(url, verified=False)
+
+    if token.explicit:
+        token.value()  # a --token-file that cannot be used is said before anything is asked
     sampler = InstanceSampler(
-        client, agent_namespace=args.agent_namespace, snapshot_url=args.snapshot_url
+        client,
+        agent_namespace=args.agent_namespace,
+        snapshot_url=args.snapshot_url,
+        token=token_for,
     )
     try:
         sample = sampler.sample(args.namespace, args.name)
@@ -390,7 +498,22 @@ def _agent_flags(parser: argparse.ArgumentParser, default_url: str, env: str) ->
         "--cacert", help="verify the agent against this CA (default: no verification)"
     )
     parser.add_argument(
-        "--timeout", type=_positive_float, default=10.0, help="seconds (default: 10)"
+        "--timeout",
+        type=_positive_float,
+        default=10.0,
+        help="seconds for the whole request (default: 10)",
+    )
+    _token_flag(parser)
+
+
+def _token_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--token-file",
+        default=os.environ.get("DEVICEMANAGER_TOKEN_FILE"),
+        help="send this file's bearer token, for --access-control=kubernetes (default: the "
+        "pod's service-account token, $DEVICEMANAGER_SERVICE_ACCOUNT_DIR/token or "
+        f"{default_token_file({})}, sent only to a loopback address or an agent verified "
+        "with --cacert; '' sends none) [$DEVICEMANAGER_TOKEN_FILE]",
     )
 
 
@@ -421,6 +544,10 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
     specs = args.sources or ["-"]
     if specs.count("-") > 1:
         raise CliError("standard input (-) can be read once", USAGE)
+    if args.cacert is not None:
+        from devicemanager.serve.client import ca_context
+
+        _client_call(lambda: ca_context("--cacert", args.cacert))  # a file with no CA: exit 2
     texts: list[tuple[str, str]] = []
     for spec in specs:
         try:
@@ -548,8 +675,11 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument(
         "--service-account-dir",
         type=Path,
-        default=Path("/var/run/secrets/kubernetes.io/serviceaccount"),
+        default=default_service_account_dir(),
+        help="the pod's service account, used in a pod (default: "
+        f"{default_service_account_dir({})}) [$DEVICEMANAGER_SERVICE_ACCOUNT_DIR]",
     )
+    _token_flag(im)
     im.add_argument(
         "--agent-namespace",
         default=os.environ.get("KUBERNETES_POD_NAMESPACE", "gpustack-system"),
@@ -614,6 +744,10 @@ def _quiet_stdout() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)  # usage errors: argparse's message, exit 2
     command = args.command
+    if command != "serve":  # serve sets up its own logs from its flags
+        from devicemanager.agent.logs import configure_command
+
+        configure_command(command)
     try:
         result: int = args.func(args)
         sys.stdout.flush()  # here, where a closed standard output is seen, not at exit

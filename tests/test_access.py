@@ -98,7 +98,7 @@ def test_probes_stay_open_and_other_methods_are_still_405(guarded: Agent) -> Non
     assert get(guarded, "/livez").status_code == 200
     with guarded.client() as client:
         response = client.post("/metrics")
-    assert response.status_code == 405 and response.headers["allow"] == "GET"
+    assert response.status_code == 405 and response.headers["allow"] == "GET, HEAD"
 
 
 def test_verdicts_are_cached_for_the_ttl_then_reviewed_again(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,7 @@ def test_repeated_and_comma_separated_libraries() -> None:
         (["--http-max-connections", "1"], "at least 2"),
         (["--http-max-header-bytes", "big"], "not a whole number"),
         (["--http-request-timeout", "0"], "must be positive"),
+        (["--log-level", "loud"], "--log-level: debug, info, warning, error; got 'loud'"),
     ],
 )
 def test_bad_values_are_refused_with_the_flag_named(argv: list[str], message: str) -> None:
@@ -116,3 +118,38 @@ def test_a_cert_dir_must_be_a_directory_when_given(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="is not a directory"):
         parse_serve([], env={"DEVICEMANAGER_CERT_DIR": str(a_file)})
     assert parse_serve(["--cert-dir", str(tmp_path)], env={}).cert_dir == tmp_path
+
+
+def test_serve_help_names_every_manufacturer() -> None:
+    """`devicemanager serve --help` offers each shipped backend by name, from the registry
+    itself, so a manufacturer added to BACKENDS is offered without another edit (R-O4)."""
+    import contextlib
+    import io
+
+    from devicemanager.backend import BACKENDS
+    from devicemanager.cli import main
+
+    assert set(BACKENDS) == {"nvidia", "amd", "hygon", "metax", "ascend", "thead"}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_:
+        main(["serve", "--help"])
+    assert exit_.value.code == 0
+    # argparse wraps help text to the terminal: compare with whitespace folded.
+    help_text = " ".join(out.getvalue().split())
+    (manufacturer,) = [f for f in SERVE_FLAGS if f.name == "--manufacturer"]
+    for name in BACKENDS:
+        assert re.search(rf"\b{name}\b", manufacturer.help), name
+    offered = help_text.split("--manufacturer MANUFACTURER", 2)[-1].split("--replay", 1)[0]
+    assert all(re.search(rf"\b{name}\b", offered) for name in BACKENDS), offered
+
+
+def test_a_log_level_in_any_case_and_whether_manufacturer_was_given() -> None:
+    """(R-O4) --log-level WARNING is warning; --manufacturer from the flag or its variable is
+    told from the default, which only a given one must agree with --replay's scenario."""
+    assert parse_serve(["--log-level", "WARNING"], env={}).log_level == "warning"
+    default = parse_serve([], env={})
+    assert default.manufacturers == ("nvidia",) and not default.manufacturers_given
+    flag = parse_serve(["--manufacturer", "nvidia"], env={})
+    assert flag.manufacturers == ("nvidia",) and flag.manufacturers_given
+    env = parse_serve([], env={"DEVICEMANAGER_MANUFACTURER": "amd,hygon"})
+    assert env.manufacturers == ("amd", "hygon") and env.manufacturers_given

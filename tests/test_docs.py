@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 
@@ -22,6 +23,61 @@ def test_every_serve_flag_and_its_environment_variables_are_documented() -> None
         assert row is not None, f"{flag.name} is not in the flag table of docs/configuration.md"
         for env in flag.env:
             assert f"`{env}`" in row, f"{env} missing from the row of {flag.name}"
+
+
+def parsers() -> dict[str, argparse.ArgumentParser]:
+    """Every subcommand's parser, as `devicemanager` builds them."""
+    from devicemanager.cli import build_parser
+
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+def long_flags(parser: argparse.ArgumentParser) -> set[str]:
+    return {
+        option
+        for action in parser._actions
+        for option in action.option_strings
+        if option.startswith("--") and option != "--help"
+    }
+
+
+def test_every_flag_of_every_command_is_documented() -> None:
+    """docs/configuration.md names every flag each command accepts, from the parser itself: a
+    flag of `serve` has a row of the table (SERVE_FLAGS and any added to the parser beside
+    them), a flag of another command is in that command's entry, and the two every command
+    takes are said once (R-O4)."""
+    commands = parsers()
+    assert {"serve", "snapshot", "metrics", "whois", "record", "instance-metrics"} <= set(commands)
+    rows = {
+        line.split("`")[1]
+        for line in CONFIGURATION.split("## `devicemanager serve`", 1)[1]
+        .split("\n## ", 1)[0]
+        .splitlines()
+        if line.startswith("| `--")
+    }
+    common = {"--version", "--debug"}
+    for flag in common:
+        assert f"`{flag}`" in CONFIGURATION.split("## Other commands", 1)[1], flag
+    assert long_flags(commands["serve"]) - common - rows == set(), "serve flags with no row"
+    assert {f.name for f in SERVE_FLAGS} <= rows
+    assert rows - long_flags(commands["serve"]) == set(), "rows for flags serve does not take"
+    entries = re.split(r"\n- ", CONFIGURATION.split("## Other commands", 1)[1])
+    for name, parser in commands.items():
+        if name == "serve":
+            continue
+        (entry,) = [e for e in entries if e.startswith(f"`devicemanager {name} ")]
+        missing = {flag for flag in long_flags(parser) - common if flag not in entry}
+        assert missing == set(), f"devicemanager {name}: flags not in its entry: {missing}"
+
+
+def test_the_manufacturer_row_names_every_backend() -> None:
+    """The doc offers what `serve --help` offers: every shipped backend (R-O4)."""
+    from devicemanager.backend import BACKENDS
+
+    row = next(line for line in CONFIGURATION.splitlines() if line.startswith("| `--manufacturer`"))
+    for name in BACKENDS:
+        assert f"`{name}`" in row, name
 
 
 def test_the_readme_opens_with_the_two_commands() -> None:

@@ -11,7 +11,7 @@ import ssl
 
 import pytest
 
-from devicemanager.serve.app import PATHS, Routes, accepts_gzip, create_app
+from devicemanager.serve.app import LANDING, PATHS, Routes, accepts_gzip, create_app
 from tests.conftest import NODES, Agent, scenario_monitor
 from tests.test_serving_rules import _call
 
@@ -37,7 +37,7 @@ def test_accept_encoding_is_read_as_http_says(value: str | None, expected: bool)
     assert accepts_gzip(value) is expected
 
 
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", (*PATHS, LANDING))
 @pytest.mark.parametrize("encoding", [None, b"gzip"])
 def test_the_fast_answer_is_the_apps_answer(path: str, encoding: bytes | None) -> None:
     monitor = scenario_monitor("h100-8gpu-mixed")
@@ -135,13 +135,14 @@ def test_http_1_0_and_connection_close_are_answered_then_closed(launch) -> None:
 
 
 def test_a_query_string_and_a_head_are_not_the_fast_paths(launch) -> None:  # type: ignore[no-untyped-def]
+    """(R-S3) Both are the app's: a query string is served alike, a HEAD as GET, head only."""
     agent: Agent = launch("--replay", H100, "--monitor-period", "0.5")
     agent.wait_for("/readyz", 200)
     with _tls(agent.port) as conn:
         conn.sendall(_get("/metrics?debug=1") + b"HEAD /metrics HTTP/1.1\r\nHost: a\r\n\r\n")
         (query, head) = _responses(conn, 2, heads=frozenset({1}))
     assert query[0] == 200 and query[2].startswith(b"# HELP ")  # the app serves it alike
-    assert head[0] == 405 and head[1]["allow"] == "GET"
+    assert head[0] == 200 and head[2] == b"" and int(head[1]["content-length"]) > 1000
 
 
 def test_the_fast_answers_date_moves_on_with_the_clock(launch) -> None:  # type: ignore[no-untyped-def]

@@ -28,10 +28,13 @@ RENDERED = DEPLOY / "rendered"
 MANUFACTURERS = sorted(BACKENDS)
 SHARED_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service"}
 POD_RESOURCES = "pod-resources"
+PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
 
-# What each vendor's library needs from the host, as docs/vendors.md describes it: path ->
+# What each vendor's library needs from the host, as docs/vendors.md describes it: host path ->
 # (hostPath type, mounted read-only). Device nodes are not mounted read-only (a device is opened
-# for writing); library trees and registries are. NVIDIA's come from the container toolkit.
+# for writing); library trees and registries are. NVIDIA's come from the container toolkit. No
+# type creates what it mounts (DirectoryOrCreate, FileOrCreate): a monitor changes nothing on
+# the node, and a path that must exist is checked by the kubelet before the pod starts.
 HOST_PATHS: dict[str, dict[str, tuple[str, bool]]] = {
     "nvidia": {},
     "amd": {
@@ -44,8 +47,10 @@ HOST_PATHS: dict[str, dict[str, tuple[str, bool]]] = {
         "/dev/kfd": ("CharDevice", False),
         "/dev/mkfd": ("CharDevice", False),
         "/dev/dri": ("Directory", False),
-        "/etc/dmi_mig_config": ("DirectoryOrCreate", True),
-        "/etc/vdev": ("DirectoryOrCreate", True),
+        # The MIG registry (/etc/dmi_mig_config) exists only where partitions were made: read
+        # through the host's /etc, which every node has (REMOUNTED), so that nothing is created.
+        "/etc": ("Directory", True),
+        "/etc/vdev": ("Directory", True),
     },
     "ascend": {
         "/usr/local/Ascend/driver": ("Directory", True),
@@ -60,6 +65,10 @@ HOST_PATHS: dict[str, dict[str, tuple[str, bool]]] = {
     },
     "thead": {"/usr/local/PPU_SDK": ("Directory", True)},
 }
+# Host paths mounted elsewhere than where they lie on the host: (manufacturer, path) -> mountPath.
+REMOUNTED = {("hygon", "/etc"): "/host/etc"}
+# hostPath types that check what is there and create nothing.
+CHECKING_TYPES = {"Directory", "File", "Socket", "CharDevice", "BlockDevice"}
 # Only NVIDIA's container toolkit puts the devices in an unprivileged container's device cgroup;
 # every other vendor's overlay is privileged (deploy/components/device-access says why).
 UNPRIVILEGED = {"nvidia"}
@@ -224,10 +233,9 @@ def test_each_daemonset_is_its_manufacturers(manufacturer: str) -> None:
         .get("nodeSelectorTerms", [])
     )
     assert spec.get("nodeSelector") or (terms and all(t["matchExpressions"] for t in terms))
-    assert spec["tolerations"] and all(
-        t["key"] and t["operator"] == "Exists" and t["effect"] == "NoSchedule"
-        for t in spec["tolerations"]
-    )
+    # Every manufacturer tolerates the same taints: all of them (the base's; see below).
+    base = yaml.safe_load((DEPLOY / "base" / "daemonset.yaml").read_text())
+    assert spec["tolerations"] == base["spec"]["template"]["spec"]["tolerations"]
 
 
 def test_no_daemonset_adopts_another_manufacturers_pods() -> None:
@@ -273,20 +281,25 @@ def test_each_manufacturer_gets_the_least_privilege_its_devices_allow(manufactur
 def test_each_manufacturer_mounts_its_libraries_and_devices(manufacturer: str) -> None:
     spec = daemonset(manufacturer)["spec"]["template"]["spec"]
     mounts = {m["name"]: m for m in container(manufacturer)["volumeMounts"]}
-    host = {}
+    host: dict[str, tuple[str, bool]] = {}
     for volume in spec["volumes"]:
         if "hostPath" not in volume or volume["name"] == POD_RESOURCES:
             continue
         mount = mounts[volume["name"]]
+        path = volume["hostPath"]["path"]
         # Mounted where it lies on the host: the libraries' own paths and the backend's search.
-        assert mount["mountPath"] == volume["hostPath"]["path"], mount
-        host[mount["mountPath"]] = (volume["hostPath"]["type"], mount.get("readOnly", False))
+        assert mount["mountPath"] == REMOUNTED.get((manufacturer, path), path), mount
+        host[path] = (volume["hostPath"]["type"], mount.get("readOnly", False))
     assert host == HOST_PATHS[manufacturer]
     # The backend finds its main library in a mounted tree without being told (the first
     # directory it searches), and the library's own dependencies where LD_LIBRARY_PATH says.
     backend = import_from_string(BACKENDS[manufacturer])
     directories = backend.libraries[0].directories
-    trees = [path for path, (_, read_only) in host.items() if read_only]
+    trees = [
+        REMOUNTED.get((manufacturer, path), path)
+        for path, (_, read_only) in host.items()
+        if read_only
+    ]
     if manufacturer in UNPRIVILEGED:
         assert not directories and not trees  # the toolkit mounts it on the linker's path
         return
@@ -296,12 +309,80 @@ def test_each_manufacturer_mounts_its_libraries_and_devices(manufacturer: str) -
         assert any(entry.startswith(tree + "/") for tree in trees), entry
 
 
-def test_the_hygon_mig_registry_is_mounted_where_the_backend_reads_it() -> None:
+def test_the_hygon_mig_registry_is_read_where_the_host_has_it() -> None:
+    """The registry is read through the host's /etc, mounted read-only, so a node without MIG
+    (no /etc/dmi_mig_config) still starts the pod and nothing is created on it (R-O6)."""
     from vendors import hygon
 
-    env = {e["name"] for e in container("hygon")["env"]}
-    assert hygon.MIG_CONFIG_ENV not in env  # the default is the mounted path
-    assert hygon.MIG_CONFIG in HOST_PATHS["hygon"]
+    env = {e["name"]: e.get("value") for e in container("hygon")["env"]}
+    etc = REMOUNTED[("hygon", "/etc")]
+    assert hygon.MIG_CONFIG.startswith("/etc/")
+    assert env[hygon.MIG_CONFIG_ENV] == etc + hygon.MIG_CONFIG.removeprefix("/etc")
+    assert HOST_PATHS["hygon"]["/etc"] == ("Directory", True)
+    assert hygon.MIG_CONFIG not in HOST_PATHS["hygon"]  # not a hostPath of its own
+
+
+@pytest.mark.parametrize("manufacturer", MANUFACTURERS)
+def test_no_build_creates_anything_on_the_node(manufacturer: str) -> None:
+    """Every hostPath a vendor needs names the type it must already have, never one that
+    creates it (DirectoryOrCreate, FileOrCreate): a node where it is missing refuses the pod
+    with that said, rather than gaining an empty directory in /etc (R-O6). The pod-resources
+    mount keeps no type, as before: the kubelet makes that directory itself."""
+    for volume in daemonset(manufacturer)["spec"]["template"]["spec"]["volumes"]:
+        if "hostPath" not in volume:
+            continue
+        kind = volume["hostPath"].get("type", "")
+        assert "OrCreate" not in kind, volume
+        if volume["name"] != POD_RESOURCES:
+            assert kind in CHECKING_TYPES, volume
+
+
+@pytest.mark.parametrize("manufacturer", MANUFACTURERS)
+def test_the_agent_stays_on_a_node_tainted_for_a_failing_card(manufacturer: str) -> None:
+    """A device plugin or health controller that taints a node NoExecute for a failing card
+    evicts the workloads, not the agent whose figures say what failed; a NoSchedule taint of any
+    key (the device-plugin resource's, a team's) does not keep it off its nodes (R-O6)."""
+    tolerations = daemonset(manufacturer)["spec"]["template"]["spec"]["tolerations"]
+
+    def tolerated(taint: dict[str, str]) -> bool:
+        # Kubernetes' rule: an empty key with Exists matches every key; an empty effect, every
+        # effect; no tolerationSeconds is forever.
+        return any(
+            (t.get("key", "") in ("", taint["key"]))
+            and t["operator"] == "Exists"
+            and t.get("effect", "") in ("", taint["effect"])
+            and "tolerationSeconds" not in t
+            for t in tolerations
+        )
+
+    for taint in (
+        {"key": "nvidia.com/gpu", "effect": "NoExecute"},
+        {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
+        {"key": "amd.com/gpu", "effect": "NoExecute"},
+        {"key": "huawei.com/Ascend910", "effect": "NoExecute"},
+        {"key": "example.com/unhealthy-card", "effect": "NoExecute"},
+        {"key": "dedicated", "effect": "NoSchedule"},
+    ):
+        assert tolerated(taint), taint
+
+
+@pytest.mark.parametrize("manufacturer", MANUFACTURERS)
+def test_every_probe_says_its_timeout(manufacturer: str) -> None:
+    """The kubelet's default timeout (1 s) counts a throttled TLS handshake as a failure; each
+    probe states one, shorter than its period, and the windows leave room (R-O6, R-O2)."""
+    probes = {name: container(manufacturer)[name] for name in PROBES}
+    for name, probe in probes.items():
+        assert 1 < probe["timeoutSeconds"] < probe["periodSeconds"], (name, probe)
+        assert probe["failureThreshold"] >= 2, (name, probe)
+    window = {name: p["periodSeconds"] * p["failureThreshold"] for name, p in probes.items()}
+    # Two minutes to open the vendor library and finish the first round.
+    assert window["startupProbe"] >= 120
+    # Out of the Service within a minute of going stale, but not before two monitor periods
+    # have passed without a round; restarted only after longer than that.
+    args = dict(a.split("=", 1) for a in container(manufacturer)["args"] if "=" in a)
+    period = float(args["--monitor-period"])
+    assert 2 * period <= window["readinessProbe"] <= 60
+    assert window["livenessProbe"] > window["readinessProbe"]
 
 
 # -- prometheus-operator and the docs ----------------------------------------------------------

@@ -66,3 +66,59 @@ def test_an_unprivileged_user_without_capabilities_attributes_root_processes(
     seen = as_nobody(child.pid, uid, cid)
     assert seen["uid"] == NOBODY and seen["cap_eff"] == 0  # no capability at all
     assert seen == {"uid": NOBODY, "cap_eff": 0, "placement": [uid, "main"], "reason": None}
+
+
+# -- the image's default user (R-O6) -----------------------------------------------------------
+
+
+def final_stage_users() -> list[str]:
+    """The USER instructions of the Dockerfile's last stage, in order."""
+    from tests.conftest import REPO
+
+    stages = (REPO / "Dockerfile").read_text().split("\nFROM ")
+    return [
+        line.split(None, 1)[1].strip()
+        for line in stages[-1].splitlines()
+        if line.upper().startswith("USER ")
+    ]
+
+
+def test_the_image_runs_as_the_unprivileged_user_this_test_drops_to() -> None:
+    """The image's default user is not root, named by number (a kubelet checks runAsNonRoot
+    only against a numeric user) and is the uid and gid the attribution above was resolved as,
+    and the base DaemonSet runs as (R-O6)."""
+    import yaml
+
+    from tests.conftest import REPO
+
+    *_, user = final_stage_users()  # the last USER is the one the image runs as
+    uid, _, gid = user.partition(":")
+    assert uid.isdigit() and gid.isdigit(), user
+    assert (int(uid), int(gid)) == (NOBODY, NOBODY)
+    base = yaml.safe_load((REPO / "deploy" / "base" / "daemonset.yaml").read_text())
+    (container,) = base["spec"]["template"]["spec"]["containers"]
+    security = container["securityContext"]
+    assert (security["runAsUser"], security["runAsGroup"]) == (NOBODY, NOBODY)
+    assert security["runAsNonRoot"] is True
+
+
+def test_every_build_names_its_user_rather_than_taking_the_images() -> None:
+    """Each manufacturer's DaemonSet says which user it runs as: non-root where its devices
+    allow (NVIDIA), root, explicitly, exactly where the container is privileged because the
+    vendor's library opens device nodes itself (docs/kubernetes.md, R-O6). A change of the
+    image's USER then changes no manufacturer's agent."""
+    import yaml
+
+    from devicemanager.backend import BACKENDS
+    from tests.conftest import REPO
+
+    for manufacturer in sorted(BACKENDS):
+        path = REPO / "deploy" / "rendered" / f"{manufacturer}.yaml"
+        (ds,) = [d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == "DaemonSet"]
+        (container,) = ds["spec"]["template"]["spec"]["containers"]
+        security = container["securityContext"]
+        assert {"runAsUser", "runAsGroup", "runAsNonRoot"} <= set(security), manufacturer
+        root = security["runAsUser"] == 0
+        assert root == bool(security.get("privileged")), manufacturer
+        assert security["runAsNonRoot"] is not root, manufacturer
+        assert (security["runAsGroup"] == 0) == root, manufacturer

@@ -98,14 +98,16 @@ def test_metrics_parse_and_publish_no_sample_for_absent_figures(launch) -> None:
     ]
 
 
-def test_non_get_is_405_with_allow_get(launch) -> None:  # type: ignore[no-untyped-def]
+def test_other_methods_than_get_and_head_are_405(launch) -> None:  # type: ignore[no-untyped-def]
+    """(R-S3) HEAD answers as GET (tests/test_operations.py); the rest are 405."""
     agent: Agent = launch("--replay", H100, "--monitor-period", "0.5")
     with agent.client() as client:
-        for method in ("POST", "PUT", "DELETE", "HEAD", "PATCH"):
-            for path in ("/monitor/snapshot", "/metrics", "/readyz", "/livez"):
+        for method in ("POST", "PUT", "DELETE", "PATCH"):
+            for path in ("/monitor/snapshot", "/metrics", "/readyz", "/livez", "/"):
                 response = client.request(method, path)
                 assert response.status_code == 405, (method, path)
-                assert response.headers["allow"] == "GET"
+                assert response.headers["allow"] == "GET, HEAD"
+        assert client.head("/livez").status_code == 200
         assert client.get("/nope").status_code == 404
 
 

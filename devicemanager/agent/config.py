@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from devicemanager.backend import BACKENDS
 from devicemanager.serve import DEFAULT_PORT
 
 DEFAULT_PERIOD = 15.0
@@ -20,6 +21,10 @@ MIN_PERIOD = 0.05
 DEFAULT_POD_RESOURCES_TIMEOUT = 2.0
 KUBELET_PORT = 10250
 ACCESS_CONTROL = ("off", "kubernetes")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+# Flags whose argparse default is left unset, so that Settings can tell "given" from "default":
+# --manufacturer beside --replay must agree with the scenario only when it was given.
+_TOLD_APART = frozenset({"--manufacturer"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +40,7 @@ SERVE_FLAGS: tuple[Flag, ...] = (
     Flag(
         "--manufacturer",
         ("DEVICEMANAGER_MANUFACTURER",),
-        "backends to run, comma-separated: nvidia, or module:Class",
+        f"backends to run, comma-separated: {', '.join(BACKENDS)}, or module:Class",
         "nvidia",
     ),
     Flag(
@@ -230,15 +235,17 @@ class Settings:
     http_max_header_bytes: int = 32768
     http_max_headers: int = 100
     shutdown_timeout: float = 5.0
+    manufacturers_given: bool = False  # by the flag or its variable, not the default
 
 
 def add_serve_flags(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
     for flag in SERVE_FLAGS:
         from_env = next((env[name] for name in flag.env if env.get(name)), None)
         names = ", ".join(f"${n}" for n in flag.env)
+        default = flag.default if flag.name not in _TOLD_APART else None
         parser.add_argument(
             flag.name,
-            default=from_env if from_env is not None else flag.default,
+            default=from_env if from_env is not None else default,
             action="append" if flag.name == "--vendor-library" else "store",
             help=f"{flag.help} [{names}]" + (f" (default: {flag.default})" if flag.default else ""),
         )
@@ -311,9 +318,14 @@ def settings_from(args: argparse.Namespace) -> Settings:
     port = _port("--secure-port", args.secure_port)
     if args.log_format not in ("json", "text"):
         raise SystemExit("--log-format: json or text")
+    log_level = (args.log_level or "").strip().lower()
+    if log_level not in LOG_LEVELS:
+        raise SystemExit(f"--log-level: {', '.join(LOG_LEVELS)}; got {args.log_level!r}")
     if args.access_control not in ACCESS_CONTROL:
         raise SystemExit(f"--access-control: {' or '.join(ACCESS_CONTROL)}")
-    manufacturers = tuple(m.strip() for m in (args.manufacturer or "").split(",") if m.strip())
+    given = args.manufacturer is not None
+    manufacturer = args.manufacturer if given else _default("--manufacturer")
+    manufacturers = tuple(m.strip() for m in (manufacturer or "").split(",") if m.strip())
     cert_dir = Path(args.cert_dir) if args.cert_dir else None
     if cert_dir is not None and not cert_dir.is_dir():
         # Said here, before anything starts, rather than as the first reload's FileNotFoundError.
@@ -339,8 +351,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
         kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
         service_account_dir=Path(args.service_account_dir),
         vendor_libraries=_libraries(args.vendor_library),
-        log_level=args.log_level,
+        log_level=log_level,
         log_format=args.log_format,
+        manufacturers_given=given,
         kubelet_host=args.kubelet_host or None,
         kubelet_port=_port("--kubelet-port", args.kubelet_port),
         kubelet_ca=Path(args.kubelet_ca) if args.kubelet_ca else None,
@@ -353,6 +366,18 @@ def settings_from(args: argparse.Namespace) -> Settings:
         http_max_headers=_count("--http-max-headers", args.http_max_headers, 8),
         shutdown_timeout=_seconds("--shutdown-timeout", args.shutdown_timeout, 5.0),
     )
+
+
+def _default(name: str) -> str | None:
+    return next(f.default for f in SERVE_FLAGS if f.name == name)
+
+
+def default_service_account_dir(env: Mapping[str, str] = os.environ) -> Path:
+    """Where the pod's service account is mounted, as `serve --service-account-dir` finds it:
+    the client commands read the token the agent's own reviewer and API client use."""
+    flag = next(f for f in SERVE_FLAGS if f.name == "--service-account-dir")
+    given = next((env[name] for name in flag.env if env.get(name)), None)
+    return Path(given or flag.default or "")
 
 
 def parse_serve(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings:

@@ -22,6 +22,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any, Protocol
 
+from devicemanager.agent import logs
 from devicemanager.backend import Backend, BackendUnavailable
 from devicemanager.figures import exposition, slices, snapshot
 from devicemanager.figures.figures import View, exported
@@ -195,7 +196,10 @@ class Monitor:
         self._wall, self._mono = wall, mono
         self.current = publish(snapshot.empty(period, node), mono(), exposition.Extras(build=build))
         self.rounds = 0
-        self._last_state: dict[str, BackendState] = {}
+        # Each backend's state and error as last logged (STUCK's "busy for Ns" grows each round:
+        # not a change), and the faults of the round's other steps.
+        self._last_state: dict[str, tuple[BackendState, str | None]] = {}
+        self._persisting = logs.Persisting(log)
         self._heartbeat = mono()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -285,13 +289,16 @@ class Monitor:
             )
 
     def _log_transitions(self, results: Sequence[BackendResult]) -> None:
-        # One line per change of state, not one per round: a node without the library would
-        # otherwise log the same sentence every period forever.
+        # One line when a fault starts and one when it changes (another state, or another
+        # error), not one per round: a node without the library would otherwise log the same
+        # sentence every period forever.
         for result in results:
             status = result.status
-            if self._last_state.get(status.manufacturer) is status.state:
+            error = self._raw_errors.get(status.manufacturer, status.error)
+            logged = (status.state, None if status.state is BackendState.STUCK else error)
+            if self._last_state.get(status.manufacturer) == logged:
                 continue
-            self._last_state[status.manufacturer] = status.state
+            self._last_state[status.manufacturer] = logged
             level = logging.INFO if status.state is BackendState.OK else logging.WARNING
             log.log(
                 level,
@@ -301,7 +308,7 @@ class Monitor:
                 extra={
                     "manufacturer": status.manufacturer,
                     "state": status.state.value,
-                    "error": self._raw_errors.get(status.manufacturer, status.error),
+                    "error": error,
                 },
             )
 
@@ -309,10 +316,18 @@ class Monitor:
         if self.pods is None:
             return None
         try:
-            return self.pods()
-        except Exception:
-            log.exception("the node's pods could not be read; per-grant figures are absent")
+            index = self.pods()
+        except Exception as exc:
+            self._persisting.failed(
+                "pods",
+                _describe(exc),
+                "the node's pods could not be read; per-grant figures are absent",
+                level=logging.ERROR,
+                exc_info=exc,
+            )
             return None
+        self._persisting.recovered("pods", "the node's pods are read again")
+        return index
 
     def _slices(
         self, results: Sequence[BackendResult], index: PodIndex | None, grants: NodeGrants | None
@@ -341,11 +356,26 @@ class Monitor:
                 # Each holder's part is behind the per-pod boundary inside `build`: a pod whose
                 # part raises is in the section's faults (counted and logged with the round's).
                 sections.append(slices.build(reading, verdicts, grants.all()))
-            except Exception:
+            except Exception as exc:
                 # What is no one pod's (attribution, a device's own entry) raised: this
                 # manufacturer's per-grant figures are absent this round (its devices are
                 # missing from the section: "could not measure"); cards and others go on.
-                log.exception("per-grant figures of %s could not be built", reading.manufacturer)
+                self._persisting.failed(
+                    f"slices:{reading.manufacturer}",
+                    _describe(exc),
+                    "per-grant figures of %s could not be built",
+                    reading.manufacturer,
+                    level=logging.ERROR,
+                    exc_info=exc,
+                    extra={"manufacturer": reading.manufacturer},
+                )
+                continue
+            self._persisting.recovered(
+                f"slices:{reading.manufacturer}",
+                "per-grant figures of %s are built again",
+                reading.manufacturer,
+                manufacturer=reading.manufacturer,
+            )
         return slices.merge(sections) if sections else None
 
     # -- the kubelet's device-plugin grants (R-X2) -----------------------------------------------
@@ -521,9 +551,18 @@ class Monitor:
         while not self._stop.is_set():
             try:
                 self.run_round()
-            except Exception:
-                # Assembly or rendering failed: keep the last good snapshot, try next period.
-                log.exception("monitor round failed")
+            except Exception as exc:
+                # Assembly or rendering failed: keep the last good snapshot, try next period
+                # (logged when it starts failing, or fails otherwise, not every period).
+                self._persisting.failed(
+                    "round",
+                    _describe(exc),
+                    "monitor round failed",
+                    level=logging.ERROR,
+                    exc_info=exc,
+                )
+            else:
+                self._persisting.recovered("round", "monitor rounds complete again")
             next_tick += self.period
             now = self._mono()
             if next_tick < now:  # the round overran: skip the ticks it missed

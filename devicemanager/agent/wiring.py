@@ -1,28 +1,36 @@
 """Wiring for `devicemanager serve`: backends, the monitor loop, the cluster's readers,
 certificates, access control and the bounded HTTP server, and how it all stops.
 
-Shutdown: uvicorn catches SIGTERM and SIGINT, stops accepting, closes idle keep-alive
-connections at once and gives requests in flight `--shutdown-timeout` seconds. Then, still
-inside the server's shutdown and before uvicorn re-raises the signal to end the process, the
-monitor stops, every backend's library is closed on its own thread, the cluster's readers
-stop, and the self-signed key material is removed.
+Start: what cannot work is refused before anything starts (`check_start`), naming the flag.
+
+Signals (`Signals`, installed for the whole life of `serve`): SIGTERM and SIGINT stop the
+server, which stops accepting, closes idle keep-alive connections at once and gives requests
+in flight `--shutdown-timeout` seconds; then the monitor stops, every backend's library is
+closed on its own thread, the cluster's readers stop, the self-signed key material is removed,
+and `serve` returns 0: a clean stop is not a failure, so the process exits 0 (uvicorn's own
+handling would re-raise the signal and end the process killed by it). SIGHUP, which would end
+the process at once by default, never stops the agent: it re-reads the `--cert-dir` pair at
+once (the one thing a reload can mean here; flags are read once) and logs what it did.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import platform
 import resource
+import signal
 import socket
 import ssl
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import uvicorn
@@ -48,7 +56,7 @@ from devicemanager.node.pods import PodIndex, PodsFile
 from devicemanager.serve.access import Reviewer
 from devicemanager.serve.app import Routes, create_app
 from devicemanager.serve.http import Limits, protocol_for
-from devicemanager.serve.tls import Certificates
+from devicemanager.serve.tls import CERT_FILE, KEY_FILE, Certificates, server_context, why_refused
 
 if TYPE_CHECKING:
     from lightkube.config.kubeconfig import KubeConfig
@@ -83,9 +91,55 @@ class Node:
     scenario: Scenario | None = None
 
 
+def check_start(settings: Settings) -> None:
+    """What cannot work, refused before anything starts with the flag named (ValueError, which
+    `serve` reports as a usage error, exit 2): a --proc-root or --pods-file that is not there,
+    a --cert-dir without a readable pair that loads. --manufacturer beside --replay is checked
+    against the scenario in `resolve_node`."""
+    if settings.proc_root is not None and not settings.proc_root.is_dir():
+        raise ValueError(f"--proc-root: {settings.proc_root} is not a directory")
+    if settings.pods_file is not None:
+        if not settings.pods_file.is_file():
+            raise ValueError(f"--pods-file: {settings.pods_file} is not a file")
+        _readable("--pods-file", settings.pods_file)
+    if settings.cert_dir is not None:
+        check_cert_dir(settings.cert_dir)
+
+
+def _readable(flag: str, path: Path) -> None:
+    try:
+        with path.open("rb") as f:
+            f.read(1)
+    except OSError as exc:
+        raise ValueError(f"{flag}: {path} cannot be read: {exc.strerror or exc}") from None
+
+
+def check_cert_dir(cert_dir: Path) -> None:
+    """--cert-dir holds tls.crt and tls.key, both readable, and they load as a pair."""
+    for name in (CERT_FILE, KEY_FILE):
+        path = cert_dir / name
+        if not path.is_file():
+            raise ValueError(
+                f"--cert-dir: {cert_dir} has no {name} (it needs {CERT_FILE} and {KEY_FILE})"
+            )
+        _readable("--cert-dir", path)
+    cert, key = cert_dir / CERT_FILE, cert_dir / KEY_FILE
+    try:
+        server_context(cert, key)
+    except (OSError, ssl.SSLError):
+        raise ValueError(f"--cert-dir: {cert_dir}: {why_refused(cert, key)}") from None
+
+
 def resolve_node(settings: Settings) -> Node:
     if settings.replay is not None:
         scenario = load_scenario(settings.replay)
+        recorded = sorted(scenario.vendor_files)
+        if settings.manufacturers_given and sorted(set(settings.manufacturers)) != recorded:
+            raise ValueError(
+                f"--manufacturer: {','.join(settings.manufacturers)} beside --replay, but the "
+                f"scenario {scenario.root.name} records {','.join(recorded)}; give those or "
+                "leave --manufacturer out"
+            )
         return Node(
             name=settings.node_name or scenario.node,
             backends=tuple(ReplayBackend(m, path) for m, path in scenario.vendor_files.items()),
@@ -313,14 +367,90 @@ class Stoppable:
         )
 
 
-class AgentServer(uvicorn.Server):
-    """uvicorn's server, whose shutdown also stops the agent. uvicorn re-raises a caught SIGTERM
-    once serving has ended, which ends the process before any `finally` of ours would run; its
-    own shutdown is the last place sure to run, and it runs after connections were drained."""
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    def __init__(self, config: uvicorn.Config, stoppable: Stoppable, timeout: float) -> None:
+
+class Signals:
+    """The agent's signal handlers, from the start of `serve` to its end. SIGTERM and SIGINT ask
+    the server to stop (or, before it runs, make it stop as soon as it does); SIGHUP calls
+    `hangup` on a thread of its own, never in the handler (it logs, and may load files)."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self.server: uvicorn.Server | None = None
+        self.hangup: Callable[[], None] | None = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # signals reach the main thread only: serve() run by a test's thread
+        for sig in STOP_SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._stop)
+        self._previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._hup)
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def attach(self, server: uvicorn.Server) -> None:
+        self.server = server
+        if self.received:  # asked to stop while starting: stop as soon as it serves
+            server.should_exit = True
+
+    def _stop(self, sig: int, frame: FrameType | None) -> None:
+        self.received.append(sig)
+        if self.server is not None:
+            self.server.handle_exit(sig, frame)  # a second SIGINT forces the exit, as uvicorn's
+
+    def _hup(self, sig: int, frame: FrameType | None) -> None:
+        hangup = self.hangup or _no_reload
+        threading.Thread(target=hangup, name="sighup", daemon=True).start()
+
+
+def _no_reload() -> None:
+    log.info("SIGHUP: nothing to reload; the agent goes on", extra={"signal": "SIGHUP"})
+
+
+def reload_on_hangup(certs: Certificates, cert_dir: Path | None) -> Callable[[], None]:
+    """What SIGHUP does: re-read the --cert-dir pair now rather than at the next check."""
+
+    def hangup() -> None:
+        if cert_dir is None:
+            log.info(
+                "SIGHUP: nothing to reload (self-signed certificate; flags are read once); "
+                "the agent goes on",
+                extra={"signal": "SIGHUP"},
+            )
+            return
+        try:
+            changed = certs.reload_if_changed()
+        except Exception as exc:  # whatever the files hold, a hangup never ends the agent
+            changed = False
+            log.error("SIGHUP: the certificates could not be checked", extra={"error": str(exc)})
+        log.info(
+            "SIGHUP: certificates checked",
+            extra={"signal": "SIGHUP", "cert_dir": str(cert_dir), "reloaded": changed},
+        )
+
+    return hangup
+
+
+class AgentServer(uvicorn.Server):
+    """uvicorn's server, whose shutdown also stops the agent (after connections were drained).
+    Its signals are the agent's (`Signals`): uvicorn's own would re-raise a caught SIGTERM once
+    serving has ended, ending the process killed by the signal instead of with status 0."""
+
+    def __init__(
+        self, config: uvicorn.Config, stoppable: Stoppable, timeout: float, signals: Signals
+    ) -> None:
         super().__init__(config)
         self._stoppable, self._timeout = stoppable, timeout
+        signals.attach(self)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # Signals routes SIGTERM and SIGINT to handle_exit; nothing is re-raised
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await super().shutdown(sockets)
@@ -341,6 +471,16 @@ def raise_descriptor_limit() -> None:
 
 
 def serve(settings: Settings) -> int:
+    check_start(settings)
+    signals = Signals()
+    signals.install()
+    try:
+        return _serve(settings, signals)
+    finally:
+        signals.restore()
+
+
+def _serve(settings: Settings, signals: Signals) -> int:
     logs.configure(settings.log_level, settings.log_format)
     node = resolve_node(settings)
     build = build_labels(node)
@@ -364,6 +504,7 @@ def serve(settings: Settings) -> int:
     hosts = ["localhost", "127.0.0.1", "::1", node.name, default_node_name()]
     certs = Certificates(settings.cert_dir, hosts=hosts)
     stoppable = Stoppable(monitor, certs, cluster, review[1] if review else None, kubelet)
+    signals.hangup = reload_on_hangup(certs, settings.cert_dir)
 
     def ssl_context(
         _config: uvicorn.Config, _default: Callable[[], ssl.SSLContext]
@@ -414,9 +555,15 @@ def serve(settings: Settings) -> int:
     if settings.cert_dir is not None:
         certs.watch()
     try:
-        AgentServer(config, stoppable, settings.shutdown_timeout).run()
+        AgentServer(config, stoppable, settings.shutdown_timeout, signals).run()
     finally:
         stoppable.stop(settings.shutdown_timeout)
         if connections.counts:
             log.info("connection limits applied", extra={"counts": dict(connections.counts)})
+    if signals.received:
+        log.info(
+            "exiting after %s",
+            signal.Signals(signals.received[0]).name,
+            extra={"signal": signal.Signals(signals.received[0]).name, "exit_code": 0},
+        )
     return 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,35 +92,48 @@ class KubeClient:
         except ValueError as exc:
             raise KubeError(f"POST {path}: the answer is not JSON") from exc
 
-    def list_pods(self, node: str, chunk: int = 500) -> tuple[list[dict[str, Any]], str]:
-        """Every pod of one node, in pages, and the resource version of the list."""
+    def list_all(
+        self, path: str, params: dict[str, str] | None = None, chunk: int = 500
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Every object a collection holds, in pages, and the resource version of the list."""
         items: list[dict[str, Any]] = []
-        params = {"fieldSelector": f"spec.nodeName={node}", "limit": str(chunk)}
+        query = {**(params or {}), "limit": str(chunk)}
         while True:
-            page = self.get("/api/v1/pods", params)
+            page = self.get(path, query)
+            if not isinstance(page, dict):
+                raise KubeError(f"GET {path}: the answer is not a list")
             items.extend(i for i in page.get("items") or () if isinstance(i, dict))
             meta = page.get("metadata") or {}
             if not meta.get("continue"):
                 return items, str(meta.get("resourceVersion", ""))
-            params = {**params, "continue": meta["continue"]}
+            query = {**query, "continue": meta["continue"]}
 
-    def watch_pods(
-        self, node: str, resource_version: str, timeout_seconds: int = 300
+    def list_pods(self, node: str, chunk: int = 500) -> tuple[list[dict[str, Any]], str]:
+        """Every pod of one node, in pages, and the resource version of the list."""
+        return self.list_all("/api/v1/pods", {"fieldSelector": f"spec.nodeName={node}"}, chunk)
+
+    def watch(
+        self,
+        path: str,
+        params: dict[str, str],
+        resource_version: str,
+        timeout_seconds: int = 300,
+        malformed: Callable[[str], None] | None = None,
     ) -> Iterator[WatchEvent]:
-        """The node's pod events after `resource_version`, bookmarks included, until the server
-        ends the watch. A 410 (as a status or an ERROR event) raises KubeError(status=410)."""
-        params = {
+        """A collection's events after `resource_version`, bookmarks included, until the server
+        ends the watch. A 410 (as a status or an ERROR event) raises KubeError(status=410). A
+        line that is not an event raises KubeError, or, when `malformed` is given, is handed to
+        it and skipped: the watch goes on."""
+        query = {
+            **params,
             "watch": "true",
-            "fieldSelector": f"spec.nodeName={node}",
             "resourceVersion": resource_version,
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout_seconds),
         }
         timeout = httpx2.Timeout(self.timeout, read=timeout_seconds + 30)
         try:
-            with self._http.stream(
-                "GET", "/api/v1/pods", params=params, timeout=timeout
-            ) as response:
+            with self._http.stream("GET", path, params=query, timeout=timeout) as response:
                 if response.status_code != 200:
                     response.read()
                     raise KubeError(
@@ -129,7 +142,13 @@ class KubeClient:
                 for line in response.iter_lines():
                     if not line.strip():
                         continue
-                    event = _event(line)
+                    try:
+                        event = _event(line)
+                    except KubeError:
+                        if malformed is None:
+                            raise
+                        malformed(line[:80])
+                        continue
                     if event.type == "ERROR":
                         code = event.object.get("code")
                         raise KubeError(
@@ -139,6 +158,17 @@ class KubeClient:
                     yield event
         except httpx2.HTTPError as exc:
             raise KubeError(f"watch: {type(exc).__name__}: {exc}") from exc
+
+    def watch_pods(
+        self, node: str, resource_version: str, timeout_seconds: int = 300
+    ) -> Iterator[WatchEvent]:
+        """The node's pod events after `resource_version` (see `watch`)."""
+        return self.watch(
+            "/api/v1/pods",
+            {"fieldSelector": f"spec.nodeName={node}"},
+            resource_version,
+            timeout_seconds,
+        )
 
     def stats_summary(self, node: str) -> Any:
         """The kubelet's /stats/summary, through the API server's node proxy (`nodes/proxy`):

@@ -49,12 +49,16 @@ def agent_client(timeout: float = 5.0) -> httpx.Client:
     )
 
 
-def fetch_snapshot(url: str, client: httpx.Client | None = None) -> Any:
-    """A Device Manager's snapshot; at most 4 MiB are read, once decompressed."""
+def fetch_snapshot(url: str, client: httpx.Client | None = None, token: str | None = None) -> Any:
+    """A Device Manager's snapshot; at most 4 MiB are read, once decompressed. `token` is sent
+    as a bearer token, for agents with --access-control=kubernetes."""
+    headers = {"Accept-Encoding": "gzip"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
     with contextlib.ExitStack() as stack:
         if client is None:
             client = stack.enter_context(agent_client())
-        with client.stream("GET", url, headers={"Accept-Encoding": "gzip"}) as response:
+        with client.stream("GET", url, headers=headers) as response:
             response.raise_for_status()
             chunks, size = [], 0
             for chunk in response.iter_bytes():
@@ -105,6 +109,7 @@ class InstanceSampler:
         snapshot_max_age: float = 2.0,
         pods_max_age: float = 2.0,
         fetch: Callable[[str], Any] | None = None,
+        token: Callable[[str], str | None] | None = None,
         clock: Callable[[], float] = time.time,
         mono: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -112,6 +117,9 @@ class InstanceSampler:
         self.agent_namespace, self.agent_port = agent_namespace, agent_port
         self.snapshot_url = snapshot_url
         self._http: httpx.Client | None = None
+        # The bearer token for one agent's URL, or None: whom a token may be sent to is the
+        # caller's to say (the command sends the pod's own only to agents it trusts).
+        self._token = token
         self._fetch = fetch or self._fetch_over_keep_alive
         self._clock = clock
         self.summaries = SharedCache(client.stats_summary, max_age=summary_max_age, clock=mono)
@@ -132,7 +140,7 @@ class InstanceSampler:
     def _fetch_over_keep_alive(self, url: str) -> Any:
         if self._http is None:
             self._http = agent_client()
-        return fetch_snapshot(url, self._http)
+        return fetch_snapshot(url, self._http, self._token(url) if self._token else None)
 
     def _list_pods(self, key: str) -> list[PodInfo]:
         """`namespace` or `namespace?labelSelector`: the pods, read once per pods_max_age."""

@@ -217,9 +217,12 @@ async def _plain(send: Send, status: int, text: str, headers: list[tuple[bytes, 
     await send({"type": "http.response.body", "body": body})
 
 
+ALLOW = b"GET, HEAD"
+
+
 class Guard:
-    """In front of the routes: GET only (R-S3), and, when a reviewer is given, a reviewed bearer
-    token for every route but the probes."""
+    """In front of the routes: GET, and HEAD answered as GET without the body (R-S3), and, when
+    a reviewer is given, a reviewed bearer token for every route but the open ones (probes)."""
 
     def __init__(
         self,
@@ -236,9 +239,10 @@ class Guard:
         if scope["type"] != "http" or path not in self.routes:
             await self.app(scope, receive, send)
             return
-        if scope["method"] != "GET":
-            # HEAD, TRACE and the rest alike: the contract is "non-GET: 405 with Allow: GET".
-            await _plain(send, 405, "method not allowed\n", [(b"allow", b"GET")])
+        if scope["method"] not in ("GET", "HEAD"):
+            # TRACE, OPTIONS and the rest alike: 405 with what is allowed. HEAD is reviewed like
+            # the GET it stands for: its headers (the length) are the answer's too.
+            await _plain(send, 405, "method not allowed\n", [(b"allow", ALLOW)])
             return
         if self.reviewer is not None and path not in self.open_paths:
             token = bearer(scope)

@@ -8,10 +8,14 @@ answer is made by `Routes.answer`, whichever way the request came:
   answered by the connection's protocol the moment the request has arrived, without an ASGI
   task, a Starlette request or a middleware stack, which cost more than serving the bytes
   (bench/scrape.py: the gzip scrape, a 10 KB answer, is mostly that cost);
-- the ASGI app below, for everything else: other methods and paths, pipelined requests, and,
-  when access control is on, the two guarded routes. In front of its routes, access.Guard
-  answers every method but GET with 405 and `Allow: GET`, and, when access control is on,
-  reviews the bearer token of every request but the probes' (R-X4).
+- the ASGI app below, for everything else: HEAD (the GET answer's head, without its body),
+  other methods and paths, pipelined requests, and, when access control is on, the two guarded
+  routes. In front of its routes, access.Guard answers every method but GET and HEAD with 405
+  and `Allow: GET, HEAD`, and, when access control is on, reviews the bearer token of every
+  request but the probes' and the landing page's (R-X4).
+
+`/` is a landing page, as node_exporter's: the four endpoints' names as links, and nothing
+else (no node, version or figure), so it is open like the probes.
 """
 
 from __future__ import annotations
@@ -31,9 +35,18 @@ from devicemanager.serve.http import Answer
 
 PATHS = ("/monitor/snapshot", "/metrics", "/readyz", "/livez")
 PROBES = ("/readyz", "/livez")
+LANDING = "/"
+OPEN = (*PROBES, LANDING)  # answered without a token whatever --access-control says
+LANDING_PAGE = (
+    "<!DOCTYPE html>\n<html><head><title>devicemanager</title></head><body>\n"
+    "<h1>devicemanager</h1>\n<ul>\n"
+    + "".join(f'<li><a href="{p}">{p}</a></li>\n' for p in PATHS)
+    + "</ul>\n</body></html>\n"
+).encode()
 
 _JSON = (b"content-type", b"application/json")
 _TEXT = (b"content-type", b"text/plain; charset=utf-8")
+_HTML = (b"content-type", b"text/html; charset=utf-8")
 _METRICS = (b"content-type", CONTENT_TYPE.encode())
 _VARY = (b"vary", b"Accept-Encoding")
 _GZIP = (b"content-encoding", b"gzip")
@@ -62,15 +75,17 @@ def accepts_gzip(accept_encoding: str | None) -> bool:
 
 
 class Routes:
-    """The four GET routes' answers, from what `source` published last."""
+    """The four GET routes' answers, from what `source` published last, and the landing page."""
 
     def __init__(self, source: Source, reviewer: Reviewer | None = None) -> None:
         self.source = source
         # With access control on, the guarded routes need the ASGI path (a review may wait on
-        # the API server); the probes stay open, and fast.
-        self.paths = frozenset(p.encode() for p in (PROBES if reviewer else PATHS))
+        # the API server); the probes and the landing page stay open, and fast.
+        self.paths = frozenset(p.encode() for p in (OPEN if reviewer else (*PATHS, LANDING)))
 
     def answer(self, path: str, gzip_ok: bool) -> Answer:
+        if path == LANDING:
+            return Answer(200, (_HTML,), LANDING_PAGE)
         if path == "/metrics":
             published = self.source.current
             # A round older than three periods publishes its verdict and no figures (R-E4).
@@ -102,9 +117,9 @@ def create_app(source: Source, reviewer: Reviewer | None = None) -> Starlette:
             headers = {k.decode(): v.decode() for k, v in answer.headers}
             return Response(answer.body, status_code=answer.status, headers=headers)
 
-        return Route(path, endpoint, methods=["GET"])
+        return Route(path, endpoint, methods=["GET"])  # and HEAD: starlette adds it
 
-    # GET only; the Guard answers every other method before routing (starlette's own check
-    # would admit HEAD and list every method a route has in Allow).
-    guard = Middleware(Guard, routes=PATHS, reviewer=reviewer)
-    return Starlette(routes=[route(p) for p in PATHS], middleware=[guard])
+    # GET and HEAD (uvicorn sends a HEAD answer's head only); the Guard answers every other
+    # method before routing (starlette's own check would list every method a route has).
+    guard = Middleware(Guard, routes=(*PATHS, LANDING), reviewer=reviewer, open_paths=OPEN)
+    return Starlette(routes=[route(p) for p in (*PATHS, LANDING)], middleware=[guard])

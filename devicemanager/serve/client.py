@@ -1,16 +1,22 @@
 """A client of a running agent's HTTPS surface, for operators: `devicemanager snapshot` and
 `devicemanager metrics`, typed in a `kubectl exec` shell where there is no curl.
 
-Fetching says plainly what went wrong (unreachable, not a snapshot); rendering turns the
-snapshot, and the per-Instance series of /metrics, into tables a person reads.
+Fetching says plainly what went wrong (unreachable, not a snapshot, not Prometheus text);
+rendering turns the snapshot, and the per-Instance series of /metrics, into tables a person
+reads. Every input is bounded: an answer in size (MAX_BYTES) and in time (`timeout` for the
+whole request, not per read), a --cacert or token file in size, read before it is used.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import ssl
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -20,6 +26,8 @@ AGENT = f"https://127.0.0.1:{DEFAULT_PORT}"
 SNAPSHOT_URL = f"{AGENT}/monitor/snapshot"
 METRICS_URL = f"{AGENT}/metrics"
 MAX_BYTES = 16 << 20  # far above a full snapshot (4 MiB) or exposition; a bound, not a goal
+MAX_CA_BYTES = 1 << 20  # a CA bundle is tens of KiB; the system's whole one is about 200
+MAX_TOKEN_BYTES = 16 * 1024  # the longest bearer token the agent takes (serve/access.py)
 
 
 class FetchError(Exception):
@@ -30,36 +38,129 @@ class FetchError(Exception):
         self.usage = usage
 
 
-def verify_of(cacert: str | None) -> str | bool:
+class NotServed(FetchError):
+    """The URL answered, with something other than what the command reads."""
+
+
+def read_bounded(flag: str, path: str | Path, limit: int, what: str) -> bytes:
+    """A small file a flag names, read whole but never past `limit` (`/dev/zero`, a log file
+    given by mistake): a usage error naming the flag otherwise."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise FetchError(f"{flag}: {exc.strerror or exc}: {path}", usage=True) from None
+    if len(data) > limit:
+        raise FetchError(f"{flag}: {path} is larger than {_size(limit)}: not {what}", usage=True)
+    return data
+
+
+def _size(limit: int) -> str:
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if limit >= 1 << shift and limit % (1 << shift) == 0:
+            return f"{limit >> shift} {unit}"
+    return f"{limit} bytes"
+
+
+def ca_context(flag: str, cacert: str) -> ssl.SSLContext:
+    """A client context trusting the certificates of `cacert` (PEM, or one DER certificate);
+    a file that holds none (a key, junk, nothing) is a usage error."""
+    if not Path(cacert).is_file():
+        raise FetchError(f"{flag}: {cacert} is not a file", usage=True)
+    data = read_bounded(flag, cacert, MAX_CA_BYTES, "a CA certificate file")
+    context = ssl.create_default_context()
+    try:
+        if b"-----BEGIN" in data:
+            context.load_verify_locations(cadata=data.decode("ascii", "ignore"))
+        else:
+            context.load_verify_locations(cadata=data)
+    except (ssl.SSLError, ValueError):
+        raise FetchError(
+            f"{flag}: {cacert} holds no CA certificate (PEM or DER) to verify the agent with",
+            usage=True,
+        ) from None
+    return context
+
+
+def verify_of(cacert: str | None) -> ssl.SSLContext | bool:
     """The agent's certificate is self-signed unless it was given --cert-dir: verified only
     against a CA the operator names."""
-    if cacert is None:
+    return False if cacert is None else ca_context("--cacert", cacert)
+
+
+def token_goes_to(url: str, verified: bool) -> bool:
+    """Whether the pod's own token (not one given by --token-file) may be sent to `url`: over
+    HTTPS, to this host (the agent the command runs beside) or to a server verified against
+    --cacert; never to whatever answers an address elsewhere."""
+    parts = urlsplit(url)
+    if parts.scheme != "https":
         return False
-    if not Path(cacert).is_file():
-        raise FetchError(f"--cacert: {cacert} is not a file", usage=True)
-    return cacert
+    if verified:
+        return True
+    host = parts.hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
-def fetch(url: str, cacert: str | None, timeout: float) -> httpx.Response:
+def fetch(url: str, cacert: str | None, timeout: float, token: str | None = None) -> httpx.Response:
+    """One GET, whole within `timeout` seconds and MAX_BYTES; with `token` as a bearer token
+    (what --access-control=kubernetes asks for)."""
     verify = verify_of(cacert)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    deadline = time.monotonic() + timeout
     try:
         with (
             httpx.Client(verify=verify, timeout=timeout) as client,
-            client.stream("GET", url) as response,
+            client.stream("GET", url, headers=headers) as response,
         ):
-            body = b""
+            chunks, size = [], 0
             for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > MAX_BYTES:
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_BYTES:
                     raise FetchError(f"{url}: the answer is larger than {MAX_BYTES >> 20} MiB")
-            response._content = body
+                if time.monotonic() > deadline:
+                    raise FetchError(f"{url}: the answer did not arrive whole in {timeout:g}s")
+            response._content = b"".join(chunks)
     except httpx.InvalidURL as exc:
         raise FetchError(f"--url: {exc}", usage=True) from None
+    except httpx.UnsupportedProtocol as exc:
+        raise FetchError(f"{url}: {exc}", usage=True) from None
     except httpx.HTTPError as exc:
         raise FetchError(f"{url}: {type(exc).__name__}: {exc}") from None
     if response.status_code != 200:
         raise FetchError(f"{url}: answered {response.status_code} {response.text.strip()[:200]}")
     return response
+
+
+EXPOSITION_TYPES = ("text/plain", "application/openmetrics-text")
+
+
+def fetch_metrics(url: str, cacert: str | None, timeout: float, token: str | None = None) -> str:
+    """A Prometheus text exposition: an answer of another type, or text that does not parse
+    as one with a sample in it (`ok` from a probe, a JSON document), is said to be so."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    response = fetch(url, cacert, timeout, token)
+    kind = response.headers.get("content-type", "?")
+    text = response.text
+    media = kind.partition(";")[0].strip().lower()
+    try:
+        ok = media in EXPOSITION_TYPES and any(
+            family.samples for family in text_string_to_metric_families(text)
+        )
+    except ValueError:
+        ok = False
+    if not ok:
+        raise NotServed(
+            f"{url} does not serve Prometheus text (it answered {kind}); "
+            f"the agent serves it at {METRICS_URL.removeprefix(AGENT)}"
+        )
+    return text
 
 
 def metrics_url_beside(snapshot_url: str) -> str:
@@ -70,15 +171,17 @@ def metrics_url_beside(snapshot_url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/metrics", "", ""))
 
 
-def fetch_snapshot(url: str, cacert: str | None, timeout: float) -> dict[str, Any]:
-    response = fetch(url, cacert, timeout)
+def fetch_snapshot(
+    url: str, cacert: str | None, timeout: float, token: str | None = None
+) -> dict[str, Any]:
+    response = fetch(url, cacert, timeout, token)
     kind = response.headers.get("content-type", "?")
     try:
         doc = response.json()
     except ValueError:
         doc = None
     if not isinstance(doc, dict) or "groups" not in doc or "timestamp" not in doc:
-        raise FetchError(
+        raise NotServed(
             f"{url} does not serve a snapshot (it answered {kind}); "
             f"the agent serves it at {SNAPSHOT_URL.removeprefix(AGENT)}"
         )

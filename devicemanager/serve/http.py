@@ -24,7 +24,7 @@ uvicorn's own protocol:
   every connection is busy with a request being answered is the newcomer itself limited: its
   request is answered `503` unless it is a probe (`/livez`, `/readyz`), which is always
   answered, so the kubelet never restarts the agent for what a client did to it;
-- `CONNECT` is answered `405` with `Allow: GET` here (httptools treats it as a tunnel and
+- `CONNECT` is answered `405` with `Allow: GET, HEAD` here (httptools treats it as a tunnel and
   uvicorn would leave it hanging); every other method reaches the app, which says the same;
 - the fast path: a GET of one of the `FastRoutes`' paths, with no request of the connection
   still being answered, is answered here as soon as it has arrived, from bytes the monitor
@@ -274,7 +274,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             self.refuse(431, "too many request header fields\n")
             return
         if self.parser.get_method() == b"CONNECT":
-            self.refuse(405, "method not allowed\n", ((b"allow", b"GET"),))
+            self.refuse(405, "method not allowed\n", ((b"allow", b"GET, HEAD"),))
             return
         if self.probes_only:
             try:
