@@ -57,6 +57,13 @@ class FakeApiServer:
         self.compacted = 0  # a watch from a version older than this gets 410 Gone
         self.watchers: list[queue.Queue[Any]] = []
         self.summaries: dict[str, Any] = {}  # node -> summary document
+        # DRA (R-X6): the versions of resource.k8s.io served (none: the group is 404), the
+        # ResourceSlices by name with their own event history, and ResourceClaims.
+        self.dra_versions: list[str] = ["v1"]
+        self.slices: dict[str, dict[str, Any]] = {}
+        self.slice_history: list[tuple[int, dict[str, Any]]] = []
+        self.slice_watchers: list[tuple[queue.Queue[Any], str | None]] = []
+        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
         self.pod_metrics: dict[tuple[str, str], Any] = {}
         self.failures: dict[str, list[int]] = {}  # kind -> statuses to answer next
         self.delays: dict[str, float] = {}  # kind -> seconds before answering
@@ -139,6 +146,24 @@ class FakeApiServer:
             watchers = list(self.watchers)
         for w in watchers:
             w.put(event)
+
+    def put_slice(self, obj: dict[str, Any], kind: str = "ADDED") -> None:
+        """Add or change a ResourceSlice (kind MODIFIED), or remove it (DELETED)."""
+        name = obj["metadata"]["name"]
+        with self.lock:
+            self.version += 1
+            obj = copy.deepcopy(obj)
+            obj["metadata"]["resourceVersion"] = str(self.version)
+            if kind == "DELETED":
+                self.slices.pop(name, None)
+            else:
+                self.slices[name] = obj
+            event = {"type": kind, "object": obj}
+            self.slice_history.append((self.version, event))
+            watchers = list(self.slice_watchers)
+        for inbox, node in watchers:
+            if node is None or _slice_node(obj) == node:
+                inbox.put(event)
 
     def add(self, pod: dict[str, Any]) -> None:
         self.pods[pod["metadata"]["uid"]] = pod
@@ -289,6 +314,34 @@ class FakeApiServer:
                     return self._status(failures.pop(0), f"injected failure of {kind}")
                 if kind == "watch":
                     return self._watch(query)
+                if kind == "dra-group":
+                    if not server.dra_versions:
+                        return self._status(404, "the server could not find the requested resource")
+                    versions = [
+                        {"groupVersion": f"resource.k8s.io/{v}", "version": v}
+                        for v in server.dra_versions
+                    ]
+                    return self._json(
+                        200,
+                        {
+                            "kind": "APIGroup",
+                            "name": "resource.k8s.io",
+                            "versions": versions,
+                            "preferredVersion": versions[0],
+                        },
+                    )
+                if kind in ("slices", "slice-watch", "claim"):
+                    version = url.path.split("/")[3]
+                    if version not in server.dra_versions:
+                        return self._status(404, f"{url.path} is not served here")
+                if kind == "slices":
+                    return self._json(200, server.slice_list(query))
+                if kind == "slice-watch":
+                    return self._watch(query, slices=True)
+                if kind == "claim":
+                    parts = url.path.split("/")
+                    doc = server.claims.get((parts[5], parts[7]))
+                    return self._json(200, doc) if doc else self._status(404, "not found")
                 if kind == "list":
                     return self._json(200, server.list_doc(query))
                 if kind == "namespaced-list":
@@ -318,14 +371,23 @@ class FakeApiServer:
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 self.wfile.flush()
 
-            def _watch(self, query: dict[str, list[str]]) -> None:
+            def _watch(self, query: dict[str, list[str]], slices: bool = False) -> None:
                 since = int(query.get("resourceVersion", ["0"])[0] or 0)
                 timeout = float(query.get("timeoutSeconds", ["300"])[0])
                 inbox: queue.Queue[Any] = queue.Queue()
+                node = _selected_node(query)
                 with server.lock:
-                    backlog = [e for rv, e in server.history if rv > since]
+                    if slices:
+                        backlog = [
+                            e
+                            for rv, e in server.slice_history
+                            if rv > since and (node is None or _slice_node(e["object"]) == node)
+                        ]
+                        server.slice_watchers.append((inbox, node))
+                    else:
+                        backlog = [e for rv, e in server.history if rv > since]
+                        server.watchers.append(inbox)
                     too_old = since < server.compacted
-                    server.watchers.append(inbox)
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Transfer-Encoding", "chunked")
@@ -360,7 +422,10 @@ class FakeApiServer:
                     pass
                 finally:
                     with server.lock:
-                        server.watchers.remove(inbox)
+                        if slices:
+                            server.slice_watchers.remove((inbox, node))
+                        else:
+                            server.watchers.remove(inbox)
 
         return Handler
 
@@ -374,7 +439,28 @@ class FakeApiServer:
             return "summary"
         if path.startswith("/apis/metrics.k8s.io/"):
             return "podmetrics"
+        if path == "/apis/resource.k8s.io":
+            return "dra-group"
+        if path.startswith("/apis/resource.k8s.io/") and path.endswith("/resourceslices"):
+            return "slice-watch" if query.get("watch") == ["true"] else "slices"
+        if path.startswith("/apis/resource.k8s.io/") and "/resourceclaims/" in path:
+            return "claim"
         return "other"
+
+    def slice_list(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        node = _selected_node(query)
+        with self.lock:
+            items = [
+                copy.deepcopy(o)
+                for o in self.slices.values()
+                if node is None or _slice_node(o) == node
+            ]
+            version = self.version
+        return {
+            "kind": "ResourceSliceList",
+            "metadata": {"resourceVersion": str(version)},
+            "items": items,
+        }
 
     def list_doc(self, query: dict[str, list[str]]) -> dict[str, Any]:
         selector = query.get("fieldSelector", [""])[0]
@@ -397,6 +483,18 @@ class FakeApiServer:
             "metadata": meta,
             "items": items[start : start + limit] if limit else items,
         }
+
+
+def _selected_node(query: dict[str, list[str]]) -> str | None:
+    """`spec.nodeName=<node>` (an empty node: the slices that are no one node's), or None."""
+    selector = query.get("fieldSelector", [None])[0]
+    if selector is None or not selector.startswith("spec.nodeName="):
+        return None
+    return selector.removeprefix("spec.nodeName=")
+
+
+def _slice_node(obj: dict[str, Any]) -> str:
+    return str(obj.get("spec", {}).get("nodeName") or "")
 
 
 def _key_and_name(common_name: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Name]:

@@ -190,10 +190,13 @@ def test_rbac_is_least_privilege() -> None:
         for r in role["rules"]
     }
     # Pods are listed and watched, never fetched one by one; the kubelet is read as nodes/stats
-    # on its own port, never through nodes/proxy (which would also allow exec).
+    # on its own port, never through nodes/proxy (which would also allow exec). DRA (R-X6):
+    # slices listed and watched, claims read one by one, nothing written.
     assert rules == {
         (("",), ("pods",), ("list", "watch")),
         (("",), ("nodes/stats",), ("get",)),
+        (("resource.k8s.io",), ("resourceslices",), ("list", "watch")),
+        (("resource.k8s.io",), ("resourceclaims",), ("get",)),
     }
     (binding,) = by_kind("ClusterRoleBinding")
     (ds,) = by_kind("DaemonSet")

@@ -156,7 +156,7 @@ class Monitor:
         attributor: Attributor | None = None,
         cluster: ClusterRound | None = None,
         podresources: Callable[[], KubeletAnswer] | None = None,
-        dra: Callable[[frozenset[tuple[str, str]]], DraInventory] | None = None,
+        dra: Callable[[frozenset[tuple[str, str]]], DraInventory | None] | None = None,
         build: tuple[tuple[str, str], ...] = (),
         wall: Callable[[], float] = time.time,
         mono: Callable[[], float] = time.monotonic,
@@ -175,7 +175,8 @@ class Monitor:
         # The kubelet's device-plugin allocations (R-X2); None where there is no kubelet.
         self.podresources = podresources
         # The node's DRA inventory (R-X6), asked with the claims the kubelet named; None where
-        # the cluster is not asked (replay without slices, no API server).
+        # the cluster is not asked (replay without slices, no API server). It answers None on
+        # a cluster that serves no resource.k8s.io API: no DRA there, and no DRA verdict.
         self.dra = dra
         self._inventory: DraInventory | None = None
         self._dra_error: str | None = None
@@ -408,6 +409,8 @@ class Monitor:
             inventory = self.dra(deviceplugins.claim_refs(kubelet))
         except Exception as exc:  # the reader never raises; a bug here must not end the round
             inventory = DraInventory(error=_describe(exc))
+        if inventory is None:
+            return None
         if inventory.error != self._dra_error:
             log.log(
                 logging.INFO if inventory.error is None else logging.WARNING,

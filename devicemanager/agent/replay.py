@@ -7,6 +7,9 @@ A scenario is a directory, `fixtures/nodes/<scenario>/`:
     pods.json            the node's pods, a PodList as the API server returns it
     podresources.json    optional: the kubelet's pod-resources answer, {"list": ...,
                          "allocatable": ...} in protobuf's JSON mapping (R-X2)
+    dra/resourceslices.json   optional: the node's ResourceSlices, a ResourceSliceList as
+                         the API server answers it (R-X6)
+    dra/resourceclaims.json   optional: the ResourceClaims its pods hold, a ResourceClaimList
     proc/<pid>/...       a /proc tree for the processes the payloads name
 
 Each payload goes through its own vendor's pure `parse`, the very code the live agent runs.
@@ -40,6 +43,8 @@ class Scenario:
     pods_file: Path | None
     proc_root: Path
     podresources_file: Path | None = None
+    slices_file: Path | None = None
+    claims_file: Path | None = None
 
 
 def _json(path: Path) -> Any:
@@ -61,6 +66,7 @@ def load_scenario(root: Path) -> Scenario:
         raise ScenarioError(f"{root}: no vendors/<manufacturer>.json payload")
     pods = root / "pods.json"
     podresources = root / "podresources.json"
+    slices, claims = root / "dra" / "resourceslices.json", root / "dra" / "resourceclaims.json"
     return Scenario(
         root=root,
         provenance=provenance,
@@ -70,6 +76,8 @@ def load_scenario(root: Path) -> Scenario:
         pods_file=pods if pods.exists() else None,
         proc_root=root / "proc",
         podresources_file=podresources if podresources.exists() else None,
+        slices_file=slices if slices.exists() else None,
+        claims_file=claims if claims.exists() else None,
     )
 
 

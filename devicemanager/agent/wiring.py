@@ -43,6 +43,7 @@ from devicemanager.agent.replay import ReplayBackend, Scenario, load_scenario
 from devicemanager.backend import Backend, create_backend, sdk_versions
 from devicemanager.kube.client import KubeClient, config_from
 from devicemanager.kube.cluster import ClusterRound
+from devicemanager.kube.dra import DraSource, RecordedDra
 from devicemanager.kube.informer import PodInformer
 from devicemanager.kube.kubelet import KubeletClient, Reading, SummaryPoller, kubelet_tls
 from devicemanager.kube.podresources import (
@@ -169,6 +170,7 @@ class Cluster:
     round: ClusterRound
     kubelet: SummaryPoller | None = None
     kubelet_client: KubeletClient | None = None
+    dra: DraSource | None = None  # the node's ResourceSlices and its pods' claims (R-X6)
 
 
 class _NoKubelet:
@@ -241,6 +243,7 @@ def connect(settings: Settings, node: Node) -> Cluster | None:
         ClusterRound(summaries, node.name, settings.pod_namespace, settings.pod_name, max_age),
         poller,
         kubelet,
+        DraSource(client, node.name),
     )
 
 
@@ -296,6 +299,10 @@ def build_monitor(
         pods = PodsFile(node.pods_file)
     if kubelet is None:
         kubelet = pod_resources(settings, node, cluster)
+    dra: DraSource | RecordedDra | None = cluster.dra if cluster is not None else None
+    scenario = node.scenario
+    if scenario is not None and scenario.slices_file is not None:
+        dra = RecordedDra(node.name, scenario.slices_file, scenario.claims_file)
     return Monitor(
         [BackendWorker(b) for b in node.backends],
         period=settings.monitor_period,
@@ -312,6 +319,7 @@ def build_monitor(
         ),
         cluster=cluster.round if cluster is not None else None,
         podresources=kubelet,
+        dra=dra,
         build=build,
         wall=wall,
         mono=mono,
@@ -346,6 +354,8 @@ class Stoppable:
         started = time.monotonic()
         if self.cluster is not None:
             self.cluster.informer.stop()
+            if self.cluster.dra is not None:
+                self.cluster.dra.stop()
             if self.cluster.kubelet is not None:
                 self.cluster.kubelet.stop()
         closed = self.monitor.stop(timeout=timeout)
@@ -546,6 +556,8 @@ def _serve(settings: Settings, signals: Signals) -> int:
     )
     if cluster is not None:
         cluster.informer.start()
+        if cluster.dra is not None:
+            cluster.dra.start()
         if cluster.kubelet is not None:
             cluster.kubelet.start()
     if isinstance(kubelet, PodResourcesPoller):

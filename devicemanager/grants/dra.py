@@ -56,14 +56,17 @@ ID_ATTRIBUTES = ("uuid", "pciBusID", "pciAddress", "pcieRoot", "serial")
 PARENT_ATTRIBUTE = "parentUUID"
 TYPE_ATTRIBUTE = "type"
 PROFILE_ATTRIBUTE = "profile"
-PARTITION_TYPES = frozenset({"mig", "partition", "xcp", "vnpu"})
+# `amdgpu-partition`: AMD's driver names a partition's parent by its PCI bus id only, which
+# all partitions of a card share: it is not resolved to one partition (unmatched, counted).
+PARTITION_TYPES = frozenset({"mig", "partition", "xcp", "vnpu", "amdgpu-partition"})
 MEMORY_CAPACITY = "memory"
 
 # Why a claimed device has no grant (counted in /metrics, never a guess).
 NO_SLICE = "no_slice"  # no ResourceSlice of the node lists it
 DUPLICATE = "duplicate_device"  # a slice names it twice, or two slices do
 UNMATCHED = "unmatched_device"  # no attribute of it names a card the libraries enumerate
-NO_CLAIM = "claim_unavailable"  # a share whose claim could not be read (its capacity unknown)
+# a claim not read yet (admin access unknown), or a share whose claim is gone (capacity unknown)
+NO_CLAIM = "claim_unavailable"
 NO_INVENTORY = "no_inventory"  # the node's slices could not be read at all
 
 SOURCE = "dra"  # an Allocation's source: the kubelet's pod-resources, resolved through DRA
@@ -161,9 +164,11 @@ class DraInventory:
 
     `devices` is keyed by (driver, pool, device); a device two entries name is in `duplicates`
     and in no entry of `devices`. `claims` is keyed by (namespace, name) and holds the claims
-    read (a claim is read only where its status is needed); `missing_claims` those that could
-    not be (deleted while the pod runs, forbidden, …). `error` says why the slices could not be
-    read at all (None with empty devices: the API serves slices and the node has none)."""
+    read; `missing_claims` those the API server does not have (deleted while the pod runs);
+    `pending_claims` those not read yet (the API server slow or failing): a device of a pending
+    claim gives no grant this round, since only the claim says whether it is admin access.
+    `error` says why the slices could not be read at all (None with empty devices: the API
+    serves slices and the node has none)."""
 
     devices: Mapping[DeviceKey, DraDevice] = field(default_factory=lambda: MappingProxyType({}))
     duplicates: frozenset[DeviceKey] = frozenset()
@@ -172,6 +177,7 @@ class DraInventory:
     )
     missing_claims: frozenset[tuple[str, str]] = frozenset()
     error: str | None = None
+    pending_claims: frozenset[tuple[str, str]] = frozenset()
 
 
 def inventory_of(
@@ -179,6 +185,7 @@ def inventory_of(
     claims: Iterable[ClaimStatus] = (),
     missing_claims: Iterable[tuple[str, str]] = (),
     error: str | None = None,
+    pending_claims: Iterable[tuple[str, str]] = (),
 ) -> DraInventory:
     """The inventory of every slice's devices: a device named twice is a duplicate, never the
     first of two; past the bound the rest is left out."""
@@ -203,6 +210,7 @@ def inventory_of(
         claims=MappingProxyType(by_name),
         missing_claims=frozenset(missing_claims),
         error=error,
+        pending_claims=frozenset(pending_claims),
     )
 
 
@@ -337,6 +345,9 @@ def pod_allocations(
                 continue  # sees the device, holds none of it: not a grant
             if inventory is None or inventory.error is not None:
                 missed.append(Unresolved(c.container, ref_text, d.key, NO_INVENTORY))
+                continue
+            if ref in inventory.pending_claims:
+                missed.append(Unresolved(c.container, ref_text, d.key, NO_CLAIM))
                 continue
             if d.key in inventory.duplicates:
                 missed.append(Unresolved(c.container, ref_text, d.key, DUPLICATE))

@@ -26,7 +26,111 @@ log = logging.getLogger("devicemanager.kube.informer")
 HEALTHY_WATCH_SECONDS = 10.0
 
 
-class PodInformer:
+class Reflector:
+    """List once, then watch from the last resource version until the server ends the watch,
+    for as long as it runs: the loop the pod index and the node's DRA slices share. A watch
+    that fails is retried with capped, jittered backoff; a 410 Gone lists again. `run_once`
+    is the subclass's: one list (when needed) and one watch; it returns True when there was
+    nothing to watch and it has already waited (an API the cluster does not serve)."""
+
+    what = "watch"  # in the log lines: "pod watch", "resource slice watch"
+
+    def __init__(
+        self,
+        *,
+        backoff: tuple[float, float] = (0.5, 30.0),
+        watch_timeout: int = 300,
+        clock: Callable[[], float] = time.monotonic,
+        log_extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.backoff = backoff
+        self.watch_timeout = watch_timeout
+        self._clock = clock
+        self._log_extra = log_extra or {}
+        self.version = ""
+        self.events = 0
+        self.last_error: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def run_once(self) -> bool | None:
+        raise NotImplementedError
+
+    def _delay(self, failures: int) -> float:
+        """Exponential in consecutive failures, capped, with jitter so that the agents of every
+        node do not come back to the API server in step."""
+        base, cap = self.backoff
+        delay = min(cap, base * 2.0 ** max(0, failures - 1))
+        return delay * random.uniform(0.5, 1.0)
+
+    def _loop(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            started, events = self._clock(), self.events
+            status: int | None = None
+            try:
+                if self.run_once():
+                    failures = 0
+                    continue
+                error = "the watch ended at once, with no event"
+            except KubeError as exc:
+                status, error = exc.status, str(exc)
+            except Exception as exc:  # never let the watch thread die: the index would freeze
+                error = f"{type(exc).__name__}: {exc}"
+                log.exception("%s broke; retrying", self.what)
+            if self._stop.is_set():
+                return
+            # An attempt that delivered events, or watched for a while, was healthy however it
+            # ended: the count of failures in a row starts again.
+            if self.events > events or self._clock() - started >= HEALTHY_WATCH_SECONDS:
+                failures = 0
+                if status is None:  # the server ended a healthy watch: resume at once
+                    self.last_error = None
+                    continue
+            failures += 1
+            self.last_error = error
+            if status == 410:
+                # Too old to resume: list again, since events in the gap are lost. The first
+                # time at once; a server that answers 410 again and again is backed off from
+                # like any other failure, or the agent would relist many times a second.
+                self.version = ""
+                log.info(
+                    "%s expired (410 Gone); listing again",
+                    self.what,
+                    extra={**self._log_extra, "in_a_row": failures},
+                )
+                if failures == 1:
+                    continue
+            delay = self._failed(status, error, failures)
+            self._stop.wait(delay)
+
+    def _failed(self, status: int | None, error: str, failures: int) -> float:
+        """How long to wait after a failed attempt, having said so."""
+        delay = self._delay(failures)
+        log.warning(
+            "%s failed; serving the last state",
+            self.what,
+            extra={
+                **self._log_extra,
+                "error": error,
+                "in_a_row": failures,
+                "retry_in": round(delay, 2),
+            },
+        )
+        return delay
+
+    def start(self) -> None:
+        name = self.what.replace(" ", "-")
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class PodInformer(Reflector):
+    what = "pod watch"
+
     def __init__(
         self,
         client: KubeClient,
@@ -37,23 +141,18 @@ class PodInformer:
         watch_timeout: int = 300,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__(
+            backoff=backoff, watch_timeout=watch_timeout, clock=clock, log_extra={"node": node}
+        )
         self.client, self.node = client, node
         self.tombstone_seconds = tombstone_seconds
-        self.backoff = backoff
-        self.watch_timeout = watch_timeout
-        self._clock = clock
         self._lock = threading.Lock()
         self._pods: dict[str, PodInfo] = {}
         self._gone: dict[str, tuple[float, PodInfo]] = {}
         self._index: PodIndex | None = None
         self._dirty = True
-        self.version = ""
         self.synced = False
         self.lists = 0
-        self.events = 0
-        self.last_error: str | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     # -- state --------------------------------------------------------------------------------
 
@@ -125,67 +224,6 @@ class PodInformer:
             self.apply(event)
             if self._stop.is_set():
                 return
-
-    def _delay(self, failures: int) -> float:
-        """Exponential in consecutive failures, capped, with jitter so that the agents of every
-        node do not come back to the API server in step."""
-        base, cap = self.backoff
-        delay = min(cap, base * 2.0 ** max(0, failures - 1))
-        return delay * random.uniform(0.5, 1.0)
-
-    def _loop(self) -> None:
-        failures = 0
-        while not self._stop.is_set():
-            started, events = self._clock(), self.events
-            status: int | None = None
-            try:
-                self.run_once()
-                error = "the watch ended at once, with no event"
-            except KubeError as exc:
-                status, error = exc.status, str(exc)
-            except Exception as exc:  # never let the watch thread die: the index would freeze
-                error = f"{type(exc).__name__}: {exc}"
-                log.exception("pod watch broke; retrying")
-            if self._stop.is_set():
-                return
-            # An attempt that delivered events, or watched for a while, was healthy however it
-            # ended: the count of failures in a row starts again.
-            if self.events > events or self._clock() - started >= HEALTHY_WATCH_SECONDS:
-                failures = 0
-                if status is None:  # the server ended a healthy watch: resume at once
-                    self.last_error = None
-                    continue
-            failures += 1
-            self.last_error = error
-            if status == 410:
-                # Too old to resume: list again, since events in the gap are lost. The first
-                # time at once; a server that answers 410 again and again is backed off from
-                # like any other failure, or the agent would relist many times a second.
-                self.version = ""
-                log.info(
-                    "watch expired (410 Gone); listing again",
-                    extra={"node": self.node, "in_a_row": failures},
-                )
-                if failures == 1:
-                    continue
-            delay = self._delay(failures)
-            log.warning(
-                "pod watch failed; serving the last index",
-                extra={
-                    "node": self.node,
-                    "error": error,
-                    "in_a_row": failures,
-                    "retry_in": round(delay, 2),
-                },
-            )
-            self._stop.wait(delay)
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="pod-informer", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
 
 
 def _info(obj: Any) -> PodInfo | None:

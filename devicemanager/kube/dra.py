@@ -1,0 +1,621 @@
+"""The node's DRA inventory from the API server (R-X6): its ResourceSlices, by list-then-watch,
+and the ResourceClaims its pods hold, by a bounded, cached get.
+
+Which slices: those of this node (field selector `spec.nodeName=<node>`) and those that are no
+one node's (`spec.nodeName=`, empty: `allNodes`, a `nodeSelector`, or per-device selection),
+kept when they reach this node. A node selector is followed where it names the node by
+`matchFields` on `metadata.name`; one that selects by the node's labels is not followed (the
+agent does not read Node objects), so the devices of such a slice are `no_slice` when claimed.
+Two watches, never every slice of the cluster: an agent's cost does not grow with the cluster.
+
+Which version: the group's discovery document (`/apis/resource.k8s.io`) says which of `v1`,
+`v1beta2`, `v1beta1` the cluster serves; the newest is read. A cluster that serves none has no
+DRA grants: said once at info, asked again every `absent_retry` seconds (a cluster upgraded
+while the agent runs), never an error every round.
+
+A pool's slices of an older generation than the pool's newest are left out: while a driver
+republishes a pool, both generations exist for a moment and would name every device twice.
+
+Claims: only the claim says whether it is admin access, which share of a device it consumed,
+and which pods it is reserved for, so the claims the kubelet names are read (GET, one in flight
+per claim, cached for `claim_max_age`; an expired entry is served while it is read again). A
+round waits at most `claim_wait` seconds for the claims it has never seen; those still unread
+are `pending` (their devices are absent this round with `claim_unavailable`, never guessed as
+exclusive). A claim deleted while its pod runs keeps the status last read; one never read is
+`missing` (whole devices still count, the kubelet says they are held; a share cannot).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from devicemanager.grants import dra
+from devicemanager.grants.quantity import parse_quantity
+from devicemanager.kube.client import KubeClient, KubeError, WatchEvent
+from devicemanager.kube.informer import Reflector
+
+log = logging.getLogger("devicemanager.kube.dra")
+
+GROUP = "resource.k8s.io"
+VERSIONS = ("v1", "v1beta2", "v1beta1")  # newest first
+STANDARD_DOMAIN = "resource.kubernetes.io"  # standard attributes: pciBusID, pcieRoot
+MAX_SLICES = 1024  # slices kept for one node (a driver publishes a few per node)
+MAX_NAME = dra.MAX_NAME
+MAX_TEXT = 1024  # an attribute's string value
+MAX_TAINTS = 16  # per device
+
+
+# -- parsing (pure) ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SliceEntry:
+    """What the agent keeps of one ResourceSlice: its pool, generation and the devices of it
+    that reach this node."""
+
+    driver: str
+    pool: str
+    generation: int
+    devices: tuple[dra.DraDevice, ...]
+
+
+def _map(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _name(value: Any) -> str | None:
+    return value if isinstance(value, str) and 0 < len(value) <= MAX_NAME else None
+
+
+def _attribute(raw: Any) -> dra.Attribute | None:
+    """`{string: …}`, `{int: …}`, `{bool: …}` or `{version: …}`: the one value it holds."""
+    if not isinstance(raw, dict):
+        return None
+    for kind in ("string", "version"):
+        value = raw.get(kind)
+        if isinstance(value, str) and len(value) <= MAX_TEXT:
+            return value
+    value = raw.get("bool")
+    if isinstance(value, bool):
+        return value
+    value = raw.get("int")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return None
+
+
+def _bare(name: str, driver: str) -> str:
+    """An attribute's name without the driver's own domain or the standard one: `uuid` for
+    `gpu.nvidia.com/uuid`, `pciBusID` for `resource.kubernetes.io/pciBusID`; another domain's
+    attribute keeps its whole name, so it can never pass for one the agent reads."""
+    domain, slash, bare = name.rpartition("/")
+    if not slash:
+        return name
+    return bare if domain in (driver, STANDARD_DOMAIN) else name
+
+
+def _capacity(raw: Any) -> int | None:
+    """A device capacity `{value: "80Gi"}` (or, as some servers wrote it, the bare quantity) in
+    base units; None when it is not a quantity."""
+    value = raw.get("value") if isinstance(raw, dict) else raw
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if value >= 0 else None
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    try:
+        amount = parse_quantity(value)
+    except (ValueError, ArithmeticError):
+        return None
+    return int(amount) if amount >= 0 else None
+
+
+def _taints(raw: Any) -> tuple[dra.DeviceTaint, ...]:
+    if not isinstance(raw, list):
+        return ()
+    out = []
+    for t in raw[:MAX_TAINTS]:
+        if isinstance(t, dict) and (key := _name(t.get("key"))) is not None:
+            value, effect = t.get("value"), t.get("effect")
+            out.append(
+                dra.DeviceTaint(
+                    key,
+                    value if isinstance(value, str) and len(value) <= MAX_NAME else "",
+                    effect if isinstance(effect, str) and len(effect) <= 32 else "",
+                )
+            )
+    return tuple(out)
+
+
+def _reaches(spec: Mapping[str, Any], node: str) -> bool:
+    """Whether a slice (or, with per-device selection, a device) that says where its devices
+    are reaches `node`: named, all nodes, or a selector term naming it by `metadata.name`."""
+    if spec.get("nodeName") not in (None, ""):
+        return spec.get("nodeName") == node
+    if spec.get("allNodes") is True:
+        return True
+    selector = spec.get("nodeSelector")
+    terms = selector.get("nodeSelectorTerms") if isinstance(selector, dict) else None
+    for term in terms if isinstance(terms, list) else ():
+        if isinstance(term, dict) and not term.get("matchExpressions"):
+            fields = term.get("matchFields")
+            if isinstance(fields, list) and fields and all(_names(f, node) for f in fields):
+                return True
+    return False
+
+
+def _names(requirement: Any, node: str) -> bool:
+    if not isinstance(requirement, dict) or requirement.get("key") != "metadata.name":
+        return False
+    values = requirement.get("values")
+    values = values if isinstance(values, list) else []
+    if requirement.get("operator") == "In":
+        return node in values
+    if requirement.get("operator") == "NotIn":
+        return node not in values
+    return False
+
+
+def parse_slice(obj: Any, node: str) -> SliceEntry | None:
+    """One ResourceSlice of any served version, or None when it is not one (or not this
+    node's). `v1beta1` keeps each device's fields under `basic`; `v1beta2` and `v1` do not."""
+    spec = obj.get("spec") if isinstance(obj, dict) else None
+    if not isinstance(spec, dict):
+        return None
+    driver = _name(spec.get("driver"))
+    pool = spec.get("pool")
+    pool_name = _name(pool.get("name")) if isinstance(pool, dict) else None
+    if driver is None or pool_name is None:
+        return None
+    generation = pool.get("generation") if isinstance(pool, dict) else None
+    per_device = spec.get("perDeviceNodeSelection") is True
+    if not per_device and not _reaches(spec, node):
+        return None
+    raw_devices = spec.get("devices")
+    devices = []
+    for raw in raw_devices[: dra.MAX_SLICE_DEVICES] if isinstance(raw_devices, list) else ():
+        if not isinstance(raw, dict) or (name := _name(raw.get("name"))) is None:
+            continue
+        body = _map(raw.get("basic")) or raw
+        if per_device and not _reaches(body, node):
+            continue
+        attrs_raw = body.get("attributes")
+        attrs: dict[str, dra.Attribute] = {}
+        if isinstance(attrs_raw, dict):
+            for key, value in list(attrs_raw.items())[: dra.MAX_ATTRIBUTES]:
+                parsed = _attribute(value)
+                if isinstance(key, str) and len(key) <= MAX_NAME and parsed is not None:
+                    attrs[_bare(key, driver)] = parsed
+        capacity: dict[str, int] = {}
+        caps_raw = body.get("capacity")
+        if isinstance(caps_raw, dict):
+            for key, value in list(caps_raw.items())[: dra.MAX_ATTRIBUTES]:
+                amount = _capacity(value)
+                if isinstance(key, str) and len(key) <= MAX_NAME and amount is not None:
+                    capacity[_bare(key, driver)] = amount
+        devices.append(
+            dra.DraDevice(
+                driver,
+                pool_name,
+                name,
+                MappingProxyType(attrs),
+                MappingProxyType(capacity),
+                _taints(body.get("taints")),
+            )
+        )
+    return SliceEntry(
+        driver,
+        pool_name,
+        generation if isinstance(generation, int) and not isinstance(generation, bool) else 0,
+        tuple(devices),
+    )
+
+
+def current_devices(entries: Iterable[SliceEntry]) -> list[dra.DraDevice]:
+    """The devices of every pool's newest generation."""
+    entries = list(entries)
+    newest: dict[tuple[str, str], int] = {}
+    for e in entries:
+        key = (e.driver, e.pool)
+        newest[key] = max(newest.get(key, e.generation), e.generation)
+    return [d for e in entries if e.generation == newest[(e.driver, e.pool)] for d in e.devices]
+
+
+def parse_claim(obj: Any) -> dra.ClaimStatus | None:
+    """What the agent reads of a ResourceClaim: its allocation's results (admin access, the
+    share and what it consumed) and the pods it is reserved for."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict):
+        return None
+    namespace, name = _name(meta.get("namespace")), _name(meta.get("name"))
+    if namespace is None or name is None:
+        return None
+    status = _map(obj.get("status"))
+    devices = _map(_map(status.get("allocation")).get("devices"))
+    raw_results = devices.get("results")
+    results = []
+    for r in raw_results[: dra.MAX_CLAIM_RESULTS] if isinstance(raw_results, list) else ():
+        if not isinstance(r, dict):
+            continue
+        driver, pool, device = _name(r.get("driver")), _name(r.get("pool")), _name(r.get("device"))
+        if driver is None or pool is None or device is None:
+            continue
+        consumed: dict[str, int] = {}
+        raw_consumed = r.get("consumedCapacity")
+        if isinstance(raw_consumed, dict):
+            for key, value in list(raw_consumed.items())[: dra.MAX_ATTRIBUTES]:
+                amount = _capacity(value)
+                if isinstance(key, str) and amount is not None:
+                    consumed[_bare(key, driver)] = amount
+        results.append(
+            dra.AllocationResult(
+                driver,
+                pool,
+                device,
+                share_id=_name(r.get("shareID")),
+                admin_access=r.get("adminAccess") is True,
+                consumed_capacity=MappingProxyType(consumed),
+            )
+        )
+    reserved = status.get("reservedFor")
+    uids = tuple(
+        u["uid"]
+        for u in (reserved[: dra.MAX_CLAIM_RESULTS] if isinstance(reserved, list) else ())
+        if isinstance(u, dict) and _name(u.get("uid")) is not None
+    )
+    return dra.ClaimStatus(namespace, name, tuple(results), uids)
+
+
+# -- the API server (the shell) ------------------------------------------------------------------
+
+
+def served_version(client: KubeClient) -> str | None:
+    """The newest version of resource.k8s.io the cluster serves, or None when it serves none
+    the agent reads (404 on the group: no DRA on this cluster)."""
+    try:
+        doc = client.get(f"/apis/{GROUP}")
+    except KubeError as exc:
+        if exc.status == 404:
+            return None
+        raise
+    versions = doc.get("versions") if isinstance(doc, dict) else None
+    served = (
+        {v.get("version") for v in versions if isinstance(v, dict)}
+        if isinstance(versions, list)
+        else set()
+    )
+    return next((v for v in VERSIONS if v in served), None)
+
+
+class SliceReflector(Reflector):
+    """One field selector's slices, kept current by list-then-watch (see informer.Reflector)."""
+
+    what = "resource slice watch"
+
+    def __init__(
+        self,
+        client: KubeClient,
+        node: str,
+        selector: str,
+        version: Callable[[], str | None],
+        forget: Callable[[], None] = lambda: None,
+        *,
+        backoff: tuple[float, float] = (0.5, 30.0),
+        watch_timeout: int = 300,
+        absent_retry: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(
+            backoff=backoff,
+            watch_timeout=watch_timeout,
+            clock=clock,
+            log_extra={"node": node, "fieldSelector": selector},
+        )
+        self.client, self.node, self.selector = client, node, selector
+        self._version, self._forget = version, forget
+        self.absent_retry = absent_retry
+        self.malformed = 0
+        self._lock = threading.Lock()
+        self._entries: dict[str, SliceEntry] = {}
+        self.synced = False
+        self.absent = False  # the cluster serves no resource.k8s.io version the agent reads
+
+    def entries(self) -> list[SliceEntry]:
+        with self._lock:
+            return list(self._entries.values())
+
+    def replace_all(self, objects: Iterable[Any], version: str) -> None:
+        fresh: dict[str, SliceEntry] = {}
+        for obj in objects:
+            key = _slice_name(obj)
+            entry = parse_slice(obj, self.node)
+            if key is not None and entry is not None and len(fresh) < MAX_SLICES:
+                fresh[key] = entry
+        with self._lock:
+            self._entries = fresh
+            self.version = version
+            self.synced, self.absent = True, False
+
+    def apply(self, event: WatchEvent) -> None:
+        meta = event.object.get("metadata")
+        version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        with self._lock:
+            self.events += 1
+            if isinstance(version, str) and version:
+                self.version = version
+            key = _slice_name(event.object)
+            if event.type == "BOOKMARK" or key is None:
+                return
+            entry = None if event.type == "DELETED" else parse_slice(event.object, self.node)
+            if entry is None:
+                self._entries.pop(key, None)  # deleted, or no longer reaching this node
+            elif key in self._entries or len(self._entries) < MAX_SLICES:
+                self._entries[key] = entry
+
+    def run_once(self) -> bool | None:
+        version = self._version()
+        if version is None:
+            return self._absent()
+        path = f"/apis/{GROUP}/{version}/resourceslices"
+        params = {"fieldSelector": self.selector}
+        try:
+            if not self.version:
+                items, listed = self.client.list_all(path, params)
+                self.replace_all(items, listed)
+            for event in self.client.watch(
+                path, params, self.version, self.watch_timeout, malformed=self._malformed
+            ):
+                self.apply(event)
+                if self._stop.is_set():
+                    return None
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            self._forget()  # the version went away (a downgrade): discover it again
+            return self._absent()
+        return None
+
+    def _absent(self) -> bool:
+        """No slices to read on this cluster: none held, and asked again after a while."""
+        with self._lock:
+            self._entries, self.version = {}, ""
+            self.synced, self.absent = True, True
+        self._stop.wait(self.absent_retry)
+        return True
+
+    def _malformed(self, line: str) -> None:
+        self.malformed += 1
+        log.warning("a resource slice event that is not one was skipped", extra={"line": line})
+
+
+def _slice_name(obj: Any) -> str | None:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    return _name(meta.get("name")) if isinstance(meta, dict) else None
+
+
+class ClaimReader:
+    """ResourceClaims by (namespace, name): one GET in flight per claim, cached for `max_age`
+    seconds; an expired entry is served while it is read again. `statuses` waits at most
+    `wait` seconds for claims it never read."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        version: Callable[[], str | None],
+        *,
+        max_age: float = 60.0,
+        wait: float = 1.0,
+        timeout: float = 5.0,
+        workers: int = 4,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client, self._version = client, version
+        self.max_age, self.wait, self.timeout = max_age, wait, timeout
+        self._clock = clock
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="claim-read")
+        self._lock = threading.Lock()
+        self._read: dict[tuple[str, str], tuple[float, dra.ClaimStatus | None]] = {}
+        self._inflight: dict[tuple[str, str], Future[None]] = {}
+        self.gets = 0
+
+    def _get(self, ref: tuple[str, str]) -> None:
+        namespace, name = ref
+        version = self._version()
+        status: dra.ClaimStatus | None
+        try:
+            if version is None:
+                raise KubeError("the cluster serves no resource.k8s.io version", 404)
+            self.gets += 1
+            doc = self.client.get(
+                f"/apis/{GROUP}/{version}/namespaces/{namespace}/resourceclaims/{name}",
+                timeout=self.timeout,
+            )
+            status = parse_claim(doc)
+        except KubeError as exc:
+            if exc.status != 404:
+                log.info(
+                    "a resource claim could not be read",
+                    extra={"claim": f"{namespace}/{name}", "error": str(exc)},
+                )
+                with self._lock:
+                    self._inflight.pop(ref, None)
+                return  # not cached: asked again next round
+            status = None
+        with self._lock:
+            last = self._read.get(ref)
+            if status is None and last is not None and last[1] is not None:
+                status = last[1]  # deleted while its pod runs: the allocation it had
+            self._read[ref] = (self._clock(), status)
+            self._inflight.pop(ref, None)
+
+    def statuses(
+        self, refs: Iterable[tuple[str, str]]
+    ) -> tuple[list[dra.ClaimStatus], set[tuple[str, str]], set[tuple[str, str]]]:
+        """(claims read, claims missing, claims pending) for the claims a round needs."""
+        refs = sorted(set(refs))[: dra.MAX_CLAIMS]
+        now = self._clock()
+        waiting: list[Future[None]] = []
+        with self._lock:
+            wanted = set(refs)
+            for stale in [r for r in self._read if r not in wanted]:
+                del self._read[stale]  # no pod holds it any more: forget it
+            for ref in refs:
+                hit = self._read.get(ref)
+                if hit is not None and now - hit[0] <= self.max_age:
+                    continue
+                flight = self._inflight.get(ref)
+                if flight is None:
+                    flight = self._inflight[ref] = self._pool.submit(self._get, ref)
+                if hit is None:
+                    waiting.append(flight)
+        if waiting:
+            wait_all(waiting, timeout=self.wait)
+        read, missing, pending = [], set(), set()
+        with self._lock:
+            for ref in refs:
+                hit = self._read.get(ref)
+                if hit is None:
+                    pending.add(ref)
+                elif hit[1] is None:
+                    missing.add(ref)
+                else:
+                    read.append(hit[1])
+        return read, missing, pending
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class DraSource:
+    """The monitor's DRA source: `source(claims)` is the node's inventory for one round, or
+    None on a cluster without the resource.k8s.io API."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        node: str,
+        *,
+        backoff: tuple[float, float] = (0.5, 30.0),
+        watch_timeout: int = 300,
+        absent_retry: float = 300.0,
+        claim_max_age: float = 60.0,
+        claim_wait: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client, self.node = client, node
+        self._clock = clock
+        self._version_lock = threading.Lock()
+        self._version: str | None = None
+        self._version_at: float | None = None
+        self.absent_retry = absent_retry
+        self._said_absent = False
+        self.reflectors = [
+            SliceReflector(
+                client,
+                node,
+                selector,
+                self.version,
+                self.forget_version,
+                backoff=backoff,
+                watch_timeout=watch_timeout,
+                absent_retry=absent_retry,
+                clock=clock,
+            )
+            for selector in (f"spec.nodeName={node}", "spec.nodeName=")
+        ]
+        self.claims = ClaimReader(
+            client, self.version, max_age=claim_max_age, wait=claim_wait, clock=clock
+        )
+
+    def version(self) -> str | None:
+        """The served version, discovered once (again after `absent_retry` when none was)."""
+        with self._version_lock:
+            now = self._clock()
+            known = self._version is not None
+            if self._version_at is not None and (
+                known or now - self._version_at < self.absent_retry
+            ):
+                return self._version
+            self._version = served_version(self.client)
+            self._version_at = now
+            if self._version is None and not self._said_absent:
+                log.info(
+                    "the cluster serves no resource.k8s.io API: no DRA grants on this node",
+                    extra={"node": self.node},
+                )
+                self._said_absent = True
+            elif self._version is not None:
+                self._said_absent = False
+                log.info(
+                    "reading DRA resource slices",
+                    extra={"node": self.node, "version": self._version},
+                )
+            return self._version
+
+    def forget_version(self) -> None:
+        with self._version_lock:
+            self._version_at = None
+
+    def start(self) -> None:
+        for r in self.reflectors:
+            r.start()
+
+    def stop(self) -> None:
+        for r in self.reflectors:
+            r.stop()
+        self.claims.close()
+
+    def __call__(self, refs: frozenset[tuple[str, str]]) -> dra.DraInventory | None:
+        if all(r.absent for r in self.reflectors):
+            return None
+        if not all(r.synced for r in self.reflectors):
+            errors = [r.last_error for r in self.reflectors if r.last_error]
+            why = errors[0] if errors else "not listed yet"
+            return dra.DraInventory(error=f"the node's resource slices are not read: {why}")
+        devices = current_devices(e for r in self.reflectors for e in r.entries())
+        read, missing, pending = self.claims.statuses(refs) if refs else ([], set(), set())
+        return dra.inventory_of(devices, read, missing, pending_claims=pending)
+
+
+class RecordedDra:
+    """Replay's DRA source: a scenario's `dra/resourceslices.json` (a ResourceSliceList as the
+    API server answers it) and optional `dra/resourceclaims.json` (a ResourceClaimList), read
+    through the parsers the live source uses. A claim the kubelet names that the recording
+    lacks is missing, as a claim deleted while its pod runs."""
+
+    def __init__(self, node: str, slices: Path, claims: Path | None = None) -> None:
+        self.node, self.slices, self.claims = node, slices, claims
+
+    def __call__(self, refs: frozenset[tuple[str, str]]) -> dra.DraInventory | None:
+        try:
+            entries = [parse_slice(obj, self.node) for obj in _items(self.slices)]
+            statuses = [parse_claim(obj) for obj in (_items(self.claims) if self.claims else [])]
+        except (OSError, ValueError) as exc:
+            return dra.DraInventory(error=f"the recorded slices cannot be read: {exc}")
+        read = [s for s in statuses if s is not None and (s.namespace, s.name) in refs]
+        known = {(s.namespace, s.name) for s in read}
+        devices = current_devices(e for e in entries if e is not None)
+        return dra.inventory_of(devices, read, missing_claims=refs - known)
+
+    def start(self) -> None:
+        """Nothing runs beside the rounds."""
+
+    def stop(self) -> None:
+        """Nothing to release."""
+
+
+def _items(path: Path) -> list[Any]:
+    doc = json.loads(path.read_text())
+    items = doc.get("items") if isinstance(doc, dict) else None
+    if not isinstance(items, list):
+        raise ValueError(f"{path}: not a list of objects (no `items`)")
+    return items

@@ -1,0 +1,373 @@
+"""The node's DRA inventory from the API server (R-X6): ResourceSlices of every served version
+parsed as the public drivers publish them, the slices of this node and those that reach it
+kept current by list-then-watch against the fake API server, claims read with a bounded,
+cached get, and a cluster without the resource.k8s.io API holding no DRA grants, said once."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devicemanager.grants import dra
+from devicemanager.grants.allocations import Mode
+from devicemanager.kube.client import KubeClient, config_from
+from devicemanager.kube.dra import (
+    DraSource,
+    RecordedDra,
+    SliceEntry,
+    current_devices,
+    parse_claim,
+    parse_slice,
+)
+from tests.conftest import FIXTURES
+from tests.kube_server import FakeApiServer
+
+DRA = FIXTURES / "dra"
+NODE = "gpu-h100-07"
+UUID0 = "GPU-064ced55-7d73-6035-047e-86b5e5288ac1"
+UUID3 = "GPU-da0a3442-34af-5b36-ecd5-4257d0eb2ac9"
+MIG_PARENT = "GPU-641877a3-0fe7-f856-fc93-30f42be9ea97"
+ALIASES = {
+    ("nvidia", u): u
+    for u in (
+        UUID0,
+        "GPU-adbc90e4-ad9a-343a-5f8d-311a3894e66a",
+        "GPU-9ddb99ae-a4e5-0573-4236-0fdb4497e6d8",
+        UUID3,
+        MIG_PARENT,
+    )
+}
+
+
+def items(name: str) -> list[dict[str, Any]]:
+    doc: dict[str, Any] = json.loads((DRA / name).read_text())
+    return list(doc["items"])
+
+
+def nvidia_slice() -> dict[str, Any]:
+    return items("nvidia-h100-slice-v1.json")[0]
+
+
+# -- parsing the drivers' slices (R-X6) -----------------------------------------------------------
+
+
+def test_a_v1_nvidia_slice_gives_each_device_its_bare_attributes_capacity_and_taints() -> None:
+    entry = parse_slice(nvidia_slice(), NODE)
+    assert entry is not None and (entry.driver, entry.pool, entry.generation) == (
+        "gpu.nvidia.com",
+        NODE,
+        3,
+    )
+    by_name = {d.name: d for d in entry.devices}
+    gpu0 = by_name["gpu-0"]
+    assert gpu0.attributes["uuid"] == UUID0 and gpu0.attributes["type"] == "gpu"
+    # the standard domain is dropped, as the driver's own is; a version is its text
+    assert gpu0.attributes["pciBusID"] == "0000:18:00.0"
+    assert gpu0.attributes["driverVersion"] == "550.54.15"
+    assert gpu0.capacity["memory"] == 81559 * 2**20
+    assert by_name["gpu-3"].taints == (dra.DeviceTaint("gpu.nvidia.com/xid", "79", "NoSchedule"),)
+    mig = by_name["gpu-4-mig-1g10gb-0-0"]
+    assert dra.resolve(mig, ALIASES) == dra.Resolved(
+        "nvidia", MIG_PARENT, "MIG-b167ea09-62c5-25ea-14a4-00a849298dce", "1g.10gb"
+    )
+
+
+def test_a_v1beta1_slice_keeps_its_fields_under_basic() -> None:
+    (obj,) = items("amd-mi300x-slice-v1beta1.json")
+    entry = parse_slice(obj, "mi300x-02")
+    assert entry is not None
+    whole, part = entry.devices
+    assert whole.attributes["pciBusID"] == "0000:29:00.0" and whole.attributes["numaNode"] == 0
+    assert whole.capacity == {"memory": 192 * 2**30, "computeUnits": 304}
+    aliases = {("amd", "0000:29:00.0"): "amd-card-1", ("amd", "0000:39:00.0"): "amd-card-2"}
+    assert dra.resolve(whole, aliases) == dra.Resolved("amd", "amd-card-1")
+    # a partition named only by its parent's bus id (which all its siblings share) is not
+    # guessed at: unmatched, so counted
+    assert dra.resolve(part, aliases) is None
+
+
+def test_another_domains_attribute_never_passes_for_one_the_agent_reads() -> None:
+    obj = nvidia_slice()
+    obj["spec"]["devices"] = [
+        {"name": "x", "attributes": {"example.com/uuid": {"string": UUID0}}},
+    ]
+    entry = parse_slice(obj, NODE)
+    assert entry is not None
+    assert dict(entry.devices[0].attributes) == {"example.com/uuid": UUID0}
+    assert dra.resolve(entry.devices[0], ALIASES) is None
+
+
+def test_which_slices_reach_this_node() -> None:
+    base = nvidia_slice()
+
+    def spec(**where: Any) -> dict[str, Any]:
+        obj = copy.deepcopy(base)
+        obj["spec"].pop("nodeName")
+        obj["spec"].update(where)
+        return obj
+
+    assert parse_slice(base, "another-node") is None
+    assert parse_slice(spec(allNodes=True), NODE) is not None
+    named = {"nodeSelectorTerms": [{"matchFields": [
+        {"key": "metadata.name", "operator": "In", "values": [NODE]}]}]}  # fmt: skip
+    assert parse_slice(spec(nodeSelector=named), NODE) is not None
+    assert parse_slice(spec(nodeSelector=named), "another-node") is None
+    by_label = {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "pool", "operator": "In", "values": ["a"]}]}]}  # fmt: skip
+    assert parse_slice(spec(nodeSelector=by_label), NODE) is None  # labels are not read
+    per_device = spec(perDeviceNodeSelection=True)
+    per_device["spec"]["devices"][0]["nodeName"] = NODE
+    per_device["spec"]["devices"][1]["allNodes"] = True
+    entry = parse_slice(per_device, NODE)
+    assert entry is not None and [d.name for d in entry.devices] == ["gpu-0", "gpu-1"]
+
+
+def test_only_a_pools_newest_generation_counts() -> None:
+    old = SliceEntry("d", "p", 1, (dra.DraDevice("d", "p", "gpu-0"),))
+    new = SliceEntry("d", "p", 2, (dra.DraDevice("d", "p", "gpu-0"),))
+    other = SliceEntry("d", "q", 1, (dra.DraDevice("d", "q", "gpu-0"),))
+    devices = current_devices([old, new, other])
+    inventory = dra.inventory_of(devices)
+    assert len(devices) == 2 and not inventory.duplicates
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [None, [], {"spec": []}, {"spec": {"driver": 7}}, {"spec": {"driver": "d", "pool": "p"}}],
+)
+def test_an_object_that_is_not_a_slice_is_no_slice(junk: Any) -> None:
+    assert parse_slice(junk, NODE) is None
+
+
+def test_a_claims_status_says_admin_access_the_share_and_who_holds_it() -> None:
+    claims = {(c.namespace, c.name): c for c in map(parse_claim, items("claims.json")) if c}
+    share = claims[("team-c", "share-20g")].results[0]
+    assert share.share_id == "8e7acdf9-0290-4ecd-a801-a654b021d2b7"
+    assert share.consumed_capacity == {"memory": 20 * 2**30}
+    assert claims[("monitoring", "all-gpus")].results[0].admin_access is True
+    assert claims[("team-b", "shared-gpu")].reserved_for == ("pod-web-0", "pod-web-1")
+
+
+# -- against the API server (R-X6) ----------------------------------------------------------------
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[FakeApiServer]:
+    server = FakeApiServer(tmp_path).start()
+    yield server
+    server.stop()
+
+
+def client_of(api: FakeApiServer, tmp_path: Path) -> KubeClient:
+    config = config_from(api.kubeconfig(tmp_path / "kubeconfig"), tmp_path / "none")
+    assert config is not None
+    client = KubeClient(config)
+    api.closers.append(client.close)
+    return client
+
+
+def until(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.02)
+    raise AssertionError("never happened")
+
+
+def claim_of(uid: str, *claims: tuple[str, str, str]) -> list[dra.ContainerClaim]:
+    return [
+        dra.ContainerClaim("main", ns, name, (dra.ClaimDevice("gpu.nvidia.com", NODE, device),))
+        for ns, name, device in claims
+    ]
+
+
+def test_the_source_watches_this_nodes_slices_and_those_for_every_node(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    api.put_slice(nvidia_slice())
+    other = nvidia_slice()
+    other["metadata"]["name"] = "another-node-slice"
+    other["spec"]["nodeName"] = "another-node"
+    other["spec"]["pool"]["name"] = "another-node"
+    api.put_slice(other)
+    network = nvidia_slice()
+    network["metadata"]["name"] = "fabric"
+    network["spec"].pop("nodeName")
+    network["spec"].update(allNodes=True, pool={"name": "fabric", "generation": 1})
+    network["spec"]["devices"] = [{"name": "nic-0", "attributes": {}}]
+    api.put_slice(network)
+    source = DraSource(client_of(api, tmp_path), NODE, backoff=(0.05, 0.2))
+    source.start()
+    try:
+        until(lambda: all(r.synced for r in source.reflectors))
+        inventory = source(frozenset())
+        assert inventory is not None and inventory.error is None
+        pools = {key[1] for key in inventory.devices}
+        assert pools == {NODE, "fabric"}  # never another node's
+        assert len(inventory.devices) == 6
+        # the driver taints a device: the watch carries it
+        tainted = nvidia_slice()
+        tainted["spec"]["devices"][0]["taints"] = [{"key": "gpu.nvidia.com/gpu-lost"}]
+        api.put_slice(tainted, "MODIFIED")
+
+        def lost() -> bool:
+            inv = source(frozenset())
+            return inv is not None and bool(inv.devices[("gpu.nvidia.com", NODE, "gpu-0")].taints)
+
+        until(lost)
+        inv = source(frozenset())
+        assert inv is not None
+        assert dra.tainted(inv, ALIASES)[("nvidia", UUID0)] == "gpu.nvidia.com/gpu-lost"
+        selectors = {q.get("fieldSelector", [""])[0] for k, q in api.requests if k == "slices"}
+        assert selectors == {f"spec.nodeName={NODE}", "spec.nodeName="}
+    finally:
+        source.stop()
+        api.cut()
+
+
+def test_claims_are_read_once_cached_and_say_how_each_device_is_held(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    api.put_slice(nvidia_slice())
+    for obj in items("claims.json"):
+        api.claims[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = obj
+    source = DraSource(client_of(api, tmp_path), NODE, backoff=(0.05, 0.2), claim_wait=5.0)
+    source.start()
+    try:
+        until(lambda: all(r.synced for r in source.reflectors))
+        refs = frozenset(
+            {("team-a", "train-gpu-x2bq"), ("monitoring", "all-gpus"), ("team-x", "gone")}
+        )
+        inventory = source(refs)
+        assert inventory is not None
+        assert inventory.missing_claims == {("team-x", "gone")} and not inventory.pending_claims
+        train = dra.pod_allocations(
+            claim_of("pod-train-0", ("team-a", "train-gpu-x2bq", "gpu-0")),
+            inventory,
+            ALIASES,
+            "pod-train-0",
+        )
+        assert [(a.device_id, a.mode) for a in train.allocations] == [(UUID0, Mode.EXCLUSIVE)]
+        monitor = dra.pod_allocations(
+            claim_of("pod-dcgm-0", ("monitoring", "all-gpus", "gpu-0")),
+            inventory,
+            ALIASES,
+            "pod-dcgm-0",
+        )
+        assert monitor == dra.PodClaims()  # admin access: no grant, nothing unresolved
+        gets = source.claims.gets
+        source(refs)
+        assert source.claims.gets == gets  # cached: no GET per round
+    finally:
+        source.stop()
+        api.cut()
+
+
+def test_a_claim_the_api_server_is_slow_to_give_is_pending_never_guessed(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    api.put_slice(nvidia_slice())
+    obj = items("claims.json")[3]  # admin access: guessing "exclusive" would be a lie
+    api.claims[("monitoring", "all-gpus")] = obj
+    api.delays["claim"] = 1.0
+    source = DraSource(client_of(api, tmp_path), NODE, backoff=(0.05, 0.2), claim_wait=0.05)
+    source.start()
+    try:
+        until(lambda: all(r.synced for r in source.reflectors))
+        refs = frozenset({("monitoring", "all-gpus")})
+        inventory = source(refs)
+        assert inventory is not None and inventory.pending_claims == refs
+        held = dra.pod_allocations(
+            claim_of("pod-dcgm-0", ("monitoring", "all-gpus", "gpu-0")), inventory, ALIASES
+        )
+        assert held.allocations == () and [u.reason for u in held.unresolved] == [dra.NO_CLAIM]
+
+        def read() -> bool:
+            inv = source(refs)
+            return inv is not None and not inv.pending_claims
+
+        until(read)
+    finally:
+        source.stop()
+        api.cut()
+
+
+def test_a_cluster_without_the_dra_api_has_no_dra_said_once(
+    api: FakeApiServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    api.dra_versions = []
+    caplog.set_level(logging.INFO, "devicemanager.kube.dra")
+    source = DraSource(client_of(api, tmp_path), NODE, backoff=(0.05, 0.2), absent_retry=30)
+    source.start()
+    try:
+        until(lambda: all(r.absent for r in source.reflectors))
+        assert source(frozenset({("a", "b")})) is None
+        said = [r for r in caplog.records if "serves no resource.k8s.io" in r.getMessage()]
+        assert len(said) == 1
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    finally:
+        source.stop()
+
+
+def test_only_an_older_version_served_is_read_in_its_own_layout(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    api.dra_versions = ["v1beta1"]
+    (amd,) = items("amd-mi300x-slice-v1beta1.json")
+    amd["spec"]["nodeName"] = NODE
+    api.put_slice(amd)
+    source = DraSource(client_of(api, tmp_path), NODE, backoff=(0.05, 0.2))
+    source.start()
+    try:
+        until(lambda: all(r.synced for r in source.reflectors))
+        inventory = source(frozenset())
+        assert inventory is not None
+        assert set(inventory.devices) == {
+            ("gpu.amd.com", "mi300x-02", "gpu-1-129"),
+            ("gpu.amd.com", "mi300x-02", "gpu-2-130"),
+        }
+        # (the fake server answers 404 on a version it does not serve: these came from v1beta1)
+    finally:
+        source.stop()
+        api.cut()
+
+
+def test_slices_that_cannot_be_read_are_an_error_for_the_claims_only(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    api.failures["slices"] = [403] * 1000
+    source = DraSource(client_of(api, tmp_path), NODE, backoff=(0.05, 0.1))
+    source.start()
+    try:
+        until(lambda: any(r.last_error for r in source.reflectors))
+        inventory = source(frozenset())
+        assert inventory is not None and inventory.error is not None and "403" in inventory.error
+        held = dra.pod_allocations(claim_of("p", ("ns", "c", "gpu-0")), inventory, ALIASES, "p")
+        assert [u.reason for u in held.unresolved] == [dra.NO_INVENTORY]
+    finally:
+        source.stop()
+        api.cut()
+
+
+def test_replay_reads_recorded_slices_through_the_same_parsers() -> None:
+    source = RecordedDra(NODE, DRA / "nvidia-h100-slice-v1.json", DRA / "claims.json")
+    refs = frozenset({("team-c", "share-20g"), ("team-z", "not-recorded")})
+    inventory = source(refs)
+    assert inventory is not None and len(inventory.devices) == 5
+    assert inventory.missing_claims == {("team-z", "not-recorded")}
+    share = dra.ContainerClaim(
+        "main",
+        "team-c",
+        "share-20g",
+        (dra.ClaimDevice("gpu.nvidia.com", NODE, "gpu-2", "8e7acdf9-0290-4ecd-a801-a654b021d2b7"),),
+    )
+    (held,) = dra.pod_allocations([share], inventory, ALIASES, "pod-infer-0").allocations
+    assert held.mode is Mode.SLICED and held.memory_mib == 20 * 1024
