@@ -201,6 +201,14 @@ def test_a_tainted_device_marks_its_card_unhealthy_with_the_taint() -> None:
         (gpu(1), True, "gpu.nvidia.com/xid=79"),
     ]
     assert deviceplugins.with_dra_health(READING, inventory_of([]), ALIASES) is READING
+    # the kubelet's word (allocatedResourcesStatus) joins the taint's on the same card
+    said = {("nvidia", gpu(1)): "kubelet:Unhealthy", ("nvidia", gpu(2)): "kubelet:Unknown"}
+    got = deviceplugins.with_dra_health(READING, inventory, ALIASES, said)
+    assert [(c.id, c.unhealthy, c.unhealthy_reason) for c in got.cards[:3]] == [
+        (gpu(0), False, None),
+        (gpu(1), True, "gpu.nvidia.com/xid=79,kubelet:Unhealthy"),
+        (gpu(2), True, "kubelet:Unknown"),
+    ]
 
 
 def test_a_pod_without_annotations_holds_its_claims_and_an_annotated_pod_its_annotation() -> None:

@@ -371,3 +371,54 @@ def test_replay_reads_recorded_slices_through_the_same_parsers() -> None:
     )
     (held,) = dra.pod_allocations([share], inventory, ALIASES, "pod-infer-0").allocations
     assert held.mode is Mode.SLICED and held.memory_mib == 20 * 1024
+
+
+# -- the kubelet's word on device health (KEP-4680; R-X6) ----------------------------------------
+
+
+def test_the_kubelets_allocated_resources_status_marks_the_card_it_names() -> None:
+    from devicemanager.node.pods import pod_info
+
+    pod = {
+        "metadata": {"uid": "u1", "namespace": "team-a", "name": "train-0"},
+        "spec": {"containers": [{"name": "main"}]},
+        "status": {
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "allocatedResourcesStatus": [
+                        {
+                            "name": "claim:train-gpu-x2bq/gpu",
+                            "resources": [
+                                {
+                                    "resourceID": f"gpu.nvidia.com/{NODE}/gpu-0",
+                                    "health": "Unhealthy",
+                                },
+                                {"resourceID": f"gpu.nvidia.com/{NODE}/gpu-1", "health": "Healthy"},
+                            ],
+                        },
+                        {
+                            "name": "nvidia.com/gpu",
+                            "resources": [{"resourceID": UUID3, "health": "Unknown"}],
+                        },
+                        {"name": "junk", "resources": [{"resourceID": 7}, "x", None]},
+                    ],
+                }
+            ]
+        },
+    }
+    info = pod_info(pod)
+    assert info is not None
+    assert info.device_health == (
+        (f"gpu.nvidia.com/{NODE}/gpu-0", "Unhealthy"),
+        (UUID3, "Unknown"),
+    )
+    entry = parse_slice(nvidia_slice(), NODE)
+    assert entry is not None
+    inventory = dra.inventory_of(entry.devices)
+    assert dra.kubelet_health(info.device_health, inventory, ALIASES) == {
+        ("nvidia", UUID0): "kubelet:Unhealthy",
+        ("nvidia", UUID3): "kubelet:Unknown",
+    }
+    # an id that names no card the libraries enumerate is not placed
+    assert dra.kubelet_health([("GPU-nope", "Unhealthy")], inventory, ALIASES) == {}

@@ -28,7 +28,7 @@ from devicemanager.figures import exposition, slices, snapshot
 from devicemanager.figures.figures import View, exported
 from devicemanager.figures.published import Published, publish
 from devicemanager.figures.snapshot import BackendResult
-from devicemanager.grants import deviceplugins
+from devicemanager.grants import deviceplugins, dra
 from devicemanager.grants.deviceplugins import KubeletAnswer
 from devicemanager.grants.dra import DraInventory
 from devicemanager.grants.grants import Disagreement, NodeGrants, RememberedGrants, node_grants
@@ -179,6 +179,7 @@ class Monitor:
         # a cluster that serves no resource.k8s.io API: no DRA there, and no DRA verdict.
         self.dra = dra
         self._inventory: DraInventory | None = None
+        self._kubelet_health: dict[tuple[str, str], str] = {}
         self._dra_error: str | None = None
         self._allocation_errors: dict[str, str] = {}
         self._annotation_grants = RememberedGrants()
@@ -474,7 +475,9 @@ class Monitor:
                 if missing:
                     reading = replace(reading, cards=reading.cards + missing)
                     result = replace(result, reading=reading)
-                reading = deviceplugins.with_dra_health(reading, self._inventory, self._aliases)
+                reading = deviceplugins.with_dra_health(
+                    reading, self._inventory, self._aliases, self._kubelet_health
+                )
                 if reading is not result.reading:
                     result = replace(result, reading=reading)
             out.append(result)
@@ -485,6 +488,16 @@ class Monitor:
         index = self._pod_index()
         kubelet = self._kubelet()
         self._inventory = self._dra_inventory(kubelet)
+        # The kubelet's word on unhealthy devices its pods hold (KEP-4680), by card.
+        self._kubelet_health = (
+            dra.kubelet_health(
+                (r for pod in index.pods.values() for r in pod.device_health),
+                self._inventory,
+                self._aliases,
+            )
+            if index is not None
+            else {}
+        )
         recorded = self._grants(index, kubelet)
         grants = recorded.resolve(self._identities) if recorded is not None else None
         requests = {

@@ -397,14 +397,21 @@ def count_unresolved(
 
 
 def with_dra_health(
-    reading: VendorReading, inventory: DraInventory | None, aliases: Aliases
+    reading: VendorReading,
+    inventory: DraInventory | None,
+    aliases: Aliases,
+    kubelet_says: Mapping[tuple[str, str], str] | None = None,
 ) -> VendorReading:
     """The reading with each card its DRA driver tainted (`gpu.nvidia.com/xid`, `gpu-lost`,
-    KEP-5055) marked unhealthy, the taint its reason; a card already unhealthy keeps its own
-    reason and gains the taint's. The same reading when nothing is tainted."""
+    KEP-5055), or the kubelet said is not healthy (`kubelet_says`, from the pods'
+    `allocatedResourcesStatus`, KEP-4680), marked unhealthy with that reason; a card already
+    unhealthy keeps its own reason and gains these. The same reading when nothing is said."""
+    said = dra.tainted(inventory, aliases)
+    for key, word in (kubelet_says or {}).items():
+        said[key] = f"{said[key]},{word}" if key in said else word
     taints = {
-        card: reason
-        for (manufacturer, card), reason in dra.tainted(inventory, aliases).items()
+        card_id: why
+        for (manufacturer, card_id), why in said.items()
         if manufacturer == reading.manufacturer
     }
     if not taints or not any(c.id in taints for c in reading.cards):

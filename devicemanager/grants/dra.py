@@ -397,3 +397,27 @@ def tainted(inventory: DraInventory | None, aliases: Aliases) -> dict[tuple[str,
         key = (what.manufacturer, what.card_id)
         out[key] = ",".join(sorted(set(filter(None, [out.get(key, ""), reason]))))
     return out
+
+
+def kubelet_health(
+    reports: Iterable[tuple[str, str]], inventory: DraInventory | None, aliases: Aliases
+) -> dict[tuple[str, str], str]:
+    """(manufacturer, card id) -> why the kubelet says a device on it is not healthy, from the
+    pods' `allocatedResourcesStatus` (KEP-4680): a DRA device by `<driver>/<pool>/<device>`
+    through the slices, a device plugin's by its id among the cards' aliases. An ID that names
+    no card is left out (the kubelet's word on a device the agent cannot place)."""
+    out: dict[tuple[str, str], str] = {}
+    manufacturers = sorted({m for m, _ in aliases})
+    for rid, health in reports:
+        reason = f"kubelet:{health}"
+        parts = rid.split("/")
+        card: tuple[str, str] | None = None
+        if len(parts) == 3 and inventory is not None:
+            device = inventory.devices.get((parts[0], parts[1], parts[2]))
+            what = resolve(device, aliases) if device is not None else None
+            card = (what.manufacturer, what.card_id) if what is not None else None
+        else:
+            card = _card(manufacturers, rid, aliases)
+        if card is not None:
+            out[card] = ",".join(sorted(set(filter(None, [out.get(card, ""), reason]))))
+    return out

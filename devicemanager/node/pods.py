@@ -50,6 +50,13 @@ class PodInfo:
     # Regular containers' resource limits, by container name; init containers are left out
     # because they never run beside the others.
     limits: Mapping[str, Mapping[str, str]] = field(default_factory=_frozen)
+    # What the kubelet says of the devices its containers hold that are not healthy
+    # (`allocatedResourcesStatus`, KEP-4680): (resource ID, health), `Unhealthy` or `Unknown`.
+    # A DRA device's ID is `<driver>/<pool>/<device>`, a device plugin's its own device id.
+    device_health: tuple[tuple[str, str], ...] = ()
+
+
+MAX_HEALTH = 64  # device health entries kept per pod
 
 
 def strip_scheme(container_id: str) -> str:
@@ -109,9 +116,20 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo | None:
     assert isinstance(spec, Mapping) and isinstance(status, Mapping)
     containers: dict[str, str] = {}
     started = False
+    health: list[tuple[str, str]] = []
     for key in _STATUS_LISTS:
         for st in _list(status.get(key)):
             started = started or has_started(st)
+            for allocated in _list(st.get("allocatedResourcesStatus"))[:MAX_HEALTH]:
+                for r in _list(allocated.get("resources"))[:MAX_HEALTH]:
+                    rid, state = r.get("resourceID"), r.get("health")
+                    if (
+                        isinstance(rid, str)
+                        and 0 < len(rid) <= 512
+                        and state in ("Unhealthy", "Unknown")
+                        and len(health) < MAX_HEALTH
+                    ):
+                        health.append((rid, state))
             cid, name = st.get("containerID"), st.get("name")
             if isinstance(cid, str) and cid and isinstance(name, str):
                 containers[strip_scheme(cid)] = name
@@ -128,6 +146,7 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo | None:
         for c in _list(status.get("conditions"))
     )
     return PodInfo(
+        device_health=tuple(health),
         uid=uid.lower(),
         namespace=str(meta.get("namespace", "")),
         name=str(meta.get("name", "")),
