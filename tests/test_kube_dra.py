@@ -422,3 +422,53 @@ def test_the_kubelets_allocated_resources_status_marks_the_card_it_names() -> No
     }
     # an id that names no card the libraries enumerate is not placed
     assert dra.kubelet_health([("GPU-nope", "Unhealthy")], inventory, ALIASES) == {}
+
+
+# -- a node whose GPUs are all granted through DRA (R-X6) ----------------------------------------
+
+
+def test_the_dra_only_node_shows_what_its_expected_list_says() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.conftest import NODES, scenario_monitor
+
+    expected = json.loads((NODES / "a100-dra-only" / "expected.json").read_text())
+    monitor = scenario_monitor("a100-dra-only")
+    published = monitor.run_round()
+    monitor.stop()
+    found: dict[tuple[str, ...], dict[str, float]] = {}
+    unresolved: dict[str, float] = {}
+    success: dict[str, float] = {}
+    for family in text_string_to_metric_families(published.metrics.plain.decode()):
+        for s in family.samples:
+            if s.name.startswith("gpustack_instance_accelerator_"):
+                key = tuple(
+                    s.labels[k] for k in ("namespace", "instance_name", "id", "index", "mode")
+                )
+                name = s.name.removeprefix("gpustack_instance_accelerator_")
+                found.setdefault(key, {})[name] = s.value
+            elif s.name == "gpustack_accelerator_dra_unresolved_devices":
+                unresolved[s.labels["reason"]] = s.value
+            elif s.name == "gpustack_instance_metrics_collector_success":
+                success[s.labels["source"]] = s.value
+    want = {
+        (e["namespace"], e["instance"], e["id"], e["index"], e["mode"]): e
+        for e in expected["entries"]
+    }
+    assert set(found) == set(want)  # the admin-access pod and the FPGA hold nothing
+    for key, e in want.items():
+        for name in ("memory_total_mib", "memory_used_mib", "unhealthy"):
+            if e[name] is None:
+                assert name not in found[key], (key, name)  # absent, never a zero
+            else:
+                assert found[key][name] == e[name], (key, name)
+    assert unresolved == expected["dra_unresolved"]
+    assert success["dra"] == 1.0
+    doc = json.loads(published.snapshot_json)
+    reasons = {
+        c["id"]: c["unhealthyReason"]
+        for g in doc["groups"]
+        for c in g["accelerators"]
+        if c["unhealthy"]
+    }
+    assert reasons == expected["cards_unhealthy"]
