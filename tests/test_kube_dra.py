@@ -472,3 +472,32 @@ def test_the_dra_only_node_shows_what_its_expected_list_says() -> None:
         if c["unhealthy"]
     }
     assert reasons == expected["cards_unhealthy"]
+
+
+def test_a_claim_deleted_while_its_pod_runs_keeps_the_status_last_read(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    api.put_slice(nvidia_slice())
+    obj = items("claims.json")[3]  # admin access
+    api.claims[("monitoring", "all-gpus")] = obj
+    source = DraSource(
+        client_of(api, tmp_path), NODE, backoff=(0.05, 0.2), claim_wait=5.0, claim_max_age=0.0
+    )
+    source.start()
+    try:
+        until(lambda: all(r.synced for r in source.reflectors))
+        refs = frozenset({("monitoring", "all-gpus")})
+        first = source(refs)
+        assert first is not None and [c.name for c in first.claims.values()] == ["all-gpus"]
+        del api.claims[("monitoring", "all-gpus")]  # deleted; its pod still runs
+        gets = source.claims.gets
+        until(lambda: source(refs) is not None and source.claims.gets > gets + 1)
+        later = source(refs)
+        assert later is not None and not later.missing_claims
+        held = dra.pod_allocations(
+            claim_of("pod-dcgm-0", ("monitoring", "all-gpus", "gpu-0")), later, ALIASES
+        )
+        assert held == dra.PodClaims()  # still admin access: still no grant
+    finally:
+        source.stop()
+        api.cut()

@@ -469,6 +469,10 @@ class Monitor:
                 allocatable = deviceplugins.allocatable_cards(
                     kubelet, reading.manufacturer, self._aliases
                 )
+                # A card the node's DRA slices offer is the kubelet's to give as much.
+                offered = dra.inventory_cards(self._inventory, reading.manufacturer, self._aliases)
+                if offered is not None:
+                    allocatable = offered | (allocatable or frozenset())
                 missing = deviceplugins.missing_cards(
                     reading, allocatable, self._cards_seen.get(reading.manufacturer, {})
                 )

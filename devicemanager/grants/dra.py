@@ -421,3 +421,19 @@ def kubelet_health(
         if card is not None:
             out[card] = ",".join(sorted(set(filter(None, [out.get(card, ""), reason]))))
     return out
+
+
+def inventory_cards(
+    inventory: DraInventory | None, manufacturer: str, aliases: Aliases
+) -> frozenset[str] | None:
+    """The cards of one manufacturer the node's slices offer (a partition offers its card), or
+    None when the slices were not read: with the kubelet's allocatable devices, what the
+    lost-card rule compares with what the library enumerates."""
+    if inventory is None or inventory.error is not None:
+        return None
+    cards = set()
+    for device in inventory.devices.values():
+        what = resolve(device, aliases)
+        if what is not None and what.manufacturer == manufacturer:
+            cards.add(what.card_id)
+    return frozenset(cards)
