@@ -53,6 +53,33 @@ def test_the_recorded_answer_read_over_grpc_is_what_replay_reads(socket: Path) -
     assert answer.duration_seconds is not None and answer.duration_seconds >= 0
 
 
+def test_a_dra_answer_over_grpc_names_each_containers_claims_and_shares(socket: Path) -> None:
+    """R-X6: `dynamic_resources` over real gRPC with the upstream messages, as replay reads it;
+    a kubelet that answers no GetAllocatableResources for DRA (KEP-3695) is still an answer."""
+    recorded = NODES / "a100-dra-only" / "podresources.json"
+    with serving(socket, Behaviour(load(recorded))) as kubelet:
+        answer = PodResourcesClient(socket, timeout=5).read()
+    assert kubelet.calls[0] == "List"
+    replayed = read_recording(recorded)
+    assert answer.pods == replayed.pods
+    by_name = {(p.namespace, p.name): p for p in answer.pods or ()}
+    batch = by_name[("batch", "batch-infer-0")]
+    assert batch.devices == ()
+    share, fpga = batch.claims
+    assert (share.container, share.claim_namespace, share.claim_name) == (
+        "infer",
+        "batch",
+        "batch-infer-0-share",
+    )
+    (device,) = share.devices
+    assert (device.driver, device.device, device.share_id) == (
+        "gpu.nvidia.com",
+        "gpu-5",
+        "5e0c9a61-3b1f-4d8e-9a57-0c2f7e1b6d44",
+    )
+    assert fpga.devices[0].driver == "fpga.example.com" and fpga.devices[0].share_id is None
+
+
 def test_a_kubelet_slower_than_the_deadline_gives_no_grants_and_says_why(socket: Path) -> None:
     with serving(socket, Behaviour(load(RECORDED), delay=30)):
         answer = PodResourcesClient(socket, timeout=0.3).read()
