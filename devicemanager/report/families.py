@@ -311,6 +311,7 @@ IGNORED: dict[str, str] = {
                 "gpustack_accelerator_unhealthy",
                 "gpustack_accelerator_process_capability",
                 "gpustack_accelerator_allocation_errors",
+                "gpustack_accelerator_dra_unresolved_devices",
                 "gpustack_accelerator_backend_up",
                 "gpustack_accelerator_backend_read_duration_seconds",
                 "gpustack_instance_metrics_collector_success",
