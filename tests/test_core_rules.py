@@ -396,16 +396,20 @@ def test_a_backend_is_up_only_when_it_answered_in_a_fresh_round() -> None:
 
 def pod_row(used: int | None) -> PodLevel:
     ref = InstanceRef("ns", "vllm", "i-1")
-    return PodLevel(ref, Pair(4000, used), Pair(16384, used), Pair(20480, None))
+    return PodLevel(ref, Pair(4000, used), Pair(16384, used), Pair(20480, None), pod="vllm-0")
 
 
 def test_pod_families_publish_totals_always_and_used_only_when_measured() -> None:
     got = samples(exposition.pod_families(snap(), [pod_row(250)]))
+    # The pod's own figures: its name, and an empty container (the whole pod's, none of its
+    # containers'), so a scrape with honor_labels attaches neither of the agent's own.
     labels = (
+        ("container", ""),
         ("instance_name", "vllm"),
         ("instance_uid", "i-1"),
         ("namespace", "ns"),
         ("node", "n1"),
+        ("pod", "vllm-0"),
     )
     assert got == {
         ("gpustack_instance_cpu_total_millicores", labels): 4000.0,

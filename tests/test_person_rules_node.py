@@ -377,9 +377,9 @@ def test_label_values_are_escaped_as_the_text_format_says() -> None:
     ) in text
     assert (
         "gpustack_instance_accelerator_memory_total_mib{"
-        r'id="GPU-,}={x}",index="0",instance_name="line one\nline two",'
+        r'container="",id="GPU-,}={x}",index="0",instance_name="line one\nline two",'
         r'instance_uid="uid\\with\\backslashes\\",manufacturer="nvidia",mode="Exclusive",'
-        r'namespace="team-\"a\"",node="node\\\"quoted\\\""} 80.0'
+        r'namespace="team-\"a\"",node="node\\\"quoted\\\"",pod="line one\nline two"} 80.0'
         "\n"
     ) in text
 
@@ -405,6 +405,8 @@ def test_label_values_read_back_exactly_with_a_real_parser() -> None:
             "instance_name": "line one\nline two",
             "instance_uid": "uid\\with\\backslashes\\",
             "node": 'node\\"quoted\\"',
+            "pod": "line one\nline two",
+            "container": "",
             "id": "GPU-,}={x}",
             "index": "0",
             "manufacturer": "nvidia",

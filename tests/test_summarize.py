@@ -684,7 +684,69 @@ def test_the_agents_shared_and_sliced_grants() -> None:
     assert mistral["mig_instance"]["uuid"].startswith("MIG-b167ea09")
     # Two Shared tenants each publish the card's 11338 MiB: the namespace counts it once.
     assert d["namespaces"]["notebooks"]["memory_used_mib"] == 11338
+    # And each is granted the whole 81,559 MiB card: the namespace's limit is that card's once.
+    assert d["namespaces"]["notebooks"]["memory_limit_mib"] == 81559
     assert device(d, "gpu-h100-07", 5)["containers"] == 2
+
+
+CARD_5 = "GPU-1749c520-b2a2-3f13-f7ec-8fdebf5728c2"
+
+
+def shared_holders(*holders: tuple[str, str, str]) -> str:
+    """The agent's /metrics for holders (namespace, Instance, pod) of one Shared 81,559 MiB
+    card with 11,338 MiB in use, as the exposition writes them, and the card's own series."""
+    lines = [
+        "# TYPE gpustack_accelerator_memory_total_mib gauge",
+        f'gpustack_accelerator_memory_total_mib{{id="{CARD_5}",index="5",manufacturer="nvidia",'
+        'node="gpu-h100-07"} 81559.0',
+    ]
+    for family, value in (("memory_total_mib", 81559.0), ("memory_used_mib", 11338.0)):
+        lines.append(f"# TYPE gpustack_instance_accelerator_{family} gauge")
+        for namespace, instance, pod in holders:
+            lines.append(
+                f'gpustack_instance_accelerator_{family}{{container="notebook",id="{CARD_5}",'
+                f'index="5",instance_name="{instance}",instance_uid="uid-{instance}",'
+                f'manufacturer="nvidia",mode="Shared",namespace="{namespace}",'
+                f'node="gpu-h100-07",pod="{pod}"}} {value}'
+            )
+    return "\n".join(lines) + "\n"
+
+
+def test_a_shared_cards_limit_counts_once_per_namespace_not_once_per_holder() -> None:
+    """(R-X1) Each holder of a Shared card is granted the whole card, so each publishes the
+    card's 81,559 MiB: two holders in one namespace are one card's limit, 81,559 MiB (163,118
+    before issue 31), as its use is one card's 11,338 MiB."""
+    d = doc_of_text(
+        shared_holders(
+            ("notebooks", "jupyter-alice", "jupyter-alice"),
+            ("notebooks", "jupyter-bob", "jupyter-bob"),
+        )
+    )
+    notebooks = d["namespaces"]["notebooks"]
+    assert (notebooks["memory_limit_mib"], notebooks["memory_used_mib"]) == (81559, 11338)
+    assert notebooks["pods"] == 2
+    # Each holder's own row still states the card it was granted.
+    alice = container(d, "notebooks", "jupyter-alice")
+    assert (alice["memory_limit_mib"], alice["container"]) == (81559, "notebook")
+    assert device(d, "gpu-h100-07", 5)["memory_limit_mib"] == 81559
+
+
+def test_a_shared_card_held_from_two_namespaces_is_each_namespaces_whole_card() -> None:
+    """(R-X1) Two holders of one Shared card in two namespaces: each namespace was granted the
+    whole card and reads 81,559 MiB of limit and its 11,338 MiB in use (the card's, which no
+    tenant's share can be told apart from); the namespaces' limits add up to twice the card,
+    which the capacity (per device) does not."""
+    d = doc_of_text(
+        shared_holders(
+            ("notebooks", "jupyter-alice", "jupyter-alice"),
+            ("research", "jupyter-carol", "jupyter-carol"),
+        )
+    )
+    for namespace in ("notebooks", "research"):
+        ns = d["namespaces"][namespace]
+        assert (ns["memory_limit_mib"], ns["memory_used_mib"]) == (81559, 11338), namespace
+    assert d["capacity"]["devices"] == 1
+    assert device(d, "gpu-h100-07", 5)["memory_limit_mib"] == 81559
 
 
 def doc_of_text(text: str) -> dict[str, Any]:

@@ -240,7 +240,16 @@ def collector_families(
     yield read
 
 
-INSTANCE_LABELS = ["namespace", "instance_name", "instance_uid", "node"]
+# The families that describe another pod (the tenant's) carry that pod's `namespace`, `pod`
+# and `container`, so they survive a scrape with honor_labels (the shipped PodMonitor and scrape
+# config) and join kube-state-metrics `on (namespace, pod)`. Each is written even when empty
+# (no one container holds the grant; a pod-level figure is the whole pod's): Prometheus stores
+# an empty label as none, but a label the sample names, empty or not, keeps the scrape target's
+# own (the agent's pod and container) off the series. The agent's own families carry none of
+# these, nor `instance`, `job` or `endpoint`: those are the scrape target's.
+HOLDER_LABELS = ("namespace", "pod", "container")
+TARGET_LABELS = ("instance", "job", "endpoint")
+INSTANCE_LABELS = ["namespace", "instance_name", "instance_uid", "node", "pod", "container"]
 ACCELERATOR_LABELS = [*INSTANCE_LABELS, "id", "index", "manufacturer", "mode"]
 
 # SPEC §7: the accelerator families, one series per grant, units mirroring the API fields.
@@ -270,7 +279,9 @@ def instance_families(
     snapshot: Snapshot, instances: Iterable[InstanceEntries]
 ) -> Iterator[GaugeFamily]:
     """`gpustack_instance_accelerator_*`: every Instance's own figures, one series per grant.
-    An unmeasured figure has no sample (R-E2); the Instance label is `instance_name` (R-E6)."""
+    An unmeasured figure has no sample (R-E2); the Instance label is `instance_name` (R-E6);
+    `pod` is the pod holding the grant, `container` the one container that does (empty when
+    two or more of the pod's do)."""
     node = snapshot.node or ""
     out = {
         suffix: GaugeFamily(
@@ -290,6 +301,8 @@ def instance_families(
                     ref.name,
                     ref.uid,
                     node,
+                    item.pod.name,
+                    e.holder or "",  # two or more containers hold it: none of them alone
                     e.id,
                     "" if e.index is None else str(e.index),
                     e.manufacturer,
@@ -359,7 +372,8 @@ def pod_families(snapshot: Snapshot, pods: Iterable[PodLevel]) -> Iterator[Gauge
             labels=INSTANCE_LABELS,
         )
     for p in pods:
-        labels = [p.instance.namespace, p.instance.name, p.instance.uid, node]
+        # The whole pod's figures: no one container's.
+        labels = [p.instance.namespace, p.instance.name, p.instance.uid, node, p.pod, ""]
         for resource, pair in (
             ("cpu", p.cpu_millicores),
             ("memory", p.memory_mib),

@@ -43,6 +43,8 @@ class AcceleratorEntry:
     temperature_celsius: float | None = None
     power_usage_watts: float | None = None
     unhealthy: bool | None = None
+    # The one container of the pod that holds the grant; None when two or more do (R-G3).
+    holder: str | None = None
 
     @property
     def memory_utilization_percent(self) -> float | None:
@@ -106,6 +108,7 @@ def entry(grant: Grant, view: View) -> AcceleratorEntry:
         "temperature_celsius": board.temperature_celsius if board else None,
         "power_usage_watts": board.power_usage_watts if board else None,
         "unhealthy": (card.unhealthy or bool(board and board.unhealthy)) if card else None,
+        "holder": None if grant.ambiguous else grant.container,
     }
     if grant.mode in (Mode.EXCLUSIVE, Mode.SHARED):
         if grant.ambiguous:  # two containers of one pod, one card: no figures of its own
@@ -272,7 +275,14 @@ def _never_started(entry: AcceleratorEntry) -> AcceleratorEntry:
     # Nothing has run, so nothing was used: totals and zeros; the card's own readings are not
     # this Instance's measurements.
     return AcceleratorEntry(
-        entry.manufacturer, entry.id, entry.index, entry.mode, entry.memory_total_mib, 0, 0.0
+        entry.manufacturer,
+        entry.id,
+        entry.index,
+        entry.mode,
+        entry.memory_total_mib,
+        0,
+        0.0,
+        holder=entry.holder,
     )
 
 
@@ -355,12 +365,14 @@ def metrics_json(m: InstanceMetrics) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class PodLevel:
-    """An Instance's CPU, memory and storage for the exporter (R-F5)."""
+    """An Instance's CPU, memory and storage for the exporter (R-F5), and the one pod they are
+    the figures of (the Instance's newest live pod on the node)."""
 
     instance: InstanceRef
     cpu_millicores: Pair
     memory_mib: Pair
     storage_mib: Pair
+    pod: str = ""
 
 
 def pod_level(
@@ -392,6 +404,7 @@ def pod_level(
             Pair(cpu, measured.cpu_millicores if measured else None),
             Pair(memory, measured.memory_mib if measured else None),
             Pair(storage, measured.storage_mib if measured else None),
+            pod=pod.name,
         )
 
     done = per_pod(

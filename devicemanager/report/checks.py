@@ -4,7 +4,7 @@ recognition ones made while reading (seeds/hami-vgpu-metrics-summarizer.txt, ste
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from devicemanager.report.families import (
     DEVICE_SETS,
@@ -251,16 +251,28 @@ def device_checks(state: State, b: Built, outs: list[RowOut]) -> None:
 def own_used(outs: Iterable[RowOut]) -> float | None:
     """Memory the containers use together. A card-wide figure (this agent's Shared grants
     publish the card's use for each tenant) counts once per device, not once per tenant."""
+    return _card_wide_once(outs, lambda o: o.memory_used)
+
+
+def own_limit(outs: Iterable[RowOut]) -> float | None:
+    """The memory limits of the containers together. A Shared grant's limit is the whole
+    card's, stated once per holder: it counts once per device, not once per holder (two
+    holders of one 81,559 MiB card are 81,559 MiB, not 163,118)."""
+    return _card_wide_once(outs, lambda o: o.memory_limit)
+
+
+def _card_wide_once(outs: Iterable[RowOut], figure: Callable[[RowOut], float | None]) -> float | None:
     total: list[float | None] = []
     card_wide: dict[int, float] = {}
     for o in outs:
-        if o.memory_used is None:
+        value = figure(o)
+        if value is None:
             continue
         if o.row.mode == "Shared" and o.row.device is not None:
             key = id(o.row.device)
-            card_wide[key] = max(card_wide.get(key, 0.0), o.memory_used)
+            card_wide[key] = max(card_wide.get(key, 0.0), value)
         else:
-            total.append(o.memory_used)
+            total.append(value)
     return sum_of([*total, *card_wide.values()])
 
 

@@ -126,8 +126,10 @@ LABELS: dict[str, tuple[str, ...]] = {
     "compute_instance_id": ("compute_instance_id",),
     "mode": ("mode",),
 }
-# This agent's series name the Instance in instance_name; a `pod` label on them can only be
-# the scrape target's (the agent's own pod), never the workload.
+# This agent's series name the Instance in instance_name, and the report's rows are Instances.
+# Their `pod` (the holder, since issue 31) is not read: a paste from an older agent, or from a
+# Prometheus that scraped with honor_labels false, has the scrape target's there (the agent's
+# own pod), never the workload.
 AGENT_LABELS: dict[str, tuple[str, ...]] = {**LABELS, "pod": ("instance_name",)}
 # The scheduler names a container by its slot only; a `container` label on its series is the
 # scrape target's (vgpu-scheduler-extender), added by Prometheus.

@@ -24,6 +24,7 @@ from devicemanager.report.checks import (
     container_checks,
     device_checks,
     flush_collected,
+    own_limit,
     own_used,
     partial_checks,
     quota_checks,
@@ -410,7 +411,7 @@ def _namespaces(state: State, outs: list[RowOut]) -> dict[str, Namespace]:
         raw[ns] = {
             "cores": sum_of(o.cores_allocated for o in rows),
             "memory": sum_of(o.memory_allocated for o in rows),
-            "limit": sum_of(o.memory_limit for o in rows),
+            "limit": own_limit(rows),
             "used": own_used(rows),
         }
         quotas[ns] = {}
