@@ -6,8 +6,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from devicemanager.figures import exposition, snapshot
+from devicemanager.figures.figures import AcceleratorEntry, InstanceEntries, pod_level
 from devicemanager.figures.snapshot import BackendResult
+from devicemanager.grants.allocations import Mode
+from devicemanager.grants.grants import InstanceRef
 from devicemanager.model import BackendState, BackendStatus, Card, Snapshot, VendorReading
+from devicemanager.node.pods import PodInfo
+from tests.conftest import SCENARIOS, scenario_monitor
 
 
 def families(fresh: bool = True, *cards: Card) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -125,3 +130,77 @@ def test_error_counts_publish_from_the_first_round_and_not_before_it() -> None:
         ({"stage": "figures"}, 2.0),
         ({"stage": "pod_level"}, 0.0),
     ]
+
+
+# -- whose labels: the tenant's series name their pod, the agent's name none (R-E6) ------------
+
+# The families that describe another pod; every other family is the agent's own.
+TENANT_FAMILIES = (
+    "gpustack_instance_accelerator_",
+    "gpustack_instance_cpu_",
+    "gpustack_instance_memory_",
+    "gpustack_instance_storage_",
+)
+
+
+def replayed_round(scenario: str) -> str:
+    """One replayed round's /metrics with the pod-level families an exporting agent adds (from
+    the scenario's own pods; the kubelet's figures absent, as no kubelet is replayed)."""
+    monitor = scenario_monitor(scenario)
+    published = monitor.run_round()
+    index = monitor._pod_index()
+    grants = monitor._grants(index, monitor._kubelet())
+    monitor.stop()
+    pods = exposition.pod_families(published.snapshot, pod_level(index, grants, None))
+    return published.metrics.plain.decode() + exposition.render(pods).decode()
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_only_the_tenants_series_carry_namespace_pod_container_and_none_a_target_label(
+    scenario: str,
+) -> None:
+    """Scraped with honor_labels (the shipped PodMonitor and scrape config), a label a series
+    carries wins over the target's. So: a tenant's series carries its own `namespace`, `pod`
+    and `container` (empty where no one container holds the grant, which keeps the target's
+    off too), and the agent's own series carry none of them, so that they get the target's;
+    no series carries `instance`, `job` or `endpoint`, which are always the target's."""
+    text = replayed_round(scenario)
+    tenant = own = pod_level_series = 0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = sample.labels
+            assert not set(exposition.TARGET_LABELS) & labels.keys(), sample
+            if family.name.startswith(TENANT_FAMILIES):
+                tenant += 1
+                assert set(exposition.HOLDER_LABELS) <= labels.keys(), sample
+                assert labels["namespace"] and labels["pod"], sample
+                if not family.name.startswith("gpustack_instance_accelerator_"):
+                    pod_level_series += 1
+                    assert labels["container"] == "", sample  # the whole pod's figures
+            else:
+                own += 1
+                assert not set(exposition.HOLDER_LABELS) & labels.keys(), sample
+    assert own > 0 and pod_level_series > 0
+    if scenario != "b200-per-process-unsupported":
+        assert tenant > pod_level_series  # there were accelerator series to check
+
+
+def test_the_holder_is_named_where_one_container_holds_the_grant_and_left_empty_where_two_do() -> (
+    None
+):
+    """`pod` is the pod holding the grant; `container` the one container that holds it, empty
+    where two of the pod's containers hold one card (an ambiguous grant, R-G3)."""
+    snap = snapshot.assemble(1.0, 15.0, "node-a", [], round_duration=0.1)
+    ref = InstanceRef("tenant", "llm", "uid-llm")
+    pod = PodInfo(uid="p-1", namespace="tenant", name="llm-0")
+    one = AcceleratorEntry("nvidia", "GPU-a", 0, Mode.EXCLUSIVE, memory_total_mib=80, holder="vllm")
+    two = AcceleratorEntry("nvidia", "GPU-b", 1, Mode.EXCLUSIVE, memory_total_mib=80)
+    text = exposition.render(
+        exposition.instance_families(snap, [InstanceEntries(ref, pod, (one, two))])
+    ).decode()
+    (total,) = [f for f in text_string_to_metric_families(text) if f.name.endswith("total_mib")]
+    assert [(s.labels["id"], s.labels["pod"], s.labels["container"]) for s in total.samples] == [
+        ("GPU-a", "llm-0", "vllm"),
+        ("GPU-b", "llm-0", ""),
+    ]
+    assert 'container="",' in text  # written, not left out: the scrape target's stays off

@@ -261,7 +261,9 @@ def own_limit(outs: Iterable[RowOut]) -> float | None:
     return _card_wide_once(outs, lambda o: o.memory_limit)
 
 
-def _card_wide_once(outs: Iterable[RowOut], figure: Callable[[RowOut], float | None]) -> float | None:
+def _card_wide_once(
+    outs: Iterable[RowOut], figure: Callable[[RowOut], float | None]
+) -> float | None:
     total: list[float | None] = []
     card_wide: dict[int, float] = {}
     for o in outs:
