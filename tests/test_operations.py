@@ -615,7 +615,15 @@ def test_a_lasting_backend_fault_is_logged_when_it_starts_and_when_it_changes(
     """(R-O5) Over many rounds of one fault, one line; another error text is another line; the
     recovery is one more. Never a line per period."""
     fault = tmp_path / "fault"
-    fault.write_text("driver said no\n")
+
+    def say(text: str) -> None:
+        # Atomically: a round that opens the file between truncate and write would read ""
+        # and log a fault nobody scripted.
+        staged = tmp_path / "fault.next"
+        staged.write_text(text + "\n")
+        staged.replace(fault)
+
+    say("driver said no")
     agent: Agent = launch(
         "--manufacturer",
         "tests.test_operations:ScriptedBackend",
@@ -638,11 +646,11 @@ def test_a_lasting_backend_fault_is_logged_when_it_starts_and_when_it_changes(
 
     rounds_with("driver said no")
     assert backend_lines(agent) == [("error", "RuntimeError: driver said no")]
-    fault.write_text("driver said no, differently\n")
+    say("driver said no, differently")
     rounds_with("differently")
-    fault.write_text("ok\n")
+    say("ok")
     rounds_with('"state": "ok"')
-    fault.write_text("driver said no\n")
+    say("driver said no")
     rounds_with("driver said no")
     assert backend_lines(agent) == [
         ("error", "RuntimeError: driver said no"),
