@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -54,6 +55,21 @@ class Agent:
                 time.sleep(0.05)
         seen = None if last is None else (last.status_code, last.text)
         raise AssertionError(f"{path} never answered {status}; last {seen}\n{self.logs()}")
+
+    def wait_for_round(self, timeout: float = 15.0) -> dict[str, Any]:
+        """The snapshot of the first round, ready or not (a node whose every library failed
+        is not ready, and still publishes its round)."""
+        deadline = time.monotonic() + timeout
+        with self.client() as client:
+            while time.monotonic() < deadline:
+                try:
+                    doc: dict[str, Any] = client.get("/monitor/snapshot").json()
+                except httpx.HTTPError:
+                    doc = {}
+                if not str(doc.get("timestamp", "0001")).startswith("0001"):  # not the empty round
+                    return doc
+                time.sleep(0.05)
+        raise AssertionError(f"no round was published\n{self.logs()}")
 
 
 def agent_env(extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -95,9 +95,11 @@ def test_every_scenario_is_documented_with_its_provenance() -> None:
 
 
 def test_every_family_the_agent_can_publish_is_a_row_of_the_metrics_table() -> None:
+    from devicemanager.agent.selfmetrics import SelfMetrics
     from devicemanager.figures import exposition
     from devicemanager.figures.figures import Pair, PodLevel
     from devicemanager.grants.grants import InstanceRef
+    from devicemanager.serve.counters import HttpCounters
     from tests.conftest import scenario_monitor
 
     table = (REPO / "docs" / "metrics.md").read_text()
@@ -115,6 +117,7 @@ def test_every_family_the_agent_can_publish_is_a_row_of_the_metrics_table() -> N
         podresources_success=True,
         podresources_duration=0.1,
         build=(("version", "0"), ("python", "3"), ("sdk", "")),
+        own=SelfMetrics(HttpCounters()).families(1, 0),
     )
     text = exposition.render(exposition.families(published.snapshot, True, extras)).decode()
     names = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")}

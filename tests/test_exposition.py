@@ -50,7 +50,10 @@ def test_labels_and_self_report() -> None:
     ((labels, value),) = got["gpustack_accelerator_unhealthy"]
     assert labels == {"node": "node-a", "manufacturer": "nvidia", "id": "GPU-a", "index": "3"}
     assert value == 1.0
-    assert got["gpustack_instance_metrics_collector_success"] == [({"source": "snapshot"}, 1.0)]
+    assert got["gpustack_instance_metrics_collector_success"] == [
+        ({"source": "snapshot"}, 1.0),
+        ({"source": "backends"}, 1.0),
+    ]
     assert got["gpustack_instance_metrics_collector_duration_seconds"] == [
         ({"source": "snapshot"}, 0.7)
     ]
@@ -61,7 +64,10 @@ def test_labels_and_self_report() -> None:
 
 def test_a_stale_snapshot_publishes_its_verdict_and_no_figures() -> None:
     got = families(False, Card(id="GPU-a", index=0, memory_total_mib=10))
-    assert got["gpustack_instance_metrics_collector_success"] == [({"source": "snapshot"}, 0.0)]
+    assert got["gpustack_instance_metrics_collector_success"] == [
+        ({"source": "snapshot"}, 0.0),
+        ({"source": "backends"}, 0.0),
+    ]
     assert got["gpustack_accelerator_backend_up"][0][1] == 0.0
     assert not any(name.startswith("gpustack_accelerator_memory") for name in got)
 

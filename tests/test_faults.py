@@ -545,9 +545,7 @@ def test_9_backend_errors_name_what_failed_not_where_it_lives(launch) -> None:  
     agent: Agent = launch(
         "--manufacturer", "tests.fakes:HostPathBackend", "--monitor-period", "0.3"
     )
-    agent.wait_for("/readyz", 200)
-    with agent.client() as client:
-        (backend,) = client.get("/monitor/snapshot").json()["backends"]
+    (backend,) = agent.wait_for_round()["backends"]
     assert backend["state"] == "unavailable"
     assert backend["error"] == (
         "libhostpath.so.1: cannot open shared object file: No such file or directory"

@@ -759,8 +759,8 @@ def test_text_logs_carry_the_same_fields_as_json_logs(launch: Launch) -> None:
     args = ("--manufacturer", "tests.fakes:HostPathBackend", "--monitor-period", "0.2")
     as_json: Agent = launch(*args)
     as_text: Agent = launch(*args, "--log-format", "text")
-    as_json.wait_for("/readyz", 200)
-    as_text.wait_for("/readyz", 200)
+    as_json.wait_for_round()
+    as_text.wait_for_round()
     wait_until(lambda: "backend hostpath is unavailable" in as_text.logs(), what="text line")
     (line,) = [x for x in as_text.logs().splitlines() if "backend hostpath is unavailable" in x]
     assert line.split()[2:4] == ["WARNING", "devicemanager.monitor:"]

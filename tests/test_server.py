@@ -95,6 +95,7 @@ def test_metrics_parse_and_publish_no_sample_for_absent_figures(launch) -> None:
     assert [(s.labels["source"], s.value) for s in success] == [
         ("podresources", 1.0),
         ("snapshot", 1.0),
+        ("backends", 1.0),
     ]
 
 

@@ -158,11 +158,15 @@ class Monitor:
         podresources: Callable[[], KubeletAnswer] | None = None,
         dra: Callable[[frozenset[tuple[str, str]]], DraInventory | None] | None = None,
         build: tuple[tuple[str, str], ...] = (),
+        own: Callable[[int, int], tuple[exposition.GaugeFamily, ...]] | None = None,
         wall: Callable[[], float] = time.time,
         mono: Callable[[], float] = time.monotonic,
     ) -> None:
         self.workers = list(workers)
         self.build = build
+        # The agent's report on itself (R-X8), asked with the rounds completed and failed when
+        # a round ends (agent/selfmetrics.py); None where no server runs.
+        self.own = own
         self.period = period
         self.deadline = deadline
         self.liveness_timeout = liveness_timeout
@@ -198,6 +202,7 @@ class Monitor:
         self._wall, self._mono = wall, mono
         self.current = publish(snapshot.empty(period, node), mono(), exposition.Extras(build=build))
         self.rounds = 0
+        self.rounds_failed = 0
         # Each backend's state and error as last logged (STUCK's "busy for Ns" grows each round:
         # not a change), and the faults of the round's other steps.
         self._last_state: dict[str, tuple[BackendState, str | None]] = {}
@@ -558,6 +563,8 @@ class Monitor:
             extras = self.cluster.round(index, grants, extras, faults)
         self._faults.report(faults, index)
         extras = replace(extras, pod_errors=isolation.count_by_stage(faults))
+        if self.own is not None:
+            extras = replace(extras, own=self.own(self.rounds + 1, self.rounds_failed))
         published = publish(snap, self._mono(), extras)
         self.current = published
         self.rounds += 1
@@ -574,6 +581,7 @@ class Monitor:
             except Exception as exc:
                 # Assembly or rendering failed: keep the last good snapshot, try next period
                 # (logged when it starts failing, or fails otherwise, not every period).
+                self.rounds_failed += 1
                 self._persisting.failed(
                     "round",
                     _describe(exc),
@@ -630,6 +638,8 @@ class Monitor:
         return published.snapshot.timestamp > 0 and age <= FRESH_PERIODS * self.period
 
     def readiness(self) -> tuple[bool, str]:
+        # A library that is down is data (backend_up 0, collector_success{source="backends"}
+        # 0 when none answered), not unreadiness (R-O2): no restart or rollout would fix it.
         if self.current.snapshot.timestamp <= 0:
             return False, "no round has completed yet"
         if not self.fresh():

@@ -40,6 +40,7 @@ from devicemanager.agent import logs
 from devicemanager.agent.config import Settings, default_node_name
 from devicemanager.agent.monitor import BackendWorker, Monitor
 from devicemanager.agent.replay import ReplayBackend, Scenario, load_scenario
+from devicemanager.agent.selfmetrics import SelfMetrics
 from devicemanager.backend import Backend, create_backend, sdk_versions
 from devicemanager.kube.client import KubeClient, config_from
 from devicemanager.kube.cluster import ClusterRound
@@ -56,6 +57,7 @@ from devicemanager.node.attribution import Attributor
 from devicemanager.node.pods import PodIndex, PodsFile
 from devicemanager.serve.access import Reviewer
 from devicemanager.serve.app import Routes, create_app
+from devicemanager.serve.counters import HttpCounters
 from devicemanager.serve.http import Limits, protocol_for
 from devicemanager.serve.tls import CERT_FILE, KEY_FILE, Certificates, server_context, why_refused
 
@@ -290,6 +292,7 @@ def build_monitor(
     cluster: Cluster | None = None,
     kubelet: PodResourcesPoller | RecordedPodResources | None = None,
     build: tuple[tuple[str, str], ...] = (),
+    own: SelfMetrics | None = None,
 ) -> Monitor:
     """The monitor `serve` runs; tests pass frozen clocks."""
     pods: Callable[[], PodIndex | None] | None = None
@@ -321,6 +324,7 @@ def build_monitor(
         podresources=kubelet,
         dra=dra,
         build=build,
+        own=own.families if own is not None else None,
         wall=wall,
         mono=mono,
     )
@@ -510,7 +514,11 @@ def _serve(settings: Settings, signals: Signals) -> int:
     review = access_reviewer(settings)
     cluster = connect(settings, node)
     kubelet = pod_resources(settings, node, cluster)
-    monitor = build_monitor(settings, node, cluster=cluster, kubelet=kubelet, build=build)
+    # What the server counts (answers, refusals), read by the monitor when a round ends (R-X8).
+    counters = HttpCounters()
+    monitor = build_monitor(
+        settings, node, cluster=cluster, kubelet=kubelet, build=build, own=SelfMetrics(counters)
+    )
     hosts = ["localhost", "127.0.0.1", "::1", node.name, default_node_name()]
     certs = Certificates(settings.cert_dir, hosts=hosts)
     stoppable = Stoppable(monitor, certs, cluster, review[1] if review else None, kubelet)
@@ -527,9 +535,9 @@ def _serve(settings: Settings, signals: Signals) -> int:
         max_header_bytes=settings.http_max_header_bytes,
         max_headers=settings.http_max_headers,
     )
-    protocol, connections = protocol_for(limits, Routes(monitor, review[0] if review else None))
+    protocol, _ = protocol_for(limits, Routes(monitor, review[0] if review else None), counters)
     config = uvicorn.Config(
-        create_app(monitor, review[0] if review else None),
+        create_app(monitor, review[0] if review else None, counters),
         host=settings.bind_address,
         port=settings.secure_port,
         ssl_context_factory=ssl_context,
@@ -570,8 +578,10 @@ def _serve(settings: Settings, signals: Signals) -> int:
         AgentServer(config, stoppable, settings.shutdown_timeout, signals).run()
     finally:
         stoppable.stop(settings.shutdown_timeout)
-        if connections.counts:
-            log.info("connection limits applied", extra={"counts": dict(connections.counts)})
+        _, refused = counters.snapshot()
+        if any(refused.values()):
+            applied = {reason: n for reason, n in refused.items() if n}
+            log.info("connection limits applied", extra={"counts": applied})
     if signals.received:
         log.info(
             "exiting after %s",

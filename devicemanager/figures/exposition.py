@@ -42,12 +42,14 @@ def labelset(names: Sequence[str], values: Sequence[str]) -> str:
 
 @dataclass(slots=True)
 class GaugeFamily:
-    """One gauge family and its samples, label sets already rendered."""
+    """One family and its samples, label sets already rendered: a gauge unless `kind` says
+    `counter` (whose name then ends in `_total`, as the sample names do)."""
 
     name: str
     documentation: str
     labels: Sequence[str] = ()
     samples: list[tuple[str, float]] = field(default_factory=list)
+    kind: str = "gauge"
 
     def add_metric(self, values: Sequence[str], value: float) -> None:
         self.samples.append((labelset(self.labels, values), value))
@@ -143,6 +145,9 @@ class Extras:
     dra_unresolved: Mapping[str, int] = field(default_factory=dict)
     # The agent's build: (label, value) pairs of gpustack_device_manager_build_info.
     build: tuple[tuple[str, str], ...] = ()
+    # The agent's report on itself (R-X8): process, HTTP and round counters, made by the agent
+    # when the round ended (agent/selfmetrics.py); empty where no server runs (goldens, tests).
+    own: tuple[GaugeFamily, ...] = ()
 
 
 NO_EXTRAS = Extras()
@@ -167,7 +172,7 @@ def collector_families(
         "1 when the source's last round succeeded: snapshot = the monitor snapshot is fresh; "
         "kubelet = the round had a fresh kubelet summary (exporting agent only); podresources = "
         "the round read the kubelet's device-plugin allocations; dra = the round had the node's "
-        "DRA ResourceSlices.",
+        "DRA ResourceSlices; backends = some manufacturer's library answered the round.",
         labels=["source"],
     )
     duration = GaugeFamily(
@@ -187,6 +192,10 @@ def collector_families(
     if extras.dra_success is not None:
         success.add_metric(["dra"], 1.0 if fresh and extras.dra_success else 0.0)
     success.add_metric(["snapshot"], 1.0 if fresh and snapshot.timestamp > 0 else 0.0)
+    if snapshot.backends:
+        # Whether any manufacturer's library answered: 0 is a node with nothing to measure.
+        answered = any(b.state is BackendState.OK for b in snapshot.backends)
+        success.add_metric(["backends"], 1.0 if fresh and answered else 0.0)
     if snapshot.round_duration_seconds is not None:
         duration.add_metric(["snapshot"], snapshot.round_duration_seconds)
     yield success
@@ -408,6 +417,8 @@ def verdict_families(
         for stage in ("grants", "figures", "pod_level"):
             pod_errors.add_metric([stage], float(extras.pod_errors.get(stage, 0)))
     yield pod_errors
+    # The agent's own figures describe the process, not the round: a stale round keeps them.
+    yield from extras.own
 
 
 def figure_families(snapshot: Snapshot, extras: Extras = NO_EXTRAS) -> Iterator[GaugeFamily]:
@@ -457,7 +468,7 @@ def render(families: Iterable[GaugeFamily]) -> bytes:
     for f in families:
         doc = f.documentation.replace("\\", "\\\\").replace("\n", "\\n")
         name = f.name
-        lines = [f"# HELP {name} {doc}\n# TYPE {name} gauge\n"]
+        lines = [f"# HELP {name} {doc}\n# TYPE {name} {f.kind}\n"]
         lines.extend(f"{name}{labels} {_float(value)}\n" for labels, value in f.samples)
         out.write("".join(lines).encode())
     return out.getvalue()

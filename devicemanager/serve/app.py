@@ -27,10 +27,12 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from devicemanager.figures.exposition import CONTENT_TYPE
 from devicemanager.figures.published import Published
 from devicemanager.serve.access import Guard, Reviewer
+from devicemanager.serve.counters import HttpCounters, route_of
 from devicemanager.serve.http import Answer
 
 PATHS = ("/monitor/snapshot", "/metrics", "/readyz", "/livez")
@@ -108,7 +110,31 @@ class Routes:
         return self.answer(path.decode("ascii"), gzip_ok)
 
 
-def create_app(source: Source, reviewer: Reviewer | None = None) -> Starlette:
+class Counted:
+    """Counts each answer the ASGI app sends, by route and status (R-X8), outermost, so the
+    Guard's 401, 403 and 405 count as well as the routes' answers."""
+
+    def __init__(self, app: ASGIApp, counters: HttpCounters) -> None:
+        self.app = app
+        self.counters = counters
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        route = route_of(scope.get("path"))
+
+        async def counted(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.counters.answered(route, message["status"])
+            await send(message)
+
+        await self.app(scope, receive, counted)
+
+
+def create_app(
+    source: Source, reviewer: Reviewer | None = None, counters: HttpCounters | None = None
+) -> Starlette:
     routes_ = Routes(source, reviewer)
 
     def route(path: str) -> Route:
@@ -122,4 +148,5 @@ def create_app(source: Source, reviewer: Reviewer | None = None) -> Starlette:
     # GET and HEAD (uvicorn sends a HEAD answer's head only); the Guard answers every other
     # method before routing (starlette's own check would list every method a route has).
     guard = Middleware(Guard, routes=(*PATHS, LANDING), reviewer=reviewer, open_paths=OPEN)
-    return Starlette(routes=[route(p) for p in (*PATHS, LANDING)], middleware=[guard])
+    counted = [Middleware(Counted, counters=counters)] if counters is not None else []
+    return Starlette(routes=[route(p) for p in (*PATHS, LANDING)], middleware=[*counted, guard])

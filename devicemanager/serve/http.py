@@ -31,6 +31,10 @@ uvicorn's own protocol:
   made, without an ASGI task (see serve/app.py). Everything the limits above do applies to it
   alike; anything else (other methods and paths, pipelined requests) goes to the app.
 
+Every answer sent here (fast, refused, or uvicorn's 400 for a request it cannot parse) and each
+bound's action are counted in the registry's `HttpCounters` (serve/counters.py), which the
+monitor renders once a round (R-X8); the app's answers are counted by serve/app.py.
+
 TLS handshakes happen before a connection reaches the protocol; `new_event_loop` gives the
 listener a handshake deadline (`HANDSHAKE_TIMEOUT`) instead of asyncio's 60 s, and a closing
 deadline (`TLS_SHUTDOWN_TIMEOUT`) instead of 30 s, so a shed client that never acknowledges the
@@ -48,6 +52,8 @@ from typing import Any, Protocol
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from devicemanager.serve.counters import OTHER, HttpCounters, route_of
 
 log = logging.getLogger("devicemanager.serve.http")
 
@@ -90,7 +96,7 @@ class Connections:
 
     limits: Limits
     open: dict[BoundedHttpProtocol, None] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)
+    counters: HttpCounters = field(default_factory=HttpCounters)
     # The fast path's joined heads, by answer, and the default headers (with uvicorn's date)
     # they were joined with.
     heads: dict[tuple[int, tuple[tuple[bytes, bytes], ...], int, bool], bytes] = field(
@@ -98,8 +104,9 @@ class Connections:
     )
     heads_with: object = None
 
-    def count(self, what: str) -> None:
-        self.counts[what] = self.counts.get(what, 0) + 1
+    def count(self, reason: str) -> None:
+        """A bound acted: one of serve.counters.REASONS."""
+        self.counters.refuse(reason)
 
     def admit(self, new: BoundedHttpProtocol) -> None:
         self.open[new] = None
@@ -139,6 +146,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self.idle_since = self.opened
         self.request_started: float | None = None  # monotonic time of the request's first byte
         self.header_bytes = 0
+        self.pending_bytes = 0
         self.header_count = 0
         self.headers_done = False
         self.too_many_headers = False
@@ -180,12 +188,12 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         if self.closing or self.refused:
             return
         if not self.sent_any:
-            self.registry.count("closed_silent")
+            self.registry.count("silent")
             self.close()  # connected and never said anything: nothing to answer
             return
         if self.request_started is None:
             return
-        self.registry.count("timeout")
+        self.registry.count("slow")
         if self.cycle is not None and self.cycle.response_started:
             self.close()  # answered already while its body still trickles in
         else:
@@ -197,6 +205,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._cancel_deadline()
         if self.closing:
             return
+        self.registry.counters.answered(self._route(), status)
         body = text.encode()
         content = [STATUS_LINE[status]]
         for name, value in (*self.server_state.default_headers, *headers):
@@ -211,6 +220,20 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         )
         self.transport.write(b"".join(content))
         self.transport.close()
+
+    def _route(self) -> str:
+        """The route of the request being refused, when its target has arrived whole (the
+        parser has moved on to the headers)."""
+        if not (self.headers_done or self.header_bytes > len(self.url)):
+            return OTHER
+        try:
+            return route_of(httptools.parse_url(self.url).path)
+        except httptools.HttpParserInvalidURLError:
+            return OTHER
+
+    def send_400_response(self, msg: str) -> None:
+        self.registry.counters.answered(OTHER, 400)  # a request uvicorn could not parse
+        super().send_400_response(msg)
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -235,13 +258,12 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             # A request still incomplete after this read: the rest within the deadline. One
             # that arrived whole in one read (most) never needs the timer.
             self._arm_deadline()
-        # Counted after parsing, so a chunk that finished the header section is not, and one
-        # that began a request is: a header section is never let grow past the limit by more
-        # than one read.
+        # A header section still incomplete after this read: what the parser holds of it
+        # unparsed (a header line not yet ended) counts too, so one endless line is refused.
         if not self.headers_done and self.request_started is not None:
-            self.header_bytes += len(data)
-            if self.header_bytes > self.limits.max_header_bytes:
-                self.registry.count("headers_too_large")
+            self.pending_bytes += len(data)
+            if self.pending_bytes > self.limits.max_header_bytes:
+                self.registry.count("oversized")
                 self.refuse(431, "request header section too large\n")
 
     # -- httptools callbacks ----------------------------------------------------------------
@@ -249,15 +271,35 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self.request_started = time.monotonic()
-        self.header_bytes = 0
+        self.header_bytes = 0  # parsed: the request line's target and each header
+        self.pending_bytes = 0  # read while the section was incomplete
         self.header_count = 0
         self.too_many_headers = False
         self.headers_done = False
         # The whole request, headers and body, within the deadline: armed by data_received
         # once this read has been parsed, if the request is not complete by then.
 
+    def on_url(self, url: bytes) -> None:
+        if self.refused or not self._within_header_bound(len(url)):
+            return
+        super().on_url(url)
+
+    def _within_header_bound(self, parsed: int) -> bool:
+        """Counts parsed header-section bytes as the parser hands them over: the bound holds
+        whatever the reads were (a section that arrived in one read, or ended one, is never
+        counted by data_received); refuses the request past it."""
+        self.header_bytes += parsed
+        if self.header_bytes <= self.limits.max_header_bytes:
+            return True
+        self.registry.count("oversized")
+        self.refuse(431, "request header section too large\n")
+        return False
+
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.refused:
+            return
+        # name, ": ", value, CRLF: the bytes the header took on the wire, give or take spaces
+        if not self._within_header_bound(len(name) + len(value) + 4):
             return
         self.header_count += 1
         if self.header_count > self.limits.max_headers:
@@ -282,7 +324,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             except httptools.HttpParserInvalidURLError:
                 path = b""
             if path.decode("ascii", "replace") not in PROBES:
-                self.registry.count("refused_busy")
+                self.registry.count("connections")
                 self.refuse(503, "server busy: too many connections\n", ((b"retry-after", b"1"),))
                 return
         if self._take_fast():
@@ -318,6 +360,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             log.exception("answering %s failed", path.decode("ascii", "replace"))
             answer = Answer(500, ((b"content-type", b"text/plain; charset=utf-8"),), b"error\n")
             keep_alive = False
+        self.registry.counters.answered(route_of(path), answer.status)
         head = self._head(answer, keep_alive)
         if len(answer.body) <= JOIN_BELOW:
             # One write, one TLS record: the head alone would be an encryption and a send of
@@ -381,11 +424,11 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
 
 def protocol_for(
-    limits: Limits, routes: FastRoutes | None = None
+    limits: Limits, routes: FastRoutes | None = None, counters: HttpCounters | None = None
 ) -> tuple[type[BoundedHttpProtocol], Connections]:
-    """A protocol class bound to a fresh registry and the fast routes, for
-    uvicorn.Config(http=...)."""
-    registry = Connections(limits)
+    """A protocol class bound to a fresh registry (counting into `counters`, or counters of its
+    own) and the fast routes, for uvicorn.Config(http=...)."""
+    registry = Connections(limits, counters=counters or HttpCounters())
     cls = type(
         "AgentHttpProtocol", (BoundedHttpProtocol,), {"registry": registry, "routes": routes}
     )
