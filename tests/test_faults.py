@@ -168,6 +168,26 @@ def test_2_an_endless_header_is_431_and_costs_no_memory(launch) -> None:  # type
         assert client.get("/readyz").status_code == 200
 
 
+@pytest.mark.parametrize("write", (64 * 1024, 16 * 1024, 1024, 97))
+def test_2_the_header_bound_holds_whatever_the_read_sizes(launch, write: int) -> None:  # type: ignore[no-untyped-def]
+    """(R-O1) A whole header section of 40 KiB is 431 whether it arrives in one read or in
+    many; one of 31 KiB is answered. (Counting reads alone let a section that arrived in one
+    read, or ended one, through up to 64 KiB.)"""
+    agent: Agent = launch("--replay", str(H100), "--monitor-period", "0.5")
+    agent.wait_for("/readyz", 200)
+
+    def status(pad: int) -> bytes:
+        request = b"GET /livez HTTP/1.1\r\nHost: agent\r\nConnection: close\r\nX-Pad: "
+        request += b"a" * pad + b"\r\n\r\n"
+        with tls_socket(agent.port) as sock:
+            for at in range(0, len(request), write):
+                sock.sendall(request[at : at + write])
+            return answer(sock, 3)[:12]
+
+    assert status(40 * 1024) == b"HTTP/1.1 431"
+    assert status(31 * 1024) == b"HTTP/1.1 200"
+
+
 def test_2_too_many_header_fields_is_431(launch) -> None:  # type: ignore[no-untyped-def]
     agent: Agent = launch("--replay", str(H100), "--monitor-period", "0.5")
     agent.wait_for("/readyz", 200)
