@@ -49,6 +49,14 @@ class Sample:
         if not self.by_name and self.labels:
             self.by_name.update(self.labels)
 
+    def where(self) -> str:
+        """Where a finding cites the sample: its line, or (a series from Prometheus's HTTP
+        API, which has none: line 0) the series itself."""
+        if self.line > 0:
+            return f"line {self.line}"
+        labels = ", ".join(f'{k}="{v}"' for k, v in self.labels)
+        return f"series {excerpt(self.name + '{' + labels + '}')}"
+
     def label(self, *names: str) -> str | None:
         """The first of `names` this sample carries."""
         for wanted in names:

@@ -96,7 +96,7 @@ def where_of(sample: Sample, labels: dict[str, tuple[str, ...]]) -> str:
     pod = label_of(sample, labels, "pod")
     namespace = label_of(sample, labels, "namespace")
     parts = [p for p in (f"{namespace}/{pod}" if pod else None, uuid, node) if p]
-    return " ".join(parts) or f"line {sample.line}"
+    return " ".join(parts) or sample.where()
 
 
 def label_of(sample: Sample, labels: dict[str, tuple[str, ...]], meaning: str) -> str | None:
@@ -203,6 +203,15 @@ class Observation:
     scope: Scope
 
 
+def scope_of(family: Family, sample: Sample) -> Scope:
+    """A family's scope for one sample: a name that is device-level early and per pod in
+    HAMi-DRA is a container's where the series names a pod."""
+    if family.scope is Scope.DEVICE_OR_CONTAINER:
+        has_pod = label_of(sample, labels_for(family), "pod") is not None
+        return Scope.CONTAINER if has_pod else Scope.DEVICE
+    return family.scope
+
+
 def completeness(obs: Observation) -> int:
     labels = labels_for(obs.family)
     return -sum(label_of(obs.sample, labels, k) is not None for k in ("node", "index", "uuid"))
@@ -216,7 +225,7 @@ def read_device(state: State, obs: Observation) -> None:
     uuid = label_of(sample, labels, "uuid")
     if uuid is not None and uuid in state.boards:
         return  # a board whose partitions are listed as devices of their own
-    what = f"{family.name} line {sample.line}"
+    what = f"{family.name} {sample.where()}"
     d = resolve(state, node, index, uuid, label_of(sample, labels, "type"), what, obs.source)
     if d is None:
         return
@@ -248,7 +257,7 @@ def read_container(state: State, obs: Observation) -> None:
         # This agent names a partition (a MIG instance, a vNPU, an XCP) by its own id, and
         # its card by the index: the partition is not a device of its own.
         mig_uuid, uuid = uuid, None
-    what = f"{family.name} line {sample.line}"
+    what = f"{family.name} {sample.where()}"
     device = resolve(state, node, index, uuid, None, what, obs.source, defer=True)
     namespace = label_of(sample, labels, "namespace")
     pod = label_of(sample, labels, "pod")
@@ -328,7 +337,7 @@ def read_quota(state: State, obs: Observation) -> None:
     resource = label_of(sample, labels, "quota")
     if namespace is None or resource is None:
         state.unattributed.setdefault((obs.source, "names no namespace or quota"), []).append(
-            f"{family.name} line {sample.line}"
+            f"{family.name} {sample.where()}"
         )
         return
     figures = state.quota.setdefault((namespace, resource), defaultdict(list))

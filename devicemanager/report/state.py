@@ -127,7 +127,7 @@ class State:
     devices: list[DeviceAcc] = field(default_factory=list)
     rows: dict[tuple[object, ...], Row] = field(default_factory=dict)
     quota: dict[tuple[str, str], dict[Figure, list[Value]]] = field(default_factory=dict)
-    unrecognised: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    unrecognised: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     ignored: set[str] = field(default_factory=set)
     surfaces: set[Surface] = field(default_factory=set)
     usage: bool = False

@@ -36,7 +36,6 @@ from devicemanager.report.families import (
     Scope,
     Surface,
     ignored_reason,
-    labels_for,
 )
 from devicemanager.report.model import (
     KIND_ORDER,
@@ -54,12 +53,12 @@ from devicemanager.report.read import (
     Observation,
     completeness,
     family_of,
-    label_of,
     merge_rows,
     mig_placements,
     read_container,
     read_device,
     read_quota,
+    scope_of,
     settle,
 )
 from devicemanager.report.state import (
@@ -187,26 +186,22 @@ def summarize(parsed: Sequence[Parsed]) -> Report:
                 if ignored_reason(name) is not None:
                     state.ignored.add(name)
                 else:
-                    state.unrecognised.setdefault(name, []).append((p.source, sample.line))
+                    state.unrecognised.setdefault(name, []).append((p.source, sample.where()))
                 continue
             if not math.isfinite(sample.value):
-                nonfinite.append(f"{name} {p.source} line {sample.line}")
+                nonfinite.append(f"{name} {p.source} {sample.where()}")
                 continue
             key = (name, tuple(sorted(kv for kv in sample.labels if kv[0] != "zone")))
             earlier = seen.get(key)
             if earlier is not None:
                 if differs(earlier[0], sample.value, 0.0):
                     state.disagreements.setdefault((name, name, "duplicate"), []).append(
-                        f"{earlier[1]} {num(earlier[0])} vs {p.source} line {sample.line} "
+                        f"{earlier[1]} {num(earlier[0])} vs {p.source} {sample.where()} "
                         f"{num(sample.value)}"
                     )
                 continue
-            seen[key] = (sample.value, f"{p.source} line {sample.line}")
-            scope = family.scope
-            if scope is Scope.DEVICE_OR_CONTAINER:
-                has_pod = label_of(sample, labels_for(family), "pod") is not None
-                scope = Scope.CONTAINER if has_pod else Scope.DEVICE
-            observations.append(Observation(family, sample, p.source, scope))
+            seen[key] = (sample.value, f"{p.source} {sample.where()}")
+            observations.append(Observation(family, sample, p.source, scope_of(family, sample)))
             state.surfaces.add(family.surface)
             if family.figure in USAGE_FIGURES:
                 state.usage = True
@@ -288,7 +283,7 @@ def summarize(parsed: Sequence[Parsed]) -> Report:
     for name, where in sorted(state.unrecognised.items()):
         close = difflib.get_close_matches(name, list(BY_NAME), n=1, cutoff=0.85)
         hint = f" (did you mean {close[0]}?)" if close else ""
-        lines = listed([f"{src} line {line}" for src, line in where])
+        lines = listed([f"{src} {line}" for src, line in where])
         state.find(
             Kind.UNRECOGNISED,
             f"{name}: {len(where)} sample(s) of a family this report does not know, not "
