@@ -537,32 +537,101 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _pair(text: str, sep: str, what: str) -> tuple[str, str]:
+    name, found, value = text.partition(sep)
+    if not found or not name.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+    return name.strip(), value.strip() if sep == ":" else value
+
+
+def _label_matcher(text: str) -> tuple[str, str]:
+    return _pair(text, "=", "NAME=VALUE")
+
+
+def _header(text: str) -> tuple[str, str]:
+    return _pair(text, ":", "'Name: value'")
+
+
+def _summarize_token(args: argparse.Namespace) -> str | None:
+    if args.bearer_token is not None and args.bearer_token_file is not None:
+        raise CliError("--bearer-token and --bearer-token-file: give one", USAGE)
+    if args.bearer_token is not None:
+        return str(args.bearer_token).strip() or None
+    if args.bearer_token_file is None:
+        return None
+    from devicemanager.serve.client import MAX_TOKEN_BYTES, read_bounded
+
+    data: bytes = _client_call(
+        lambda: read_bounded(
+            "--bearer-token-file", args.bearer_token_file, MAX_TOKEN_BYTES, "a bearer token"
+        )
+    )
+    token = data.decode("utf-8", "replace").strip()
+    if not token:
+        raise CliError(f"--bearer-token-file: {args.bearer_token_file} is empty", USAGE)
+    return token
+
+
 def _cmd_summarize(args: argparse.Namespace) -> int:
-    from devicemanager.report import summarize_texts, to_json, to_text
+    from devicemanager.report import summarize, to_json, to_text
+    from devicemanager.report.parse import parse
+    from devicemanager.report.prometheus_api import Query, read_prometheus
+    from devicemanager.report.selection import Selection, select
     from devicemanager.report.sources import SourceError, read_source
 
-    specs = args.sources or ["-"]
-    if specs.count("-") > 1:
-        raise CliError("standard input (-) can be read once", USAGE)
+    selection = Selection(node=args.node, namespace=args.namespace, pod=args.pod)
+    if args.prometheus is None:
+        for flag, given in (
+            ("--bearer-token", args.bearer_token),
+            ("--bearer-token-file", args.bearer_token_file),
+            ("--label", args.label),
+            ("--header", args.header),
+        ):
+            if given:
+                raise CliError(f"{flag} is for --prometheus", USAGE)
+    elif args.sources:
+        raise CliError("--prometheus reads Prometheus's API instead of SOURCEs: give one", USAGE)
     if args.cacert is not None:
         from devicemanager.serve.client import ca_context
 
         _client_call(lambda: ca_context("--cacert", args.cacert))  # a file with no CA: exit 2
-    texts: list[tuple[str, str]] = []
-    for spec in specs:
+    if args.prometheus is not None:
+        if not args.prometheus.startswith(("http://", "https://")):
+            raise CliError(f"--prometheus: {args.prometheus} is not an http(s):// URL", USAGE)
+        query = Query(
+            url=args.prometheus,
+            token=_summarize_token(args),
+            cacert=args.cacert,
+            timeout=args.timeout,
+            max_bytes=args.max_bytes,
+            max_series=args.max_series,
+            labels=tuple(args.label or ()),
+            headers=tuple(args.header or ()),
+        )
         try:
-            texts.append(
-                read_source(
-                    spec,
-                    sys.stdin.buffer,
-                    cacert=args.cacert,
-                    timeout=args.timeout,
-                    max_bytes=args.max_bytes,
-                )
-            )
+            parsed = read_prometheus(query, selection)
         except SourceError as exc:
             raise CliError(str(exc), UNREACHABLE) from None
-    report = summarize_texts(texts)
+    else:
+        specs = args.sources or ["-"]
+        if specs.count("-") > 1:
+            raise CliError("standard input (-) can be read once", USAGE)
+        texts: list[tuple[str, str]] = []
+        for spec in specs:
+            try:
+                texts.append(
+                    read_source(
+                        spec,
+                        sys.stdin.buffer,
+                        cacert=args.cacert,
+                        timeout=args.timeout,
+                        max_bytes=args.max_bytes,
+                    )
+                )
+            except SourceError as exc:
+                raise CliError(str(exc), UNREACHABLE) from None
+        parsed = select([parse(name, text) for name, text in texts], selection)
+    report = summarize(parsed)
     sys.stdout.write(to_json(report) if args.format == "json" else to_text(report))
     return OK
 
@@ -701,16 +770,59 @@ def build_parser() -> argparse.ArgumentParser:
     )
     summ.add_argument("--format", choices=("text", "json"), default="text")
     summ.add_argument(
-        "--cacert", help="verify https sources against this CA (default: no verification)"
+        "--prometheus",
+        metavar="URL",
+        help="ask this Prometheus's HTTP API (/api/v1/query; also Thanos Query, Mimir with its "
+        "/prometheus prefix, VictoriaMetrics) instead of reading SOURCEs",
+    )
+    summ.add_argument("--node", help="only this node's devices and containers")
+    summ.add_argument(
+        "--namespace", help="only this namespace's containers and quotas, and their devices"
+    )
+    summ.add_argument("--pod", help="only this pod's containers, and their devices")
+    summ.add_argument(
+        "--cacert",
+        help="verify https sources against this CA (default: no verification for SOURCEs, "
+        "the system's CAs for --prometheus)",
     )
     summ.add_argument(
-        "--timeout", type=_positive_float, default=10.0, help="seconds per URL (default 10)"
+        "--timeout",
+        type=_positive_float,
+        default=10.0,
+        help="seconds per URL or per query (default 10)",
     )
     summ.add_argument(
         "--max-bytes",
         type=_positive_int,
         default=64 * 1024 * 1024,
-        help="refuse a source larger than this (default 64 MiB)",
+        help="refuse a source, or a query's answer, larger than this (default 64 MiB)",
+    )
+    summ.add_argument(
+        "--max-series",
+        type=_positive_int,
+        default=200_000,
+        help="with --prometheus: refuse answers holding more series than this, all queries "
+        "together (default 200000)",
+    )
+    summ.add_argument(
+        "--label",
+        action="append",
+        type=_label_matcher,
+        metavar="NAME=VALUE",
+        help="with --prometheus: a label every series must carry (cluster=prod); repeatable",
+    )
+    summ.add_argument(
+        "--header",
+        action="append",
+        type=_header,
+        metavar="'NAME: VALUE'",
+        help="with --prometheus: send this header (X-Scope-OrgID: tenant for Mimir); repeatable",
+    )
+    summ.add_argument(
+        "--bearer-token", help="with --prometheus: send this bearer token (visible in ps)"
+    )
+    summ.add_argument(
+        "--bearer-token-file", help="with --prometheus: send this file's bearer token"
     )
     summ.set_defaults(func=_cmd_summarize)
     return parser
