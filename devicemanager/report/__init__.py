@@ -4,8 +4,10 @@ monitor (usage) and this agent's own /metrics.
 
 A world of its own. Pure functions over text: `parse` reads lines, `families` names every
 family read, `read` turns samples into devices, containers and quotas (`state` holds what it
-gathers), `checks` finds what does not add up, `summary` builds the report. `sources` is the one
-place that reads files, standard input and URLs; `render` prints text or JSON.
+gathers), `checks` finds what does not add up, `summary` builds the report. `selection` keeps
+the series `--node`, `--namespace`, `--pod` ask for. The I/O: `sources` reads files, standard
+input and URLs, `prometheus_api` asks Prometheus's HTTP API (R-X9) for the same samples;
+`render` prints text or JSON.
 """
 
 from devicemanager.report.parse import parse
