@@ -260,10 +260,12 @@ def test_the_workloads_labels_are_read_under_their_exported_names(prometheus: st
     namespaces = {c["namespace"] for c in d["containers"]}
     assert "gpustack-workloads" in namespaces and "gpustack-system" not in namespaces
     assert comparable(queried) == comparable(from_text(RELABELLED))
-    narrowed = Selection(namespace="gpustack-workloads", pod="qwen3-32b")
-    assert comparable(from_prometheus(prometheus, RELABELLED, narrowed)) == comparable(
-        from_text(RELABELLED, narrowed)
-    )
+    for narrowed in (
+        Selection(namespace="gpustack-workloads"),
+        Selection(namespace="gpustack-workloads", pod="qwen3-32b"),
+    ):
+        got = from_prometheus(prometheus, RELABELLED, narrowed)
+        assert got.containers and comparable(got) == comparable(from_text(RELABELLED, narrowed))
     none = from_prometheus(prometheus, RELABELLED, Selection(namespace="gpustack-system"))
     assert none.containers == () and none.devices == ()
 
@@ -501,3 +503,21 @@ def test_prometheus_is_reachable_from_httpx(prometheus: str) -> None:
     assert doc["status"] == "success" and len(doc["data"]["result"]) == sum(
         len(files) for files in CASE_TEXTS.values()
     )
+
+
+def test_a_finding_cites_the_series_where_there_is_no_line(serve: Callable[..., Served]) -> None:
+    """(R-X9) A series from the API has no line: a finding about it names the series itself,
+    labels and all, and its target as the source."""
+    series = {"__name__": "hami_vgpu_memory_used_bytes", "instance": "10.0.0.7:9394",
+              "job": "hami-monitor", "podnamespace": "a", "podname": "b"}  # fmt: skip
+    api = serve({"/api/v1/query": (200, "application/json", vector(series))})
+    (parsed,) = read_prometheus(Query(api.url), families=(BY_NAME[series["__name__"]],))
+    assert parsed.source == "10.0.0.7:9394"
+    (sample,) = parsed.samples
+    assert sample.labels == (("podname", "b"), ("podnamespace", "a"))  # job, instance dropped
+    (finding,) = [f for f in summarize([parsed]).findings if f.kind.value == "ambiguous"]
+    assert (
+        "10.0.0.7:9394: 1 series names no device and were not attributed "
+        '(hami_vgpu_memory_used_bytes series hami_vgpu_memory_used_bytes{podname="b", '
+        'podnamespace="a"})'
+    ) in finding.message, finding.message
