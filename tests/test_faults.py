@@ -188,6 +188,49 @@ def test_2_the_header_bound_holds_whatever_the_read_sizes(launch, write: int) ->
     assert status(31 * 1024) == b"HTTP/1.1 200"
 
 
+def test_2_a_client_that_pipelines_and_never_reads_costs_no_memory(launch) -> None:  # type: ignore[no-untyped-def]
+    """(R-O1) Tens of thousands of pipelined GET /metrics on one connection that never reads:
+    the fast path stops writing into a buffer nobody drains, the queue behind it is bounded, and
+    past it the connection is aborted and counted; the agent's memory stays flat and it goes on
+    answering others. (Before: every answer was written into the transport's buffer, +100 MiB
+    in 8 s.)"""
+    agent: Agent = launch("--replay", str(H100), "--monitor-period", "0.3")
+    agent.wait_for("/readyz", 200)
+    process = psutil.Process(agent.proc.pid)
+    rss_before = process.memory_info().rss
+    sock = tls_socket(agent.port)
+    sock.setblocking(False)
+    burst = b"GET /metrics HTTP/1.1\r\nHost: agent\r\n\r\n" * 1000
+    sent, aborted = 0, False
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline and not aborted:
+        try:
+            sock.send(burst)
+            sent += 1000
+        except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError):
+            time.sleep(0.01)
+        except OSError:
+            aborted = True
+    rss_after = process.memory_info().rss
+    # What the connection got before it ended: a few answers, not thousands.
+    sock.setblocking(True)
+    sock.settimeout(2)
+    received = 0
+    try:
+        while received < 64 * MIB and (chunk := sock.recv(65536)):
+            received += len(chunk)
+    except OSError:
+        aborted = True
+    sock.close()
+    assert aborted and received < 8 * MIB, (sent, received)
+    assert rss_after - rss_before < 24 * MIB
+    refused = "gpustack_device_manager_http_refused_total"
+
+    wait(lambda: (refused, (("reason", "pipelined"),), 1.0) in series(agent, refused))
+    with agent.client() as client:
+        assert client.get("/metrics").status_code == 200
+
+
 def test_2_too_many_header_fields_is_431(launch) -> None:  # type: ignore[no-untyped-def]
     agent: Agent = launch("--replay", str(H100), "--monitor-period", "0.5")
     agent.wait_for("/readyz", 200)

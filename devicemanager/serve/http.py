@@ -58,6 +58,9 @@ from devicemanager.serve.counters import OTHER, HttpCounters, route_of
 log = logging.getLogger("devicemanager.serve.http")
 
 HANDSHAKE_TIMEOUT = 10.0
+# Requests one connection may have queued behind the one being answered (pipelining). No
+# scraper pipelines; a client that does, past this, is sending faster than it reads.
+MAX_PIPELINED = 32
 # A closed TLS connection waits for the peer's close_notify; a peer that never sends one would
 # hold its file descriptor for asyncio's default 30 s after being shed or timed out.
 TLS_SHUTDOWN_TIMEOUT = 2.0
@@ -327,6 +330,15 @@ class BoundedHttpProtocol(HttpToolsProtocol):
                 self.registry.count("connections")
                 self.refuse(503, "server busy: too many connections\n", ((b"retry-after", b"1"),))
                 return
+        if len(self.pipeline) >= MAX_PIPELINED:
+            # A client that sends request after request without reading the answers: the
+            # queue is bounded, and so is what a connection may hold. Aborted, not closed: a
+            # close would wait for the client to read the answers already written.
+            self.registry.count("pipelined")
+            self.refused = True
+            self._cancel_deadline()
+            self.transport.abort()
+            return
         if self._take_fast():
             return
         super().on_headers_complete()
@@ -336,6 +348,11 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         with nothing still being answered (else the app's queue keeps the order)."""
         routes = self.routes
         if routes is None or self.parser.get_method() != b"GET" or self.pipeline:
+            return False
+        if self.flow.write_paused:
+            # The client is not reading what it was sent: the app's path waits for the
+            # transport to drain (and queues, bounded, what comes after) where the fast path
+            # would write another answer into a buffer nobody empties.
             return False
         if self.cycle is not None and not self.cycle.response_complete:
             return False
