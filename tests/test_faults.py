@@ -231,6 +231,32 @@ def test_2_a_client_that_pipelines_and_never_reads_costs_no_memory(launch) -> No
         assert client.get("/metrics").status_code == 200
 
 
+def test_2_connections_that_never_start_tls_count_against_the_bound(launch) -> None:  # type: ignore[no-untyped-def]
+    """(R-O1) 1,500 TCP connections that never send a ClientHello: each counts against
+    --http-max-connections from its accept, past it the one in its handshake the longest is
+    aborted (counted), so the agent holds at most the bound's worth, its memory stays flat, and
+    a real client is answered meanwhile. (Before: none counted, +157 MiB for 3,000.)"""
+    agent: Agent = launch("--replay", str(H100), "--monitor-period", "0.3")
+    agent.wait_for("/readyz", 200)
+    process = psutil.Process(agent.proc.pid)
+    rss_before = process.memory_info().rss
+    bare = []
+    try:
+        for _ in range(1500):
+            bare.append(socket.create_connection(("127.0.0.1", agent.port), timeout=5))
+        time.sleep(0.5)
+        assert process.num_fds() < 128 + 40, process.num_fds()
+        assert process.memory_info().rss - rss_before < 24 * MIB
+        with agent.client() as client:
+            assert client.get("/livez").status_code == 200
+    finally:
+        for sock in bare:
+            sock.close()
+    refused = "gpustack_device_manager_http_refused_total"
+    shed = [v for n, labels, v in series(agent, refused) if dict(labels)["reason"] == "handshakes"]
+    assert shed and shed[0] >= 1500 - 128
+
+
 def test_2_too_many_header_fields_is_431(launch) -> None:  # type: ignore[no-untyped-def]
     agent: Agent = launch("--replay", str(H100), "--monitor-period", "0.5")
     agent.wait_for("/readyz", 200)

@@ -32,6 +32,8 @@ REASONS: dict[str, str] = {
     "room (503)",
     "shed_idle": "at --http-max-connections: the connection idle the longest, to make room "
     "(closed)",
+    "handshakes": "at --http-max-connections with connections still in their TLS handshake: "
+    "the one in it the longest (aborted)",
     "pipelined": "a connection with more than 32 requests queued behind the one being answered "
     "(aborted)",
 }

@@ -54,6 +54,7 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from devicemanager.serve.counters import OTHER, HttpCounters, route_of
+from devicemanager.serve.handshake import TlsGate, gated
 
 log = logging.getLogger("devicemanager.serve.http")
 
@@ -107,9 +108,24 @@ class Connections:
     )
     heads_with: object = None
 
+    # Connections accepted and still in their TLS handshake (serve/handshake.py), since when.
+    handshaking: dict[TlsGate, float] = field(default_factory=dict)
+
     def count(self, reason: str) -> None:
         """A bound acted: one of serve.counters.REASONS."""
         self.counters.refuse(reason)
+
+    def handshake_room(self, new: TlsGate) -> None:
+        """A connection accepted: handshakes count against the bound with the connections
+        open; past it, the one in its handshake the longest goes."""
+        live = sum(1 for c in self.open if not c.closing)
+        while live + len(self.handshaking) > self.limits.max_connections:
+            others = [g for g in self.handshaking if g is not new]
+            if not others:
+                return  # only the newcomer: the open connections' own rules make room
+            oldest = min(others, key=self.handshaking.__getitem__)
+            self.count("handshakes")
+            oldest.abort()
 
     def admit(self, new: BoundedHttpProtocol) -> None:
         self.open[new] = None
@@ -248,6 +264,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_deadline()
         self.registry.remove(self)
+        if self.transport is None:
+            return  # lost in its TLS handshake (serve/handshake.py): never made, nothing to end
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -458,11 +476,14 @@ def protocol_for(
 def _with_handshake_deadline(
     create_server: Callable[..., Coroutine[Any, Any, asyncio.Server]],
 ) -> Callable[..., Coroutine[Any, Any, asyncio.Server]]:
-    async def create(*args: Any, **kwargs: Any) -> asyncio.Server:
-        if kwargs.get("ssl") is not None:
-            kwargs.setdefault("ssl_handshake_timeout", HANDSHAKE_TIMEOUT)
-            kwargs.setdefault("ssl_shutdown_timeout", TLS_SHUTDOWN_TIMEOUT)
-        return await create_server(*args, **kwargs)
+    async def create(
+        factory: Callable[[], asyncio.Protocol], *args: Any, **kwargs: Any
+    ) -> asyncio.Server:
+        context = kwargs.pop("ssl", None)
+        if context is not None:
+            # TLS per connection by its gate, so a connection counts from its accept on.
+            factory = gated(factory, context, HANDSHAKE_TIMEOUT, TLS_SHUTDOWN_TIMEOUT)
+        return await create_server(factory, *args, **kwargs)
 
     return create
 
