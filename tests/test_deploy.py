@@ -546,6 +546,56 @@ def test_the_memory_by_mode_panel_counts_a_shared_card_once(
     assert query(url, health["targets"][0]["expr"].replace("$node", ".*"))  # eight cards
 
 
+RUNBOOKS = "https://github.com/gpustack/device-manager/blob/main/docs/runbooks.md"
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    doc = yaml.safe_load((DEPLOY / "prometheus-rules.yaml").read_text())
+    return [r for g in doc["groups"] for r in g["rules"] if "alert" in r]
+
+
+def test_every_alert_leads_to_its_runbook() -> None:
+    """(R-O6) Every shipped alert's runbook_url is its own section of docs/runbooks.md, at the
+    address the repository serves it from, and every section of the runbooks is an alert."""
+    from tests.test_docs import _anchor
+
+    text = (REPO / "docs" / "runbooks.md").read_text()
+    headings = {_anchor(h) for h in re.findall(r"^#+ (.+)$", text, flags=re.MULTILINE)}
+    sections = set(re.findall(r"^### (\w+)$", text, flags=re.MULTILINE))
+    alerts = alert_rules()
+    assert len(alerts) >= 9
+    for rule in alerts:
+        url = rule["annotations"]["runbook_url"]
+        assert url == f"{RUNBOOKS}#{rule['alert'].lower()}", rule["alert"]
+        assert url.partition("#")[2] in headings, f"docs/runbooks.md has no {url}"
+    assert sections == {r["alert"] for r in alerts}
+
+
+def scrape_jobs() -> set[str]:
+    """The `job` label each shipped way of scraping gives the agents' targets: the scrape
+    config's job_name, and prometheus-operator's `<namespace>/<name>` for the PodMonitor (what
+    tests/test_scrape_config.py sees a real Prometheus store)."""
+    (job,) = yaml.safe_load((DEPLOY / "prometheus-scrape.yaml").read_text())["scrape_configs"]
+    (monitor,) = [d for d in documents(DEPLOY / "podmonitor.yaml") if d["kind"] == "PodMonitor"]
+    meta = monitor["metadata"]
+    return {job["job_name"], f"{meta['namespace']}/{meta['name']}"}
+
+
+def test_the_scrape_alerts_watch_exactly_the_shipped_jobs() -> None:
+    """(R-O6) DeviceManagerDown and DeviceManagerAbsent select `up` by the jobs the shipped
+    scrape config and PodMonitor produce: a renamed job would leave both silent."""
+    jobs = scrape_jobs()
+    exprs = {r["alert"]: r["expr"] for r in alert_rules()}
+    for name, form in (
+        ("DeviceManagerDown", r'up\{job=~"([^"]+)"\} == 0'),
+        ("DeviceManagerAbsent", r'absent\(up\{job=~"([^"]+)"\}\)'),
+    ):
+        match = re.fullmatch(form, exprs[name])
+        assert match, exprs[name]
+        assert set(match.group(1).split("|")) == jobs, name
+        assert all(re.fullmatch(match.group(1), job) for job in jobs)
+
+
 PROMETHEUS_RULE_HEAD = """\
 # The alerts of deploy/prometheus-rules.yaml as a prometheus-operator PrometheusRule, generated
 # from that file (a test checks they are equal; UPDATE_GOLDEN=1 rewrites this one). The

@@ -171,6 +171,17 @@ def series_when(url: str, selector: str, timeout: float = 30) -> dict[str, str]:
         time.sleep(0.5)
 
 
+def the_scrape_alerts_see(url: str, instance: str) -> None:
+    """The expressions of DeviceManagerDown and DeviceManagerAbsent (deploy/prometheus-rules.yaml),
+    evaluated by the Prometheus scraping the agent: its `up` is selected, at 1, so neither fires."""
+    doc = yaml.safe_load((DEPLOY / "prometheus-rules.yaml").read_text())
+    exprs = {r["alert"]: r["expr"] for g in doc["groups"] for r in g["rules"] if "alert" in r}
+    down, absent = exprs["DeviceManagerDown"], exprs["DeviceManagerAbsent"]
+    (up,) = query(url, down.removesuffix(" == 0"))
+    assert (up["metric"]["instance"], up["value"][1]) == (instance, "1"), up
+    assert query(url, down) == [] and query(url, absent) == []
+
+
 def test_the_relabelling_keeps_the_agent_and_points_at_its_port_path_and_scheme(
     prometheus: tuple[str, Agent],
 ) -> None:
@@ -215,6 +226,8 @@ def test_the_relabelling_keeps_the_agent_and_points_at_its_port_path_and_scheme(
         AGENT_POD,
         "device-manager",
     )
+    # The alerts on the scrape itself watch this job (R-O6).
+    the_scrape_alerts_see(url, f"127.0.0.1:{agent.port}")
 
 
 # -- the PodMonitor, through prometheus-operator's relabelling (R-O6, R-E6) ---------------------
@@ -392,6 +405,8 @@ def test_through_the_podmonitor_tenant_series_keep_their_namespace_and_the_agent
             "pod": AGENT_POD,
             "container": "device-manager",
         }, own
+    # The alerts on the scrape itself watch this job too (R-O6).
+    the_scrape_alerts_see(url, f"127.0.0.1:{agent.port}")
     # Nothing renamed, anywhere.
     labels = httpx.get(
         f"{url}/api/v1/labels", params={"match[]": '{__name__=~"gpustack_.+"}'}, timeout=5
