@@ -546,6 +546,31 @@ def test_the_memory_by_mode_panel_counts_a_shared_card_once(
     assert query(url, health["targets"][0]["expr"].replace("$node", ".*"))  # eight cards
 
 
+@pytest.mark.timeout(180)
+def test_the_backend_health_panel_shows_each_nodes_backends_and_sources(
+    prometheus: tuple[str, Agent],
+) -> None:
+    """(R-O6, R-O3) The dashboard's backend-health panel, run by a real Prometheus scraping the
+    replayed node: one line per node and manufacturer for the library, and one per source of
+    the agent, named by the agent's node though the collector's series carry none."""
+    url, _ = prometheus
+    wait_for(url, "gpustack_accelerator_backend_up")
+    dashboard = json.loads((DEPLOY / "grafana-dashboard.json").read_text())
+    (panel,) = (p for p in dashboard["panels"] if p["title"] == "Backends and collectors: health")
+    backends, sources = (t["expr"].replace("$node", ".*") for t in panel["targets"])
+    assert {
+        (r["metric"]["node"], r["metric"]["manufacturer"], r["value"][1])
+        for r in query(url, backends)
+    } == {("gpu-h100-07", "nvidia", "1")}
+    found = {
+        (r["metric"]["node"], r["metric"]["source"], r["value"][1]) for r in query(url, sources)
+    }
+    assert ("gpu-h100-07", "snapshot", "1") in found
+    assert {node for node, _, _ in found} == {"gpu-h100-07"}
+    # $node filters the sources too: another node's agent has none of them.
+    assert query(url, panel["targets"][1]["expr"].replace("$node", "gpu-other")) == []
+
+
 RUNBOOKS = "https://github.com/gpustack/device-manager/blob/main/docs/runbooks.md"
 
 

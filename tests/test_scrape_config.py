@@ -27,6 +27,7 @@ without access control; tests/test_deploy.py scrapes with a token).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -412,11 +413,12 @@ def test_through_the_podmonitor_tenant_series_keep_their_namespace_and_the_agent
         f"{url}/api/v1/labels", params={"match[]": '{__name__=~"gpustack_.+"}'}, timeout=5
     ).json()["data"]
     assert "namespace" in labels and not [n for n in labels if n.startswith("exported_")], labels
-    # The dashboard's namespace list: the tenants', not the agent's.
-    namespaces = {
-        r["metric"]["namespace"]
-        for r in query(url, "count by (namespace) (gpustack_instance_accelerator_memory_total_mib)")
-    }
+    # The dashboard's namespace list, from its own variable: the tenants', not the agent's.
+    dashboard = json.loads((DEPLOY / "grafana-dashboard.json").read_text())
+    (variable,) = [v for v in dashboard["templating"]["list"] if v["name"] == "namespace"]
+    listed = re.fullmatch(r"label_values\((.+), *namespace\)", variable["query"]["query"])
+    assert listed, variable
+    namespaces = {r["metric"]["namespace"] for r in query(url, listed.group(1))}
     assert namespaces == {"gpustack-workloads", "ml-research", "notebooks"}
 
     # docs/metrics.md's Shared query: card 5, 81,559 MiB, held by two notebooks, counts once;
