@@ -128,7 +128,69 @@ def test_access_control_rbac_lets_the_agent_review_and_names_who_reads() -> None
         {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "gpustack-system"}
     ]
     assert ("monitoring", "prometheus-k8s") in readers_of("/metrics")
-    assert readers_of("/monitor/snapshot") == {("gpustack-system", "gpustack-worker")}
+    # The worker, and the agents' own account, for `kubectl exec … devicemanager snapshot`.
+    own = ("gpustack-system", sa["metadata"]["name"])
+    assert readers_of("/monitor/snapshot") == {("gpustack-system", "gpustack-worker"), own}
+    assert own in readers_of("/metrics")
+
+
+def test_kubectl_exec_snapshot_is_let_in_by_the_shipped_access_control(
+    tmp_path: Path,
+    launch,  # type: ignore[no-untyped-def]
+) -> None:
+    """(R-X4) `kubectl exec <device-manager-pod> -- devicemanager snapshot` under
+    --access-control=kubernetes, with no flag: the command sends the pod's own service-account
+    token, and the API server, holding exactly the RBAC of deploy/access-control.yaml, lets
+    that account read both the snapshot and /metrics (the grants table). A tenant's account is
+    refused."""
+    from tests.test_operations import dm, one_line
+
+    (sa,) = by_kind("ServiceAccount")
+    agent_user = f"system:serviceaccount:{sa['metadata']['namespace']}:{sa['metadata']['name']}"
+    (tmp_path / "api").mkdir()
+    api = FakeApiServer(tmp_path / "api").start()
+    try:
+        api.identities = {
+            "agent-token": {"username": agent_user, "groups": ["system:serviceaccounts"]},
+            "tenant-token": {
+                "username": "system:serviceaccount:ml-research:default",
+                "groups": ["system:serviceaccounts"],
+            },
+        }
+        api.allowed = {
+            (f"system:serviceaccount:{namespace}:{name}", path)
+            for path in ("/metrics", "/monitor/snapshot")
+            for namespace, name in readers_of(path)
+        }
+        agent: Agent = launch(
+            "--replay",
+            H100,
+            "--monitor-period",
+            "1",
+            "--kubeconfig",
+            str(api.kubeconfig(tmp_path / "kubeconfig")),
+            "--access-control",
+            "kubernetes",
+        )
+        agent.wait_for("/readyz", 200)
+        account = api.service_account(tmp_path / "serviceaccount", token="agent-token")
+        env = {"DEVICEMANAGER_SERVICE_ACCOUNT_DIR": str(account)}
+        snap = dm("snapshot", "--url", agent.url("/monitor/snapshot"), env=env)
+        assert snap.returncode == 0, snap.stderr
+        assert "node gpu-h100-07" in snap.stdout and "grants (" in snap.stdout, snap.stdout
+        assert "no grants table" not in snap.stderr, snap.stderr
+        metrics = dm("metrics", "--url", agent.url("/metrics"), env=env)
+        assert metrics.returncode == 0 and "gpustack_accelerator_backend_up{" in metrics.stdout
+        tenant = api.service_account(tmp_path / "tenant", token="tenant-token")
+        refused = dm(
+            "snapshot",
+            "--url",
+            agent.url("/monitor/snapshot"),
+            env={"DEVICEMANAGER_SERVICE_ACCOUNT_DIR": str(tenant)},
+        )
+        assert refused.returncode == 3 and "answered 403" in one_line(refused, "snapshot")
+    finally:
+        api.stop()
 
 
 def test_the_daemonset_agrees_with_the_code() -> None:
