@@ -541,6 +541,10 @@ def test_a_real_prometheus_scrapes_the_agent(prometheus: tuple[str, Agent]) -> N
         alerts[0]["metric"]["instance_name"] == "phi-4"
         and alerts[0]["metric"]["alertstate"] == "pending"
     )
+    # On the same evaluation, none of the alerts on the agent itself is pending for this
+    # healthy one (its backend up, its snapshot fresh, its job scraped), and the refused
+    # `anonymous` job is not one of the agents' jobs.
+    assert query(url, 'ALERTS{alertname=~"DeviceManager.*"}') == []
     # promtool reads what Prometheus read.
     with agent.client() as client:
         text = client.get("/metrics", headers={"Authorization": "Bearer prometheus-token"}).content
