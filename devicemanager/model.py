@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -310,6 +311,18 @@ class Snapshot:
     backends: tuple[BackendStatus, ...] = ()
     round_duration_seconds: float | None = None
     slices: SliceSection | None = None  # per-grant usage; absent means "could not measure"
+
+
+# A lone surrogate: a code point UTF-8 cannot encode. JSON's `\ud800` escape makes one, and so
+# does `surrogateescape` decoding of bytes that are not UTF-8.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+REPLACEMENT = "\ufffd"
+
+
+def utf8_text(text: str) -> str:
+    """`text` with each code point UTF-8 cannot encode replaced by U+FFFD, so that what a tenant
+    wrote always encodes (JSON, /metrics, logs); the same string when nothing is wrong."""
+    return text if text.isascii() else _SURROGATE.sub(REPLACEMENT, text)
 
 
 def as_int(value: Any) -> int | None:

@@ -25,7 +25,7 @@ from devicemanager.grants.grants import (
 )
 from devicemanager.grants.quantity import parse_quantity
 from devicemanager.model import MIB, Card, Identities, PodFault, Snapshot, utilization_percent
-from devicemanager.node.isolation import FIGURES, POD_LEVEL, per_pod
+from devicemanager.node.isolation import FIGURES, POD_LEVEL, encodable, per_pod
 from devicemanager.node.pods import PodIndex, PodInfo
 
 
@@ -205,7 +205,16 @@ def exported(
     )
 
     def entries(ref_pod: tuple[InstanceRef, PodInfo]) -> tuple[AcceleratorEntry, ...]:
-        mine = [g for g in grants.by_pod.get(ref_pod[1].uid, ()) if g.manufacturer in ours]
+        ref, pod = ref_pod
+        mine = [g for g in grants.by_pod.get(pod.uid, ()) if g.manufacturer in ours]
+        # The texts its series carry as labels: one that cannot be encoded is this pod's fault.
+        encodable(
+            ref.namespace,
+            ref.name,
+            ref.uid,
+            pod.name,
+            *(text for g in mine for text in (*g.containers, g.entry_id, g.manufacturer)),
+        )
         return tuple(entry(g, view) for g in mine)
 
     done = per_pod(ordered, lambda rp: rp[1].uid, entries, FIGURES, faults)
@@ -393,6 +402,7 @@ def pod_level(
 
     def level(ref_pod: tuple[InstanceRef, PodInfo]) -> PodLevel | None:
         ref, pod = ref_pod
+        encodable(ref.namespace, ref.name, ref.uid, pod.name)
         cpu, memory, storage = totals(pod)
         measured = None
         if usage is not None:

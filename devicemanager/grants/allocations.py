@@ -10,7 +10,9 @@ same encoding under `hami.io/<word>-devices-allocated` (`dcu` Hygon, `amd`, `met
 (`DCU-<index>` or `HCU-<serial>` for Hygon); backends list those forms as card aliases.
 
 Each parser raises AllocationError and nothing else on any input: a malformed annotation
-yields no grants for its pod and never touches another pod.
+yields no grants for its pod and never touches another pod. A string decoded from an
+annotation's JSON (where `\ud800` escapes make lone surrogates) is made encodable
+(`model.utf8_text`) as it is read, like every other text of a pod (node/pods.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+from devicemanager.model import utf8_text
 
 GPUSTACK_KEY = "device.gpustack.ai/accelerator.allocated"
 HAMI_KEY = "hami.io/vgpu-devices-allocated"
@@ -112,7 +116,7 @@ def _optional_str(value: Any, what: str) -> str | None:
         return None
     if not isinstance(value, str):
         raise AllocationError(f"{what} must be a string, not {value!r}")
-    return value
+    return utf8_text(value)
 
 
 def _bounded(key: str, text: str) -> str:
@@ -152,9 +156,9 @@ def parse_gpustack(text: str) -> tuple[Allocation, ...]:
                     continue
                 out.append(
                     Allocation(
-                        container=container,
-                        manufacturer=manufacturer.lower(),
-                        device_id=acc["id"],
+                        container=utf8_text(container),
+                        manufacturer=utf8_text(manufacturer.lower()),
+                        device_id=utf8_text(acc["id"]),
                         index=_optional_int(acc.get("index"), "index"),
                         mode=mode,
                         units=_optional_int(acc.get("allocated"), "allocated"),
@@ -264,7 +268,7 @@ def parse_hami_mig(text: str, slots: Sequence[str]) -> tuple[Allocation, ...]:
             Allocation(
                 container=slots[slot],
                 manufacturer="nvidia",
-                device_id=parent,
+                device_id=utf8_text(parent),
                 index=None,
                 mode=Mode.PARTITIONED,
                 partition_id=_optional_str(item.get("migUUID"), "migUUID"),

@@ -41,6 +41,14 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def encodable(*texts: str) -> None:
+    """Raises (UnicodeEncodeError) inside the pod's boundary when some text of the pod's that a
+    label or a document carries could not be encoded as UTF-8 when the round is rendered: then
+    the pod is left out of the stage, not the whole node out of the round. The pod index makes
+    every such text encodable as it enters (node/pods.py); this holds for any other way in."""
+    "".join(texts).encode()
+
+
 def per_pod(
     items: Iterable[T],
     uid: Callable[[T], str],

@@ -13,6 +13,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from devicemanager.model import utf8_text
+
 _STATUS_LISTS = ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses")
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
@@ -64,14 +66,21 @@ def strip_scheme(container_id: str) -> str:
     return container_id.rpartition("://")[2].lower()
 
 
+# Every string a pod object carries enters the index through `_str`: a code point UTF-8 cannot
+# encode (a lone surrogate from a JSON `\ud800` escape) is U+FFFD from here on, so no text of a
+# tenant's can fail the encoding of the snapshot, /metrics or a log line for the whole node.
+def _str(value: Any) -> str:
+    return utf8_text(value if isinstance(value, str) else str(value))
+
+
 def _strings(value: Any) -> Mapping[str, str]:
     if not isinstance(value, Mapping):
         return _EMPTY
-    return MappingProxyType({str(k): str(v) for k, v in value.items()})
+    return MappingProxyType({_str(k): _str(v) for k, v in value.items()})
 
 
 def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+    return utf8_text(value) if isinstance(value, str) else None
 
 
 def _list(value: Any) -> list[Mapping[str, Any]]:
@@ -96,10 +105,10 @@ def _controller(meta: Mapping[str, Any]) -> Owner | None:
     for ref in _list(meta.get("ownerReferences")):
         if ref.get("controller") is True:
             return Owner(
-                api_version=str(ref.get("apiVersion", "")),
-                kind=str(ref.get("kind", "")),
-                name=str(ref.get("name", "")),
-                uid=str(ref.get("uid", "")),
+                api_version=_str(ref.get("apiVersion", "")),
+                kind=_str(ref.get("kind", "")),
+                name=_str(ref.get("name", "")),
+                uid=_str(ref.get("uid", "")),
             )
     return None
 
@@ -129,27 +138,29 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo | None:
                         and state in ("Unhealthy", "Unknown")
                         and len(health) < MAX_HEALTH
                     ):
-                        health.append((rid, state))
+                        health.append((_str(rid), state))
             cid, name = st.get("containerID"), st.get("name")
             if isinstance(cid, str) and cid and isinstance(name, str):
-                containers[strip_scheme(cid)] = name
+                containers[_str(strip_scheme(cid))] = _str(name)
     limits: dict[str, Mapping[str, str]] = {}
     for container in _list(spec.get("containers")):
         resources = container.get("resources")
         if isinstance(container.get("name"), str):
-            limits[container["name"]] = _strings(
+            limits[_str(container["name"])] = _strings(
                 resources.get("limits") if isinstance(resources, Mapping) else None
             )
-    inits = [c["name"] for c in _list(spec.get("initContainers")) if isinstance(c.get("name"), str)]
+    inits = [
+        _str(c["name"]) for c in _list(spec.get("initContainers")) if isinstance(c.get("name"), str)
+    ]
     ready = any(
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in _list(status.get("conditions"))
     )
     return PodInfo(
         device_health=tuple(health),
-        uid=uid.lower(),
-        namespace=str(meta.get("namespace", "")),
-        name=str(meta.get("name", "")),
+        uid=_str(uid.lower()),
+        namespace=_str(meta.get("namespace", "")),
+        name=_str(meta.get("name", "")),
         owner=_controller(meta),
         labels=_strings(meta.get("labels")),
         annotations=_strings(meta.get("annotations")),

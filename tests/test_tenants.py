@@ -1,0 +1,265 @@
+"""Bounded against tenants, and against the API server and the libraries (issue 30): what one
+pod carries, names or streams is that pod's problem, and a card the library stops listing is
+not forgotten.
+
+Each section holds the rule in process (the real monitor round, `tests.world.run`) and shows
+it where a user sees it: the real agent (`devicemanager serve` in a subprocess, real TLS)
+over a pods file, the fake API server (`tests.kube_server`) or the fake kubelet.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+
+from devicemanager.agent.monitor import BackendWorker, Monitor
+from devicemanager.grants.allocations import GPUSTACK_KEY
+from devicemanager.model import VendorReading
+from devicemanager.node.attribution import Attributor
+from devicemanager.node.pods import PodIndex, PodInfo
+from tests.conftest import NODES, Agent
+from tests.world import CARD_MIB, ReadingBackend, Result, accel, card, gpu, pod, run, uid
+
+pytestmark = pytest.mark.timeout(120)
+
+H100 = NODES / "h100-8gpu-mixed"
+REPLACEMENT = "\ufffd"
+
+Series = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def strictly_encoded(result: Result) -> None:
+    """The round's two documents are UTF-8 through and through: /metrics decodes strictly, and
+    every string of the snapshot encodes (its JSON escapes would otherwise carry a surrogate)."""
+    text = result.published.metrics.plain.decode("utf-8", "strict")
+    list(text_string_to_metric_families(text))
+    doc = json.loads(result.published.snapshot_json)
+    json.dumps(doc, ensure_ascii=False).encode("utf-8", "strict")
+
+
+# -- text that cannot be encoded is its pod's alone (R-A4, R-G1) ----------------------------------
+
+# Any text, lone surrogates (what JSON's `\ud800` escape decodes to) among ordinary characters.
+UNENCODABLE = st.builds(
+    lambda head, surrogates, tail: head + "".join(surrogates) + tail,
+    st.text(max_size=6),
+    st.lists(st.characters(categories=["Cs"]), min_size=1, max_size=3),
+    st.text(max_size=6),
+)
+FIELDS = ["name", "namespace", "label", "owner", "owner_uid", "annotation", "container"]
+
+
+def with_text(field: str, text: str) -> dict[str, Any]:
+    """A pod holding card 2 whole, `text` in one of its fields."""
+    obj = pod("poisoned", {"main": [accel(2, 1)]}, instance="poisoned")
+    meta = obj["metadata"]
+    if field == "container":  # in the spec, the status and the allocation annotation
+        obj["spec"]["containers"][0]["name"] = text
+        obj["status"]["containerStatuses"][0]["name"] = text
+        allocated = json.loads(meta["annotations"][GPUSTACK_KEY])
+        meta["annotations"][GPUSTACK_KEY] = json.dumps({text: allocated["main"]})
+    if field in ("name", "namespace"):
+        meta[field] = text
+    elif field == "label":
+        meta["labels"][text] = text
+    elif field == "owner":
+        meta["ownerReferences"][0]["name"] = text
+    elif field == "owner_uid":
+        meta["ownerReferences"][0]["uid"] = text
+        meta["labels"]["app.kubernetes.io/part-of"] = text
+    elif field == "annotation":
+        meta["annotations"][f"tenant.example/{text}"] = text
+    return obj
+
+
+def tenants() -> tuple[list[dict[str, Any]], list[Any]]:
+    return [
+        pod("a", {"main": [accel(0, 1)]}, instance="a"),
+        pod("b", {"main": [accel(1, 3, 800_000)]}, instance="b"),
+    ], [card(0), card(1), card(2)]
+
+
+def not_card_2(series: Series) -> set[Any]:
+    """Every series but the Instance series on card 2 (the poisoned pod's) and the counters."""
+    return {
+        (name, tuple(sorted(labels.items())), value)
+        for name, samples in series.items()
+        if not name.startswith(("gpustack_accelerator_allocation", "gpustack_accelerator_pod"))
+        and "duration" not in name
+        for labels, value in samples
+        if not (name.startswith("gpustack_instance_") and labels.get("id") == gpu(2))
+    }
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(field=st.sampled_from(FIELDS), text=UNENCODABLE)
+def test_text_that_cannot_be_encoded_is_replaced_and_costs_no_pod_its_figures(
+    tmp_path: Path, field: str, text: str
+) -> None:
+    """(R-A4) Text no UTF-8 can carry, in any field of one pod, is U+FFFD in the index: the
+    round completes, the snapshot and /metrics encode, every other pod's series are what they
+    were, and the pod itself still publishes its card."""
+    pods, cards = tenants()
+    baseline = run(tmp_path, cards, pods)
+    result = run(tmp_path, cards, [*pods, with_text(field, text)])
+    strictly_encoded(result)
+    assert result.snapshot.timestamp > 0
+    assert not_card_2(result.series) == not_card_2(baseline.series)
+    assert result.values("gpustack_instance_accelerator_memory_total_mib", id=gpu(2)) == [CARD_MIB]
+    assert result.values("gpustack_accelerator_pod_errors", stage="figures") == [0.0]
+
+
+GPUSTACK_TEXT = st.builds(
+    lambda container, device, profile: json.dumps(
+        {
+            container: {
+                "devices": {
+                    "groups": [
+                        {
+                            "manufacturer": "nvidia",
+                            "accelerators": [
+                                {
+                                    "id": device,
+                                    "mode": 4,
+                                    "allocated": 400_000,
+                                    "allocatedPhysicalID": device,
+                                    "allocatedPhysicalProfile": profile,
+                                }
+                            ],
+                        }
+                    ]
+                }
+            }
+        }
+    ),
+    st.one_of(st.just("main"), UNENCODABLE),
+    st.one_of(st.just(gpu(2)), UNENCODABLE),
+    UNENCODABLE,
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(annotation=GPUSTACK_TEXT)
+def test_surrogate_escapes_inside_an_allocation_annotation_are_that_pods_alone(
+    tmp_path: Path, annotation: str
+) -> None:
+    """(R-G1) The annotation's JSON is ASCII, but its `\\ud800` escapes decode to lone
+    surrogates as container names, card and partition ids: read as U+FFFD, they encode."""
+    pods, cards = tenants()
+    baseline = run(tmp_path, cards, pods)
+    poisoned = pod("poisoned", None, annotations={GPUSTACK_KEY: annotation})
+    result = run(tmp_path, cards, [*pods, poisoned])
+    strictly_encoded(result)
+    assert not_card_2(result.series) == not_card_2(baseline.series)
+    assert result.values("gpustack_accelerator_allocation_errors") == [0.0]
+
+
+def test_a_pod_built_with_unencodable_text_is_left_out_at_its_boundary(tmp_path: Path) -> None:
+    """(R-G1) A PodInfo that reached the round without passing the index's repair (any other
+    way in) is that pod's fault at the figures stage, never a round that fails to render."""
+    pods, cards = tenants()
+    index = PodIndex.of(pods)
+    broken = PodInfo(
+        uid=uid("broken"),
+        namespace="ns\ud800",
+        name="broken",
+        annotations=pod("broken", {"main": [accel(2, 1)]})["metadata"]["annotations"],
+        containers={"c": "main"},
+        started=True,
+        phase="Running",
+        slots=("main",),
+    )
+    both = PodIndex.of_infos([*index.pods.values(), broken])
+    monitor = Monitor(
+        [BackendWorker(ReadingBackend(VendorReading("nvidia", tuple(cards))))],
+        period=15,
+        deadline=5,
+        liveness_timeout=60,
+        node="node-1",
+        pods=lambda: both,
+        attributor=Attributor(tmp_path / "proc"),
+    )
+    published = monitor.run_round()
+    monitor.stop()
+    text = published.metrics.plain.decode("utf-8", "strict")
+    samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+    errors = {
+        s.labels["stage"]: s.value for s in samples if s.name == "gpustack_accelerator_pod_errors"
+    }
+    assert errors["figures"] == 1.0 and errors["grants"] == 0.0
+    held = {
+        s.labels["instance_name"]
+        for s in samples
+        if s.name == "gpustack_instance_accelerator_memory_total_mib"
+    }
+    assert held == {"a", "b"}
+
+
+def test_a_namespace_json_cannot_encode_keeps_the_node_ready(launch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """(R-A4) The issue's case against the real agent: a pods file whose one namespace is
+    `"ml-research\\ud800"` (the API server's JSON can carry it) used to fail every round for
+    the whole node, /readyz 503. Now the pod publishes under `ml-research\ufffd` and every other
+    series is what it was."""
+    pods = json.loads((H100 / "pods.json").read_text())
+    pods_file = tmp_path / "pods.json"
+    pods_file.write_text(json.dumps(pods))
+    agent: Agent = launch(
+        "--replay", str(H100), "--pods-file", str(pods_file), "--monitor-period", "0.3"
+    )
+    agent.wait_for("/readyz", 200)
+    before = series(agent)
+    poisoned = copy.deepcopy(pods)
+    (resnet,) = [p for p in poisoned["items"] if p["metadata"]["name"] == "resnet-train-7x2kq"]
+    resnet["metadata"]["namespace"] = "ml-research\ud800"
+    text = json.dumps(poisoned)
+    assert '"ml-research\\ud800"' in text  # the JSON escape, as the API server would send it
+    pods_file.write_text(text)
+    fixed = f"ml-research{REPLACEMENT}"
+
+    def moved() -> bool:
+        return any(dict(labels).get("namespace") == fixed for _, labels, _ in series(agent))
+
+    wait(moved)
+    after = series(agent)
+    assert {s for s in after if dict(s[1]).get("namespace") != fixed} == {
+        s for s in before if dict(s[1]).get("namespace") != "ml-research"
+    }
+    with agent.client() as client:
+        assert client.get("/readyz").status_code == 200
+        doc = client.get("/monitor/snapshot").json()
+    json.dumps(doc, ensure_ascii=False).encode("utf-8", "strict")
+    assert "monitor round failed" not in agent.logs()
+
+
+def series(agent: Agent) -> set[tuple[str, tuple[tuple[str, str], ...], float]]:
+    """Every gpustack_ sample but timings and round counters, from the real agent."""
+    with agent.client() as client:
+        raw = client.get("/metrics").content
+    return {
+        (s.name, tuple(sorted(s.labels.items())), s.value)
+        for f in text_string_to_metric_families(raw.decode("utf-8", "strict"))
+        for s in f.samples
+        if s.name.startswith("gpustack_instance_accelerator_")
+        or s.name.startswith("gpustack_accelerator_memory_total")
+    }
+
+
+def wait(predicate: Any, timeout: float = 15.0, step: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(step)
+    raise AssertionError("condition never held")
