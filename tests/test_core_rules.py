@@ -360,6 +360,7 @@ def test_before_the_first_round_the_snapshot_verdict_is_0_and_no_figure_publishe
         "gpustack_accelerator_backend_read_duration_seconds",
         "gpustack_accelerator_allocation_errors",
         "gpustack_accelerator_pod_errors",
+        "gpustack_accelerator_grants_refused",
     }
 
 

@@ -32,6 +32,7 @@ from tests.conftest import NODES, scenario_monitor
 
 G = "GPU-8b6f0b2e-4e58-2d0b-9b1a-1f3c2a7d9e01"
 G2 = "GPU-0c1d2e3f-4a5b-6c7d-8e9f-a0b1c2d3e4f5"
+G3 = "GPU-1d2e3f4a-5b6c-7d8e-9fa0-b1c2d3e4f5a6"
 M = "MIG-5c2e1a90-7d4b-5e3f-8a21-93b0c4d5e6f7"
 # Each manufacturer's canonical card ids in the form its backend reports them, and the ids its
 # device plugin hands the kubelet (docs/grants-and-figures.md cites each plugin's source).
@@ -224,11 +225,13 @@ def gpustack(device: str, mode: int = 1) -> dict[str, str]:
 
 
 def test_the_annotation_wins_and_a_disagreement_is_noted() -> None:
+    """(R-X2) …unless it names a card the kubelet gave other pods and none of it to this one."""
     index = PodIndex.of(
         [
             pod("plain", "plain"),
             pod("agree", "agree", annotations=gpustack(G)),
             pod("differ", "differ", annotations=gpustack(G)),
+            pod("elsewhere", "elsewhere", annotations=gpustack(G3)),
             pod("broken", "broken", annotations={GPUSTACK_KEY: "{"}),
         ]
     )
@@ -237,6 +240,7 @@ def test_the_annotation_wins_and_a_disagreement_is_noted() -> None:
             devices("plain", f"{G}::1"),
             devices("agree", f"{G}::0"),  # GPUStack's plugin: the same card
             devices("differ", G2),
+            devices("elsewhere", G2),
             devices("broken", G2),
         )
     )
@@ -244,8 +248,15 @@ def test_the_annotation_wins_and_a_disagreement_is_noted() -> None:
     plain = grants.by_pod["plain"]
     assert [(g.device_id, g.mode, g.containers) for g in plain] == [(G, Mode.SHARED, ("main",))]
     assert [(g.device_id, g.mode) for g in grants.by_pod["agree"]] == [(G, Mode.EXCLUSIVE)]
-    assert [(g.device_id, g.mode) for g in grants.by_pod["differ"]] == [(G, Mode.EXCLUSIVE)]
-    assert set(grants.disagreements) == {"differ"} and G2 in str(grants.disagreements["differ"])
+    # A card nobody else holds: the annotation wins, the disagreement is noted.
+    assert [(g.device_id, g.mode) for g in grants.by_pod["elsewhere"]] == [(G3, Mode.EXCLUSIVE)]
+    # A card the kubelet gave other pods (`plain`, `agree`) and none of it to `differ`: refused
+    # (issue 30), the disagreement noted all the same.
+    assert "differ" not in grants.by_pod
+    assert [g.device_id for g in grants.refused["differ"]] == [G]
+    assert grants.refused_count() == {"held_by_another_pod": 1}
+    assert set(grants.disagreements) == {"differ", "elsewhere"}
+    assert G2 in str(grants.disagreements["differ"])
     # A malformed annotation still gives no grants: the kubelet cannot tell a slice from a card.
     assert "broken" not in grants.by_pod and "broken" in grants.errors
 

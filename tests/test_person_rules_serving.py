@@ -285,6 +285,7 @@ ACCELERATOR = {
 BOOKKEEPING = {
     "gpustack_accelerator_allocation_errors",
     "gpustack_accelerator_pod_errors",
+    "gpustack_accelerator_grants_refused",
     "gpustack_instance_metrics_exporter",
     "gpustack_instance_metrics_collector_success",
     "gpustack_instance_metrics_collector_duration_seconds",

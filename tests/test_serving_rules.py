@@ -89,6 +89,7 @@ VERDICT_FAMILIES = {
     "gpustack_accelerator_backend_read_duration_seconds",
     "gpustack_accelerator_allocation_errors",
     "gpustack_accelerator_pod_errors",
+    "gpustack_accelerator_grants_refused",
 }
 
 

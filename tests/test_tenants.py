@@ -22,7 +22,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from devicemanager.agent.monitor import BackendWorker, Monitor
 from devicemanager.grants.allocations import GPUSTACK_KEY
-from devicemanager.model import VendorReading
+from devicemanager.grants.deviceplugins import ContainerDevices, KubeletAnswer, PodDevices
+from devicemanager.model import PartitionReading, VendorReading
 from devicemanager.node.attribution import Attributor
 from devicemanager.node.pods import PodIndex, PodInfo
 from tests.conftest import NODES, Agent
@@ -263,3 +264,201 @@ def wait(predicate: Any, timeout: float = 15.0, step: float = 0.1) -> None:
             return
         time.sleep(step)
     raise AssertionError("condition never held")
+
+
+# -- an annotation that names another pod's card (R-X2, R-X6) -------------------------------------
+
+
+MIG_A, MIG_B = f"MIG-{uid('mig a')}", f"MIG-{uid('mig b')}"
+
+
+def kubelet_gives(*pods: tuple[str, str, list[str]]) -> KubeletAnswer:
+    """The kubelet's answer: each (pod name, resource, device ids) in namespace `ns`."""
+    return KubeletAnswer(
+        pods=tuple(
+            PodDevices("ns", name, (ContainerDevices("main", resource, tuple(ids)),))
+            for name, resource, ids in pods
+        ),
+        allocatable=(),
+    )
+
+
+def borrowing_node(
+    tmp: Path, answer: KubeletAnswer | None, with_thieves: bool = True
+) -> tuple[Result, Series]:
+    """Card 0 the kubelet's whole card for `owner`; card 1 a slice of `slice`, whom the kubelet
+    gave a replica of it; partition MIG-a of card 2 the kubelet's for `mig-a`. `thief` names
+    card 0 and card 1 in its annotation, `mig-thief` names MIG-a, `mig-b` names MIG-b, which the
+    kubelet gave nobody."""
+    pods = [
+        pod("owner", None),
+        pod("slice", {"main": [accel(1, 3, 400_000)]}),
+        pod("mig-a", None),
+        pod("mig-b", {"main": [accel(2, 4, 200_000, allocatedPhysicalID=MIG_B)]}),
+    ]
+    if with_thieves:
+        pods += [
+            pod("thief", {"main": [accel(0, 1), accel(1, 3, 400_000)]}),
+            pod("mig-thief", {"main": [accel(2, 4, 200_000, allocatedPhysicalID=MIG_A)]}),
+        ]
+    parts = (
+        PartitionReading(MIG_A, gpu(2), 9856, 4100, 20.0),
+        PartitionReading(MIG_B, gpu(2), 9856, 1024, 55.0),
+    )
+    reading = VendorReading("nvidia", (card(0), card(1), card(2)), (), parts, "550.90.07")
+    index = PodIndex.of(pods)
+    monitor = Monitor(
+        [BackendWorker(ReadingBackend(reading))],
+        period=15,
+        deadline=5,
+        liveness_timeout=60,
+        node="node-1",
+        pods=lambda: index,
+        attributor=Attributor(tmp / "proc"),
+        podresources=None if answer is None else (lambda: answer),
+    )
+    published = monitor.run_round()
+    monitor.stop()
+    series = {
+        f.name: [(s.labels, s.value) for s in f.samples]
+        for f in text_string_to_metric_families(published.metrics.plain.decode())
+    }
+    return Result(published, published.snapshot, (), ReadingBackend(reading), series), series
+
+
+def held(series: Series) -> dict[tuple[str, str], float]:
+    """(instance, entry id) -> memory total, for every grant the round published."""
+    return {
+        (ls["instance_name"], ls["id"]): v
+        for ls, v in series["gpustack_instance_accelerator_memory_total_mib"]
+    }
+
+
+def figures_of(series: Series) -> set[Any]:
+    return {
+        (name, tuple(sorted(labels.items())), value)
+        for name, samples in series.items()
+        if name != "gpustack_accelerator_grants_refused" and "duration" not in name
+        for labels, value in samples
+    }
+
+
+ANSWER = kubelet_gives(
+    ("owner", "nvidia.com/gpu", [gpu(0)]),
+    ("slice", "nvidia.com/gpu", [f"{gpu(1)}::0"]),
+    ("mig-a", "nvidia.com/mig-1g.10gb", [MIG_A]),
+)
+
+
+def test_an_annotation_naming_what_the_kubelet_gave_another_pod_is_refused(
+    tmp_path: Path,
+) -> None:
+    """(R-X2) `thief` writes card 0 (the kubelet's for `owner`) and a slice of card 1 (the
+    kubelet gave `slice` a replica of it) into its own annotation; `mig-thief` writes the
+    partition the kubelet gave `mig-a`. Each is refused with its reason and counted; `owner`,
+    `slice` and `mig-a` keep exactly the figures they had without them, and `mig-b`, whose
+    partition the kubelet gave nobody, keeps its annotation's word."""
+    baseline, before = borrowing_node(tmp_path, ANSWER, with_thieves=False)
+    result, after = borrowing_node(tmp_path, ANSWER)
+    assert (
+        held(after)
+        == held(before)
+        == {
+            ("owner", gpu(0)): float(CARD_MIB),
+            ("slice", gpu(1)): float(CARD_MIB * 400_000 // 1_600_000),
+            ("mig-a", MIG_A): 9856.0,
+            ("mig-b", MIG_B): 9856.0,
+        }
+    )
+    assert figures_of(after) == figures_of(before)  # every series of every holder
+    assert result.values("gpustack_accelerator_grants_refused", reason="held_by_another_pod") == [
+        3.0
+    ]
+    assert baseline.values("gpustack_accelerator_grants_refused") == [0.0]
+    # The per-process queries are not asked for the refused grants' cards on their word.
+    doc = json.loads(result.published.snapshot_json)
+    assert {u["podUID"] for u in doc["slices"]["usages"]} <= {uid("slice"), uid("mig-b")}
+
+
+def test_a_pod_the_kubelet_gave_part_of_the_card_keeps_its_annotations_word(
+    tmp_path: Path,
+) -> None:
+    """(R-X2) Two slices of one card, each pod given a replica by the kubelet: both are
+    holders, as their annotations say; none is refused."""
+    answer = kubelet_gives(
+        ("owner", "nvidia.com/gpu", [gpu(0)]),
+        ("slice", "nvidia.com/gpu", [f"{gpu(1)}::0"]),
+        ("thief", "nvidia.com/gpu", [f"{gpu(1)}::1"]),
+        ("mig-a", "nvidia.com/mig-1g.10gb", [MIG_A]),
+    )
+    result, after = borrowing_node(tmp_path, answer)
+    assert ("thief", gpu(1)) in held(after) and ("slice", gpu(1)) in held(after)
+    assert ("thief", gpu(0)) not in held(after)  # card 0 stays owner's alone
+    assert result.values("gpustack_accelerator_grants_refused") == [2.0]
+
+
+def test_without_the_kubelets_answer_an_annotation_is_trusted(tmp_path: Path) -> None:
+    """(R-X2) No pod-resources answer: nothing contradicts an annotation, and the docs say so."""
+    result, after = borrowing_node(tmp_path, None)
+    assert ("thief", gpu(0)) in held(after) and ("mig-thief", MIG_A) in held(after)
+    assert result.values("gpustack_accelerator_grants_refused") == [0.0]
+
+
+DEVICE_PLUGIN_ONLY = NODES / "a100-device-plugin-only"
+
+
+def test_a_tenant_naming_another_pods_card_reads_nothing_of_it(launch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """(R-X2) Against the real agent over the device-plugin node: a tenant's pod whose
+    annotation names the card the kubelet gave `ml-training/train-llm-0` publishes nothing on
+    it, the refusal is counted and logged once, and train-llm-0's series are what they were."""
+    pods = json.loads((DEVICE_PLUGIN_ONLY / "pods.json").read_text())
+    pods_file = tmp_path / "pods.json"
+    pods_file.write_text(json.dumps(pods))
+    agent: Agent = launch(
+        "--replay",
+        str(DEVICE_PLUGIN_ONLY),
+        "--pods-file",
+        str(pods_file),
+        "--monitor-period",
+        "0.3",
+    )
+    agent.wait_for("/readyz", 200)
+    before = series(agent)
+    card = "GPU-95be5928-15cb-4373-1907-dd7f996c73a8"  # the kubelet's for train-llm-0
+    assert any(
+        ("instance_name", "train-llm-0") in labels and ("id", card) in labels
+        for _, labels, _ in before
+    )
+    thief = pod("thief", None)
+    thief["metadata"]["namespace"] = "tenant-b"
+    thief["metadata"]["annotations"][GPUSTACK_KEY] = json.dumps(
+        {
+            "main": {
+                "devices": {
+                    "groups": [
+                        {
+                            "manufacturer": "nvidia",
+                            "accelerators": [{"id": card, "index": 0, "mode": 1}],
+                        }
+                    ]
+                }
+            }
+        }
+    )
+    pods_file.write_text(json.dumps({**pods, "items": [*pods["items"], thief]}))
+
+    def refused() -> list[float]:
+        with agent.client() as client:
+            text = client.get("/metrics").text
+        return [
+            s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "gpustack_accelerator_grants_refused"
+        ]
+
+    wait(lambda: refused() == [1.0])
+    assert series(agent) == before
+    time.sleep(1.0)
+    lines = [line for line in agent.logs().splitlines() if "tenant-b/thief" in line]
+    assert len(lines) == 1 and "refused" in lines[0], lines

@@ -31,7 +31,13 @@ from devicemanager.figures.snapshot import BackendResult
 from devicemanager.grants import deviceplugins, dra
 from devicemanager.grants.deviceplugins import KubeletAnswer
 from devicemanager.grants.dra import DraInventory
-from devicemanager.grants.grants import Disagreement, NodeGrants, RememberedGrants, node_grants
+from devicemanager.grants.grants import (
+    HELD_BY_ANOTHER_POD,
+    Disagreement,
+    NodeGrants,
+    RememberedGrants,
+    node_grants,
+)
 from devicemanager.model import (
     BackendState,
     BackendStatus,
@@ -191,6 +197,7 @@ class Monitor:
         # for cards by the library's own ids even when an allocator recorded another form.
         self._identities = Identities()
         self._disagreements: dict[str, Disagreement] = {}
+        self._refused: dict[str, tuple[str, ...]] = {}
         self._kubelet_state: tuple[str | None, str | None] | None = None
         # (manufacturer, a device plugin's id) -> card id: indexes, partitions' parents, aliases.
         self._aliases: dict[tuple[str, str], str] = {}
@@ -449,6 +456,18 @@ class Monitor:
                     extra={"pod_uid": uid, "disagreement": str(differs)},
                 )
         self._disagreements = dict(grants.disagreements)
+        refused = {uid: tuple(sorted(g.entry_id for g in gs)) for uid, gs in grants.refused.items()}
+        for uid, ids in refused.items():
+            if self._refused.get(uid) != ids:
+                pod = index.get(uid)
+                log.warning(
+                    "%s/%s: its allocation annotation names what the kubelet gave another pod; "
+                    "those grants are refused",
+                    pod.namespace if pod else "?",
+                    pod.name if pod else uid,
+                    extra={"pod_uid": uid, "refused": list(ids), "reason": HELD_BY_ANOTHER_POD},
+                )
+        self._refused = refused
 
     def _learn(self, results: Sequence[BackendResult]) -> bool:
         """Aliases and cards from what the libraries enumerated; whether an alias is new."""
@@ -549,6 +568,7 @@ class Monitor:
                 index, grants, View.of(snap), [w.manufacturer for w in self.workers], faults
             ),
             allocation_errors=len(grants.errors) if grants is not None else 0,
+            grants_refused=grants.refused_count() if grants is not None else {},
             podresources_success=kubelet.ok if kubelet is not None else None,
             podresources_duration=kubelet.duration_seconds if kubelet is not None else None,
             dra_success=None if self._inventory is None else self._inventory.error is None,

@@ -21,6 +21,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.utils import floatToGoString
 
 from devicemanager.figures.figures import AcceleratorEntry, InstanceEntries, PodLevel
+from devicemanager.grants.grants import REFUSALS
 from devicemanager.model import BackendState, Card, Snapshot
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
@@ -143,6 +144,8 @@ class Extras:
     # grant, by reason (no_slice, unmatched_device, …).
     dra_success: bool | None = None
     dra_unresolved: Mapping[str, int] = field(default_factory=dict)
+    # Annotation grants refused this round, by reason (grants.REFUSALS: held_by_another_pod).
+    grants_refused: Mapping[str, int] = field(default_factory=dict)
     # The agent's build: (label, value) pairs of gpustack_device_manager_build_info.
     build: tuple[tuple[str, str], ...] = ()
     # The agent's report on itself (R-X8): process, HTTP and round counters, made by the agent
@@ -419,6 +422,18 @@ def verdict_families(
     yield pod_errors
     # The agent's own figures describe the process, not the round: a stale round keeps them.
     yield from extras.own
+    refused = GaugeFamily(
+        "gpustack_accelerator_grants_refused",
+        "Grants an allocation annotation states that this round refused, by why: "
+        "held_by_another_pod (the kubelet's pod-resources answer or a DRA claim gives that card, "
+        "partition or share to another pod and none of that card to this one; the log names "
+        "the pod).",
+        labels=["reason"],
+    )
+    if snapshot.timestamp > 0:
+        for reason in REFUSALS:
+            refused.add_metric([reason], float(extras.grants_refused.get(reason, 0)))
+    yield refused
 
 
 def figure_families(snapshot: Snapshot, extras: Extras = NO_EXTRAS) -> Iterator[GaugeFamily]:

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import Any
 
 from devicemanager.grants.allocations import (
     UNITS_PER_CARD,
@@ -191,6 +192,16 @@ def resolved(grants: Iterable[Grant], identities: Identities) -> tuple[Grant, ..
     return _merged(out)
 
 
+# Why an annotation's grant was refused: the kubelet's pod-resources answer (a device plugin's
+# ids or a DRA claim) gives that card, partition or share to another pod and none of it to this.
+HELD_BY_ANOTHER_POD = "held_by_another_pod"
+REFUSALS = (HELD_BY_ANOTHER_POD,)
+
+
+def _empty() -> Mapping[str, Any]:
+    return MappingProxyType({})
+
+
 @dataclass(frozen=True, slots=True)
 class NodeGrants:
     """Every grant on the node by pod, and the pods whose allocations could not be read."""
@@ -198,7 +209,13 @@ class NodeGrants:
     by_pod: Mapping[str, tuple[Grant, ...]]
     errors: Mapping[str, str]  # pod UID -> what was wrong
     # pod UID -> how the kubelet's device-plugin view differs from the pod's annotation
-    disagreements: Mapping[str, Disagreement] = field(default_factory=lambda: MappingProxyType({}))
+    disagreements: Mapping[str, Disagreement] = field(default_factory=_empty)
+    # pod UID -> what the kubelet gave it (device plugins and DRA claims), annotated pods too:
+    # what an annotation's grant is checked against.
+    kubelet: Mapping[str, tuple[Grant, ...]] = field(default_factory=_empty)
+    annotated: frozenset[str] = frozenset()  # pods whose grants come from their annotation
+    # pod UID -> the annotation's grants refused (HELD_BY_ANOTHER_POD), left out of `by_pod`
+    refused: Mapping[str, tuple[Grant, ...]] = field(default_factory=_empty)
 
     def all(self) -> Iterable[Grant]:
         for grants in self.by_pod.values():
@@ -213,13 +230,29 @@ class NodeGrants:
         return {device: frozenset(pods) for device, pods in out.items()}
 
     def resolve(self, identities: Identities) -> NodeGrants:
-        """Every grant named by canonical ids (see `resolved`)."""
+        """Every grant named by canonical ids (see `resolved`); an annotation's alias of a card
+        the kubelet gave another pod by its own id is refused now."""
         if not identities.by_manufacturer:
             return self
         by_pod = {uid: resolved(grants, identities) for uid, grants in self.by_pod.items()}
+        kubelet = {uid: resolved(grants, identities) for uid, grants in self.kubelet.items()}
         # Two names of one card (the annotation's alias, the plugin's UUID) are no disagreement.
         differ = {uid: d for uid, d in self.disagreements.items() if d.resolve(identities).differs}
-        return NodeGrants(MappingProxyType(by_pod), self.errors, MappingProxyType(differ))
+        kept, refused = refuse_borrowed(by_pod, kubelet, self.annotated)
+        for uid, grants in self.refused.items():
+            refused[uid] = (*resolved(grants, identities), *refused.get(uid, ()))
+        return NodeGrants(
+            MappingProxyType(kept),
+            self.errors,
+            MappingProxyType(differ),
+            MappingProxyType(kubelet),
+            self.annotated,
+            MappingProxyType(refused),
+        )
+
+    def refused_count(self) -> dict[str, int]:
+        """Refused grants by reason, every reason named (0 when none)."""
+        return {HELD_BY_ANOTHER_POD: sum(len(g) for g in self.refused.values())}
 
     def request(self, manufacturer: str) -> ReadRequest:
         """Per-process queries only for carved cards (R-V3); partitions by recorded id (R-V4)."""
@@ -329,10 +362,16 @@ def node_grants(
             return kubelet(pod)
         return kubelet.get(pod.uid, ())
 
+    kubelet_of: dict[str, tuple[Grant, ...]] = {}
+    from_annotation: set[str] = set()
+
     def grants_of_pod(pod: PodInfo) -> tuple[Grant, ...]:
         plugin = tuple(from_kubelet(pod))
+        if plugin:
+            kubelet_of[pod.uid] = plugin
         if not annotated(pod):
             return plugin
+        from_annotation.add(pod.uid)
         grants = annotation_grants(pod)
         if plugin and (differs := disagreement(grants, plugin)):
             disagreements[pod.uid] = differs
@@ -347,9 +386,77 @@ def node_grants(
         if grants
     }
     errors = {uid: fault.error for uid, fault in faults.items()}
+    # What the kubelet gave a pod that is gone or going holds nothing any longer.
+    holding = {
+        uid: grants
+        for uid, grants in kubelet_of.items()
+        if (pod := index.get(uid)) is not None and not _released(pod)
+    }
+    kept, refused = refuse_borrowed(by_pod, holding, frozenset(from_annotation))
     return NodeGrants(
-        MappingProxyType(by_pod), MappingProxyType(errors), MappingProxyType(disagreements)
+        MappingProxyType(kept),
+        MappingProxyType(errors),
+        MappingProxyType(disagreements),
+        MappingProxyType(holding),
+        frozenset(from_annotation),
+        MappingProxyType(refused),
     )
+
+
+def _released(pod: PodInfo) -> bool:
+    return pod.terminating or pod.phase in ("Succeeded", "Failed")
+
+
+def refuse_borrowed(
+    by_pod: Mapping[str, tuple[Grant, ...]],
+    kubelet: Mapping[str, Sequence[Grant]],
+    annotated: frozenset[str],
+) -> tuple[dict[str, tuple[Grant, ...]], dict[str, tuple[Grant, ...]]]:
+    """An annotation's grant on a card, partition or share that the kubelet gives another pod,
+    and none of that card to this pod, is refused: a tenant who can edit its own pod's
+    annotations would otherwise read another pod's figures as its own. A pod the kubelet gave
+    any part of the card keeps what its annotation says of it (the annotation is the finer
+    word: which slice, which quota). Where the kubelet gives no pod the card, or did not
+    answer, the annotation is trusted. Returns (kept by pod, refused by pod)."""
+    cards: dict[tuple[str, str], set[str]] = {}  # any part of the card
+    whole: dict[tuple[str, str], set[str]] = {}  # the card itself, not one of its partitions
+    parts: dict[tuple[str, str], set[str]] = {}
+    for uid, grants in kubelet.items():
+        for g in grants:
+            if g.device_id:
+                cards.setdefault((g.manufacturer, g.device_id), set()).add(uid)
+                if g.partition_id is None:
+                    whole.setdefault((g.manufacturer, g.device_id), set()).add(uid)
+            if g.partition_id is not None:
+                parts.setdefault((g.manufacturer, g.partition_id), set()).add(uid)
+    if not cards and not parts:
+        return dict(by_pod), {}
+
+    def borrowed(uid: str, g: Grant) -> bool:
+        card = (g.manufacturer, g.device_id)
+        if uid in cards.get(card, ()):
+            return False  # the kubelet gave this pod some of the card: its annotation refines it
+        if g.partition_id is None:
+            others = cards.get(card, set())
+        else:
+            part = (g.manufacturer, g.partition_id)
+            if uid in parts.get(part, ()):
+                return False
+            others = parts.get(part, set()) | whole.get(card, set())
+        return bool(others - {uid})
+
+    kept: dict[str, tuple[Grant, ...]] = {}
+    refused: dict[str, tuple[Grant, ...]] = {}
+    for uid, grants in by_pod.items():
+        if uid not in annotated:
+            kept[uid] = grants
+            continue
+        out = tuple(g for g in grants if borrowed(uid, g))
+        if out:
+            refused[uid] = out
+        if mine := tuple(g for g in grants if not borrowed(uid, g)):
+            kept[uid] = mine
+    return kept, refused
 
 
 def live(pod: PodInfo) -> bool:
