@@ -176,6 +176,16 @@ class FakeApiServer:
     def delete(self, uid: str) -> None:
         self._event("DELETED", self.pods.pop(uid))
 
+    def garbage(self, line: bytes) -> None:
+        """A line in the pod watch stream that is no event (a proxy's or a truncated write's),
+        kept in the history as events are, so that a watch resumed before it sees it again."""
+        with self.lock:
+            self.version += 1
+            self.history.append((self.version, {"raw": line}))
+            watchers = list(self.watchers)
+        for w in watchers:
+            w.put({"raw": line})
+
     def bookmark(self) -> None:
         self._event("BOOKMARK", {"kind": "Pod", "apiVersion": "v1", "metadata": {}})
 
@@ -405,7 +415,7 @@ class FakeApiServer:
                             }
                         ]
                     for event in backlog:
-                        self._chunk(json.dumps(event).encode() + b"\n")
+                        self._chunk(_line(event))
                     deadline = time.monotonic() + timeout
                     while time.monotonic() < deadline:
                         try:
@@ -416,7 +426,7 @@ class FakeApiServer:
                             self.close_connection = True
                             self.connection.shutdown(2)
                             return
-                        self._chunk(json.dumps(event).encode() + b"\n")
+                        self._chunk(_line(event))
                     self._chunk(b"")  # the server's timeout: a normal end of the watch
                 except OSError:
                     pass
@@ -483,6 +493,12 @@ class FakeApiServer:
             "metadata": meta,
             "items": items[start : start + limit] if limit else items,
         }
+
+
+def _line(event: dict[str, Any]) -> bytes:
+    """One line of a watch stream: the event's JSON, or the raw bytes `garbage` put there."""
+    raw = event.get("raw")
+    return raw + b"\n" if isinstance(raw, bytes) else json.dumps(event).encode() + b"\n"
 
 
 def _selected_node(query: dict[str, list[str]]) -> str | None:

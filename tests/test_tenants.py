@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ from devicemanager.model import PartitionReading, VendorReading
 from devicemanager.node.attribution import Attributor
 from devicemanager.node.pods import PodIndex, PodInfo
 from tests.conftest import NODES, Agent
+from tests.kube_server import FakeApiServer
+from tests.test_faults import NODE, agent_pod, in_cluster
 from tests.world import CARD_MIB, ReadingBackend, Result, accel, card, gpu, pod, run, uid
 
 pytestmark = pytest.mark.timeout(120)
@@ -462,3 +465,75 @@ def test_a_tenant_naming_another_pods_card_reads_nothing_of_it(launch, tmp_path:
     time.sleep(1.0)
     lines = [line for line in agent.logs().splitlines() if "tenant-b/thief" in line]
     assert len(lines) == 1 and "refused" in lines[0], lines
+
+
+# -- one malformed line in the pod watch stream (R-A4) --------------------------------------------
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[FakeApiServer]:
+    (tmp_path / "api").mkdir()
+    server = FakeApiServer(tmp_path / "api").start()
+    yield server
+    server.stop()
+
+
+def fake_card_pod(name: str) -> dict[str, Any]:
+    """A pod holding the StaticBackend's one card whole, on the agent's node."""
+    obj = pod(name, None)
+    obj["metadata"]["annotations"][GPUSTACK_KEY] = json.dumps(
+        {
+            "main": {
+                "devices": {
+                    "groups": [
+                        {"manufacturer": "fake", "accelerators": [{"id": "FAKE-0", "mode": 2}]}
+                    ]
+                }
+            }
+        }
+    )
+    obj["spec"]["nodeName"] = NODE
+    return obj
+
+
+def test_a_line_of_the_pod_watch_that_is_no_event_is_skipped_and_the_watch_goes_on(
+    api: FakeApiServer,
+    tmp_path: Path,
+    launch,  # type: ignore[no-untyped-def]
+) -> None:
+    """(R-A4) The fake API server writes a line that is not JSON into the pod watch, then a pod
+    that holds the card. The agent skips the line, counts it and logs it once, and indexes the
+    pod from the same watch: its series appear with no relist. Before, the watch failed on the
+    line, resumed before it, met it again, and the index stayed frozen."""
+    api.add(agent_pod())
+    agent: Agent = launch(
+        "--manufacturer",
+        "tests.fakes:StaticBackend",
+        "--monitor-period",
+        "0.3",
+        env=in_cluster(api, tmp_path),
+    )
+    agent.wait_for("/readyz", 200)
+    api.wait_for_watchers()
+    watches = api.count("watch")
+
+    def holders() -> set[str]:
+        with agent.client() as client:
+            text = client.get("/metrics").text
+        return {
+            s.labels["instance_name"]
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "gpustack_instance_accelerator_memory_total_mib"
+        }
+
+    assert holders() == set()
+    api.garbage(b'{"type": "ADDED", "object": {"metadata": {"uid": ')  # cut mid-object
+    api.add(fake_card_pod("first"))
+    wait(lambda: holders() == {"first"}, timeout=10)
+    api.garbage(b"<html>502 Bad Gateway</html>")
+    api.add(fake_card_pod("second"))
+    wait(lambda: holders() == {"first", "second"}, timeout=10)
+    assert api.count("list") == 1 and api.count("watch") == watches  # the same watch throughout
+    lines = [line for line in agent.logs().splitlines() if "not an event was skipped" in line]
+    assert len(lines) == 1, lines

@@ -160,7 +160,11 @@ class KubeClient:
             raise KubeError(f"watch: {type(exc).__name__}: {exc}") from exc
 
     def watch_pods(
-        self, node: str, resource_version: str, timeout_seconds: int = 300
+        self,
+        node: str,
+        resource_version: str,
+        timeout_seconds: int = 300,
+        malformed: Callable[[str], None] | None = None,
     ) -> Iterator[WatchEvent]:
         """The node's pod events after `resource_version` (see `watch`)."""
         return self.watch(
@@ -168,6 +172,7 @@ class KubeClient:
             {"fieldSelector": f"spec.nodeName={node}"},
             resource_version,
             timeout_seconds,
+            malformed,
         )
 
     def stats_summary(self, node: str) -> Any:

@@ -323,7 +323,6 @@ class SliceReflector(Reflector):
         self.client, self.node, self.selector = client, node, selector
         self._version, self._forget = version, forget
         self.absent_retry = absent_retry
-        self.malformed = 0
         self._lock = threading.Lock()
         self._entries: dict[str, SliceEntry] = {}
         self.synced = False
@@ -391,10 +390,6 @@ class SliceReflector(Reflector):
             self.synced, self.absent = True, True
         self._stop.wait(self.absent_retry)
         return True
-
-    def _malformed(self, line: str) -> None:
-        self.malformed += 1
-        log.warning("a resource slice event that is not one was skipped", extra={"line": line})
 
 
 def _slice_name(obj: Any) -> str | None:

@@ -49,12 +49,27 @@ class Reflector:
         self._log_extra = log_extra or {}
         self.version = ""
         self.events = 0
+        self.malformed = 0  # lines of the stream that were no event, skipped
         self.last_error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def run_once(self) -> bool | None:
         raise NotImplementedError
+
+    def _malformed(self, line: str) -> None:
+        """A line of the watch stream that is no event (a proxy's garbage, a truncated write):
+        skipped and counted, and the watch goes on, so the events after it are applied rather
+        than the index frozen until a relist. Logged the first time only: one per line would
+        let the stream write the agent's log."""
+        self.malformed += 1
+        if self.malformed == 1:
+            log.warning(
+                "a %s line that is not an event was skipped; the watch goes on (later ones are "
+                "counted, not logged)",
+                self.what,
+                extra={**self._log_extra, "line": line},
+            )
 
     def _delay(self, failures: int) -> float:
         """Exponential in consecutive failures, capped, with jitter so that the agents of every
@@ -220,7 +235,9 @@ class PodInformer(Reflector):
         """One list (when needed) and one watch until the server ends it. Raises KubeError."""
         if not self.version:
             self._relist()
-        for event in self.client.watch_pods(self.node, self.version, self.watch_timeout):
+        for event in self.client.watch_pods(
+            self.node, self.version, self.watch_timeout, malformed=self._malformed
+        ):
             self.apply(event)
             if self._stop.is_set():
                 return
