@@ -150,3 +150,14 @@ class HostPathBackend(StaticBackend):
             "/usr/lib/x86_64-linux-gnu/libhostpath.so.1: cannot open shared object file: "
             "No such file or directory"
         )
+
+
+class VanishingBackend(StaticBackend):
+    """Two cards, FAKE-0 and FAKE-1, until the DM_TEST_VANISH_AFTER-th read (default 3); from
+    then on FAKE-1 is no longer enumerated, as a card that fell off the bus mid-run."""
+
+    def read(self, request: ReadRequest) -> Payload:
+        payload = super().read(request)
+        if self.reads < int(os.environ.get("DM_TEST_VANISH_AFTER", "3")):
+            payload["cards"].append({"id": "FAKE-1", "index": 1, "total": 2048, "used": 7})
+        return payload

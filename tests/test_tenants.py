@@ -13,6 +13,7 @@ import copy
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -537,3 +538,87 @@ def test_a_line_of_the_pod_watch_that_is_no_event_is_skipped_and_the_watch_goes_
     assert api.count("list") == 1 and api.count("watch") == watches  # the same watch throughout
     lines = [line for line in agent.logs().splitlines() if "not an event was skipped" in line]
     assert len(lines) == 1, lines
+
+
+# -- a card that leaves the library's enumeration mid-run (R-V2) ----------------------------------
+
+
+def test_a_card_the_library_stops_listing_is_unhealthy_with_or_without_the_kubelet(
+    tmp_path: Path,
+) -> None:
+    """(R-V2) Card 1 listed, then gone: reported unhealthy, `not_enumerated`, with the index,
+    name and memory total it last had, whether the kubelet does not answer, answers without
+    saying what it can allocate, or answers with card 0 only; the card that stays is as it was.
+    A partition listed as a card of its own whose card is still listed is not missed."""
+    xcp = replace(card(2), id="XCP-2-1", index=9, parent_id=gpu(2))
+    both = VendorReading("nvidia", (card(0), card(1), card(2), xcp))
+    left = VendorReading("nvidia", (card(0), card(2)))
+    answers: list[KubeletAnswer | None] = [
+        None,
+        KubeletAnswer(pods=()),
+        KubeletAnswer(pods=(), allocatable=(ContainerDevices("", "nvidia.com/gpu", (gpu(0),)),)),
+    ]
+    for answer in answers:
+        backend = ReadingBackend(both)  # answers what `reading` is set to, round by round
+        monitor = Monitor(
+            [BackendWorker(backend)],
+            period=15,
+            deadline=5,
+            liveness_timeout=60,
+            node="node-1",
+            pods=lambda: PodIndex(),
+            attributor=Attributor(tmp_path / "proc"),
+            podresources=None if answer is None else (lambda a=answer: a),
+        )
+        first = monitor.run_round()
+        backend.reading = left
+        second, third = monitor.run_round(), monitor.run_round()
+        monitor.stop()
+        (group,) = first.snapshot.groups
+        assert [(c.id, c.unhealthy) for c in group.cards] == [
+            (gpu(0), False),
+            (gpu(1), False),
+            (gpu(2), False),
+            ("XCP-2-1", False),
+        ]
+        for published in (second, third):
+            (group,) = published.snapshot.groups
+            by_id = {c.id: c for c in group.cards}
+            assert set(by_id) == {gpu(0), gpu(1), gpu(2)}, answer
+            lost = by_id[gpu(1)]
+            assert (lost.unhealthy, lost.unhealthy_reason) == (True, "not_enumerated")
+            assert (lost.index, lost.name, lost.memory_total_mib) == (1, card(1).name, CARD_MIB)
+            assert lost.memory_used_mib is None  # nothing measured of a card not listed
+            assert by_id[gpu(0)] == card(0)
+
+
+def test_a_card_gone_mid_run_is_reported_by_the_real_agent(launch) -> None:  # type: ignore[no-untyped-def]
+    """(R-V2) The agent over a backend whose second card stops being listed after two reads,
+    with no kubelet at all: /metrics says the card is unhealthy and the snapshot says why."""
+    agent: Agent = launch(
+        "--manufacturer",
+        "tests.fakes:VanishingBackend",
+        "--monitor-period",
+        "0.3",
+        env={"DM_TEST_VANISH_AFTER": "3"},
+    )
+    agent.wait_for("/readyz", 200)
+
+    def cards() -> dict[str, Any]:
+        with agent.client() as client:
+            doc = client.get("/monitor/snapshot").json()
+        return {c["id"]: c for g in doc["groups"] for c in g["accelerators"]}
+
+    wait(lambda: cards().get("FAKE-1", {}).get("unhealthyReason") == "not_enumerated")
+    lost = cards()["FAKE-1"]
+    assert (lost["unhealthy"], lost["index"]) == (True, 1)
+    assert cards()["FAKE-0"]["unhealthy"] is False
+    with agent.client() as client:
+        text = client.get("/metrics").text
+    unhealthy = {
+        s.labels["id"]: s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "gpustack_accelerator_unhealthy"
+    }
+    assert unhealthy == {"FAKE-0": 0.0, "FAKE-1": 1.0}

@@ -149,6 +149,11 @@ class ClusterRound(Protocol):
     ) -> exposition.Extras: ...
 
 
+# The cards each manufacturer's library listed in this run, remembered so that one it stops
+# listing is reported `not_enumerated` whatever the kubelet says; far above any node's count.
+MAX_CARDS_SEEN = 1024
+
+
 class Monitor:
     def __init__(
         self,
@@ -476,6 +481,8 @@ class Monitor:
         for reading in readings:
             seen = self._cards_seen.setdefault(reading.manufacturer, {})
             seen.update((c.id, c) for c in reading.cards)
+            if len(seen) > MAX_CARDS_SEEN:  # a library inventing ids: remember what it lists now
+                self._cards_seen[reading.manufacturer] = {c.id: c for c in reading.cards}
         if learned.items() <= self._aliases.items():
             return False
         # Kept across rounds (a lost card is still named by its index); bounded all the same.

@@ -357,21 +357,28 @@ def allocatable_cards(
     return frozenset(cards)
 
 
-# The unhealthy reason of a card the kubelet can allocate and the library does not enumerate.
+# The unhealthy reason of a card the library does not enumerate: one it listed before in this
+# run, or one the kubelet can allocate.
 NOT_ENUMERATED = "not_enumerated"
 
 
 def missing_cards(
     reading: VendorReading, allocatable: frozenset[str] | None, known: Mapping[str, Card]
 ) -> tuple[Card, ...]:
-    """Cards the kubelet allocates that the library no longer lists (lost at start, or gone
-    mid-run): unhealthy, so the grant on them and the AcceleratorUnhealthy alert say so. Named by
-    what was last seen of them (`known`), else by the kubelet's id with index -1 (unknown)."""
-    if allocatable is None:
-        return ()
+    """Cards the library no longer lists: every card it listed before in this run (`known`),
+    whether or not the kubelet answers, and every card the kubelet allocates (lost at start, or
+    gone mid-run). Unhealthy, so the grant on them and the AcceleratorUnhealthy alert say so.
+    Named by what was last seen of them, else by the kubelet's id with index -1 (unknown). A
+    partition enumerated as a card of its own (an AMD XCP) whose physical card is still listed
+    went with a change of partition mode, not with a lost card: it is not missed."""
     present = {c.id for c in reading.cards}
+    remembered = {
+        card_id
+        for card_id, card in known.items()
+        if card.parent_id is None or card.parent_id not in present
+    }
     out = []
-    for card_id in sorted(allocatable - present)[:MAX_DEVICES]:
+    for card_id in sorted((remembered | (allocatable or frozenset())) - present)[:MAX_DEVICES]:
         before = known.get(card_id)
         out.append(
             Card(
@@ -381,6 +388,7 @@ def missing_cards(
                 memory_total_mib=before.memory_total_mib if before is not None else None,
                 unhealthy=True,
                 unhealthy_reason=NOT_ENUMERATED,
+                parent_id=before.parent_id if before is not None else None,
             )
         )
     return tuple(out)
