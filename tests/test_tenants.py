@@ -23,13 +23,22 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from devicemanager.agent.monitor import BackendWorker, Monitor
-from devicemanager.grants.allocations import GPUSTACK_KEY
-from devicemanager.grants.deviceplugins import ContainerDevices, KubeletAnswer, PodDevices
+from devicemanager.grants.allocations import GPUSTACK_KEY, Mode
+from devicemanager.grants.deviceplugins import (
+    ContainerDevices,
+    KubeletAnswer,
+    PodDevices,
+    pod_kubelet_grants,
+)
+from devicemanager.grants.dra import inventory_of
+from devicemanager.grants.grants import node_grants
 from devicemanager.model import PartitionReading, VendorReading
 from devicemanager.node.attribution import Attributor
 from devicemanager.node.pods import PodIndex, PodInfo
 from tests.conftest import NODES, Agent
 from tests.kube_server import FakeApiServer
+from tests.test_dra import ALIASES, nv_gpu, on
+from tests.test_dra import claim as dra_claim
 from tests.test_faults import NODE, agent_pod, in_cluster
 from tests.world import CARD_MIB, ReadingBackend, Result, accel, card, gpu, pod, run, uid
 
@@ -406,6 +415,26 @@ def test_without_the_kubelets_answer_an_annotation_is_trusted(tmp_path: Path) ->
     result, after = borrowing_node(tmp_path, None)
     assert ("thief", gpu(0)) in held(after) and ("mig-thief", MIG_A) in held(after)
     assert result.values("gpustack_accelerator_grants_refused") == [0.0]
+
+
+def test_an_annotation_naming_a_card_another_pods_dra_claim_holds_is_refused() -> None:
+    """(R-X6) `plain` holds card 3 through a DRA claim the kubelet names; `thief`'s annotation
+    names card 3 whole and card 1, which no claim or plugin gives anyone: card 3 is refused,
+    card 1 kept on the annotation's word, and `plain` holds its card as before."""
+    plain = pod("plain", None)
+    thief = pod("thief", {"main": [accel(3, 1), accel(1, 1)]})
+    index = PodIndex.of([plain, thief])
+    answer = KubeletAnswer(
+        pods=(PodDevices("ns", "plain", (), (dra_claim("main", "c1", on("gpu-3")),)),)
+    )
+    inventory = inventory_of([nv_gpu("gpu-3", 3)])
+    grants = node_grants(index, pod_kubelet_grants(answer, index, ALIASES, inventory))
+    assert [(g.device_id, g.mode) for g in grants.by_pod[uid("plain")]] == [
+        (gpu(3), Mode.EXCLUSIVE)
+    ]
+    assert [g.device_id for g in grants.by_pod[uid("thief")]] == [gpu(1)]
+    assert [g.device_id for g in grants.refused[uid("thief")]] == [gpu(3)]
+    assert grants.refused_count() == {"held_by_another_pod": 1}
 
 
 DEVICE_PLUGIN_ONLY = NODES / "a100-device-plugin-only"
