@@ -567,6 +567,15 @@ def test_a_line_of_the_pod_watch_that_is_no_event_is_skipped_and_the_watch_goes_
     assert api.count("list") == 1 and api.count("watch") == watches  # the same watch throughout
     lines = [line for line in agent.logs().splitlines() if "not an event was skipped" in line]
     assert len(lines) == 1, lines
+    with agent.client() as client:
+        text = client.get("/metrics").text
+    skipped = {
+        s.labels["source"]: s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "gpustack_instance_metrics_collector_skipped_lines"
+    }
+    assert skipped == {"pods": 2.0, "resourceslices": 0.0}
 
 
 # -- a card that leaves the library's enumeration mid-run (R-V2) ----------------------------------

@@ -15,7 +15,7 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
@@ -170,6 +170,7 @@ class Monitor:
         dra: Callable[[frozenset[tuple[str, str]]], DraInventory | None] | None = None,
         build: tuple[tuple[str, str], ...] = (),
         own: Callable[[int, int], tuple[exposition.GaugeFamily, ...]] | None = None,
+        skipped_lines: Callable[[], Mapping[str, int]] | None = None,
         wall: Callable[[], float] = time.time,
         mono: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -193,6 +194,9 @@ class Monitor:
         # the cluster is not asked (replay without slices, no API server). It answers None on
         # a cluster that serves no resource.k8s.io API: no DRA there, and no DRA verdict.
         self.dra = dra
+        # Lines of the cluster's watch streams that were no event, skipped, by watch; None
+        # where nothing is watched.
+        self.skipped_lines = skipped_lines
         self._inventory: DraInventory | None = None
         self._kubelet_health: dict[tuple[str, str], str] = {}
         self._dra_error: str | None = None
@@ -585,6 +589,7 @@ class Monitor:
             if self._inventory is not None and index is not None
             else {},
             build=self.build,
+            skipped_lines=dict(self.skipped_lines()) if self.skipped_lines is not None else None,
         )
         if self.cluster is not None:
             extras = self.cluster.round(index, grants, extras, faults)

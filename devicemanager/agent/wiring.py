@@ -303,6 +303,16 @@ def build_monitor(
     if kubelet is None:
         kubelet = pod_resources(settings, node, cluster)
     dra: DraSource | RecordedDra | None = cluster.dra if cluster is not None else None
+    skipped: Callable[[], dict[str, int]] | None = None
+    if cluster is not None:
+        informer, source = cluster.informer, cluster.dra
+
+        def skipped() -> dict[str, int]:
+            out = {"pods": informer.malformed}
+            if source is not None:
+                out["resourceslices"] = sum(r.malformed for r in source.reflectors)
+            return out
+
     scenario = node.scenario
     if scenario is not None and scenario.slices_file is not None:
         dra = RecordedDra(node.name, scenario.slices_file, scenario.claims_file)
@@ -325,6 +335,7 @@ def build_monitor(
         dra=dra,
         build=build,
         own=own.families if own is not None else None,
+        skipped_lines=skipped,
         wall=wall,
         mono=mono,
     )

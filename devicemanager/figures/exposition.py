@@ -144,6 +144,9 @@ class Extras:
     # grant, by reason (no_slice, unmatched_device, …).
     dra_success: bool | None = None
     dra_unresolved: Mapping[str, int] = field(default_factory=dict)
+    # Lines of the watch streams that were no event, skipped since the agent started, by
+    # watch (pods, resourceslices); None: nothing is watched (replay, a pods file).
+    skipped_lines: Mapping[str, int] | None = None
     # Annotation grants refused this round, by reason (grants.REFUSALS: held_by_another_pod).
     grants_refused: Mapping[str, int] = field(default_factory=dict)
     # The agent's build: (label, value) pairs of gpustack_device_manager_build_info.
@@ -215,6 +218,17 @@ def collector_families(
         for reason, count in sorted(extras.dra_unresolved.items()):
             unresolved.add_metric([node, reason], float(count))
         yield unresolved
+    if extras.skipped_lines is not None:
+        skipped = GaugeFamily(
+            "gpustack_instance_metrics_collector_skipped_lines",
+            "Lines of the API server's watch streams that were no event (not JSON, cut short), "
+            "skipped since the agent started, by source (pods, resourceslices); the watch went "
+            "on past each.",
+            labels=["source"],
+        )
+        for source, count in sorted(extras.skipped_lines.items()):
+            skipped.add_metric([source], float(count))
+        yield skipped
     if extras.exporting is not None:
         role = GaugeFamily(
             "gpustack_instance_metrics_exporter",

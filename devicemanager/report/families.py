@@ -326,6 +326,7 @@ IGNORED: dict[str, str] = {
                 "gpustack_device_manager_rounds_failed_total",
                 "gpustack_accelerator_pod_errors",
                 "gpustack_accelerator_grants_refused",
+                "gpustack_instance_metrics_collector_skipped_lines",
                 "gpustack_instance_metrics_collector_age_seconds",
                 "gpustack_instance_accelerator_memory_utilization_percent",
                 "gpustack_instance_accelerator_temperature_celsius",
