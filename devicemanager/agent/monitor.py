@@ -459,7 +459,7 @@ class Monitor:
                 pod = index.get(uid)
                 log.warning(
                     "%s/%s: its allocation annotation and the kubelet name different cards; "
-                    "the annotation is used",
+                    "the annotation is used, but for what the kubelet gave another pod",
                     pod.namespace if pod else "?",
                     pod.name if pod else uid,
                     extra={"pod_uid": uid, "disagreement": str(differs)},
