@@ -67,6 +67,72 @@ class BackendState(StrEnum):
     STUCK = "stuck"  # an earlier read() has still not returned; no new call was made
 
 
+# The clock-throttle reasons a card can report, named as NVML's clocks-event reasons (its
+# nvmlClocksEventReason* bits) so every manufacturer's throttle status maps onto one label set.
+THROTTLE_REASONS: tuple[str, ...] = (
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "display_clock_setting",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CardHealth:
+    """A card's error counters, energy, clocks and link retries (issue 29), as its library gives
+    them, in base units. Every figure is optional: `None` is absent, and `reasons` says why for
+    each absent one it knows about, keyed by the figure's field name (`throttle_reasons` for the
+    throttle mask, `remapped_rows_*` one each for the remapped-rows call). A card whose backend
+    does not read these has no CardHealth at all (`Card.health` is None)."""
+
+    # Memory ECC error counts: volatile since the driver loaded, aggregate over the card's life.
+    ecc_corrected_volatile: int | None = None
+    ecc_uncorrected_volatile: int | None = None
+    ecc_corrected_aggregate: int | None = None
+    ecc_uncorrected_aggregate: int | None = None
+    # Memory repair: rows remapped for correctable and uncorrectable errors; pending and failed
+    # where the library gives them (NVML: a flag, 1 = at least one).
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_pending: int | None = None
+    remapped_rows_failed: int | None = None
+    energy_joules: float | None = None  # consumed since the driver loaded, a counter
+    # (reason, active) for every reason of THROTTLE_REASONS the library reports; None: no mask.
+    throttle_reasons: tuple[tuple[str, bool], ...] | None = None
+    clock_sm_hz: int | None = None
+    clock_memory_hz: int | None = None
+    clock_graphics_hz: int | None = None
+    pcie_replays: int | None = None  # PCIe replay counter since the driver loaded
+    reasons: tuple[tuple[str, Reason], ...] = ()
+
+    def reason(self, figure: str) -> Reason | None:
+        return next((r for name, r in self.reasons if name == figure), None)
+
+
+# The figures of a CardHealth a reason can be given for, in the order they are shown.
+HEALTH_FIGURES: tuple[str, ...] = (
+    "ecc_corrected_volatile",
+    "ecc_uncorrected_volatile",
+    "ecc_corrected_aggregate",
+    "ecc_uncorrected_aggregate",
+    "remapped_rows_correctable",
+    "remapped_rows_uncorrectable",
+    "remapped_rows_pending",
+    "remapped_rows_failed",
+    "energy_joules",
+    "throttle_reasons",
+    "clock_sm_hz",
+    "clock_memory_hz",
+    "clock_graphics_hz",
+    "pcie_replays",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Card:
     """One accelerator's own figures (R-V2), as its library enumerates it.
@@ -94,6 +160,8 @@ class Card:
     aliases: tuple[str, ...] = ()
     address: Address = ()
     parent_id: str | None = None  # the physical card of a partition enumerated as a device
+    # Error counters, energy, clocks (issue 29); None where the backend does not read them.
+    health: CardHealth | None = None
 
     @property
     def memory_utilization_percent(self) -> float | None:

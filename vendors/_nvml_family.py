@@ -31,7 +31,9 @@ from typing import Any, ClassVar
 
 from devicemanager.backend import BackendUnavailable, Library
 from devicemanager.model import (
+    THROTTLE_REASONS,
     Card,
+    CardHealth,
     DeviceProcesses,
     PartitionReading,
     Payload,
@@ -118,6 +120,112 @@ def _unhealthy(device: Mapping[str, Any], p: str, application_xids: frozenset[in
     return None
 
 
+UINT32_MAX = 0xFFFFFFFF
+UINT64_MAX = 0xFFFFFFFFFFFFFFFF
+# NVML_CLOCK_* of nvmlDeviceGetClockInfo, by the name the payload and the figures use.
+CLOCKS: tuple[tuple[str, int], ...] = (("graphics", 0), ("sm", 1), ("memory", 2))
+MAX_CLOCK_MHZ = 100_000  # 100 GHz: no accelerator's clock is near it; above it is a sentinel
+# (error type, counter type) of nvmlDeviceGetTotalEccErrors, named as the payload records them:
+# NVML_MEMORY_ERROR_TYPE_CORRECTED 0 / UNCORRECTED 1 × NVML_VOLATILE_ECC 0 / AGGREGATE_ECC 1.
+ECC_COUNTERS: tuple[tuple[str, int, int], ...] = (
+    ("corrected_volatile", 0, 0),
+    ("uncorrected_volatile", 1, 0),
+    ("corrected_aggregate", 0, 1),
+    ("uncorrected_aggregate", 1, 1),
+)
+# nvmlClocksEventReason* bits (nvml.h), in THROTTLE_REASONS' order: 0x1 … 0x100.
+THROTTLE_BITS: tuple[tuple[str, int], ...] = tuple(
+    (name, 1 << bit) for bit, name in enumerate(THROTTLE_REASONS)
+)
+# The entry points whose answers make a card's CardHealth; a payload recorded before they were
+# read has none of them, and its cards have no CardHealth (absent, as before).
+HEALTH_KEYS = (
+    "DeviceGetTotalEccErrors",
+    "DeviceGetTotalEnergyConsumption",
+    "DeviceGetCurrentClocksEventReasons",
+    "DeviceGetClockInfo",
+    "DeviceGetPcieReplayCounter",
+)
+
+
+def _count(value: Any, ceiling: int) -> tuple[int | None, Reason | None]:
+    """An unsigned count the library answered, or why it is absent: a recorded failure is its
+    code's reason; anything but an integer in 0..ceiling-1 (the type's all-ones value is the
+    headers' "not available") is `invalid_data`, never published."""
+    if (code := _error(value)) is not None:
+        return None, reason_for(code)
+    number = as_int(value)
+    if number is None or not 0 <= number < ceiling:
+        return None, Reason.INVALID_DATA
+    return number, None
+
+
+def _part(answers: Any, name: str) -> Any:
+    """One answer of an entry point read once per argument (`{name: answer}`); the whole record
+    where the call failed before any argument was asked."""
+    if isinstance(answers, Mapping) and _error(answers) is None:
+        return answers.get(name)
+    return answers
+
+
+def parse_health(device: Mapping[str, Any], p: str) -> CardHealth | None:
+    """A card's error counters, energy, clocks and PCIe replays (issue 29), in base units, each
+    absent with its reason where its entry point did not answer or answered out of range."""
+    if not any(f"{p}{key}" in device for key in HEALTH_KEYS):
+        return None
+    figures: dict[str, Any] = {}
+    why: list[tuple[str, Reason]] = []
+
+    def put(name: str, value: Any, reason: Reason | None) -> None:
+        if reason is not None:
+            why.append((name, reason))
+        else:
+            figures[name] = value
+
+    ecc = device.get(f"{p}DeviceGetTotalEccErrors")
+    if ecc is not None:
+        for name, _, _ in ECC_COUNTERS:
+            put(f"ecc_{name}", *_count(_part(ecc, name), UINT64_MAX))
+    rows = device.get(f"{p}DeviceGetRemappedRows")
+    if rows is not None:
+        code = _error(rows)
+        for name, key, ceiling in (
+            ("correctable", "corrRows", UINT32_MAX),
+            ("uncorrectable", "uncRows", UINT32_MAX),
+            ("pending", "isPending", 2),  # NVML's flags: 0 or 1
+            ("failed", "failureOccurred", 2),
+        ):
+            if code is not None:
+                put(f"remapped_rows_{name}", None, reason_for(code))
+            elif isinstance(rows, Mapping):
+                put(f"remapped_rows_{name}", *_count(rows.get(key), ceiling))
+            else:
+                put(f"remapped_rows_{name}", None, Reason.INVALID_DATA)
+    energy = device.get(f"{p}DeviceGetTotalEnergyConsumption")
+    if energy is not None:
+        mj, reason = _count(energy, UINT64_MAX)  # millijoules since the driver loaded
+        put("energy_joules", None if mj is None else mj / 1000.0, reason)
+    mask: Any = device.get(f"{p}DeviceGetCurrentClocksEventReasons")
+    older = device.get(f"{p}DeviceGetCurrentClocksThrottleReasons")
+    if older is not None and _error(mask) is not None:
+        mask = older  # the pre-12.x name, asked where the newer call is not served
+    if mask is not None:
+        bits, reason = _count(mask, UINT64_MAX)
+        active = None if bits is None else tuple((n, bool(bits & b)) for n, b in THROTTLE_BITS)
+        put("throttle_reasons", active, reason)
+    clocks = device.get(f"{p}DeviceGetClockInfo")
+    if clocks is not None:
+        for name, _ in CLOCKS:
+            mhz, reason = _count(_part(clocks, name), UINT32_MAX)
+            if mhz is not None and mhz > MAX_CLOCK_MHZ:
+                mhz, reason = None, Reason.INVALID_DATA
+            put(f"clock_{name}_hz", None if mhz is None else mhz * 1_000_000, reason)
+    replays = device.get(f"{p}DeviceGetPcieReplayCounter")
+    if replays is not None:
+        put("pcie_replays", *_count(replays, UINT32_MAX))
+    return CardHealth(**figures, reasons=tuple(why))
+
+
 def parse_card(
     device: Mapping[str, Any], p: str, application_xids: frozenset[int] = frozenset()
 ) -> Card | None:
@@ -151,6 +259,7 @@ def parse_card(
         power_usage_watts=None if power_mw is None else round(power_mw / 1000.0, 3),
         unhealthy=reason is not None,
         unhealthy_reason=reason,
+        health=parse_health(device, p),
     )
 
 
@@ -439,6 +548,9 @@ class NvmlFamilyBackend:
     application_xids: ClassVar[frozenset[int]] = frozenset()
     # Whether the newer …ProcessesUtilizationInfo is asked where the older call is not served.
     newer_process_utilization: ClassVar[bool] = False
+    # Whether the card's error counters, energy, clocks and PCIe replays are read (issue 29):
+    # NVIDIA's; HGML's binding does not declare those entry points yet.
+    reads_health: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -550,6 +662,32 @@ class NvmlFamilyBackend:
         if _error(v1) is None:
             v1 = {"total": v1.total, "free": v1.free, "used": v1.used}
         return {self._key("DeviceGetMemoryInfo_v2"): value, self._key("DeviceGetMemoryInfo"): v1}
+
+    def _health(self, handle: Any) -> dict[str, Any]:
+        """The answers CardHealth is parsed from, keyed by entry point; an entry point asked
+        once per argument (ECC counter, clock domain) records `{name: answer}`."""
+        out: dict[str, Any] = {
+            self._key("DeviceGetTotalEccErrors"): {
+                name: self._call("DeviceGetTotalEccErrors", handle, error, counter)
+                for name, error, counter in ECC_COUNTERS
+            },
+            self._key("DeviceGetTotalEnergyConsumption"): self._call(
+                "DeviceGetTotalEnergyConsumption", handle
+            ),  # mJ
+        }
+        mask = self._call("DeviceGetCurrentClocksEventReasons", handle)
+        out[self._key("DeviceGetCurrentClocksEventReasons")] = mask
+        if _error(mask) == ERROR_FUNCTION_NOT_FOUND:
+            # A driver older than the rename (NVML 12.x) serves the same mask under its old name.
+            older = self._call("DeviceGetCurrentClocksThrottleReasons", handle)
+            out[self._key("DeviceGetCurrentClocksThrottleReasons")] = older
+        out[self._key("DeviceGetClockInfo")] = {
+            name: self._call("DeviceGetClockInfo", handle, clock) for name, clock in CLOCKS
+        }  # MHz
+        out[self._key("DeviceGetPcieReplayCounter")] = self._call(
+            "DeviceGetPcieReplayCounter", handle
+        )
+        return out
 
     def _sm_util(self, first: Any, second: Any) -> Any:
         """The SM activity GPM computes between two samples, as the payload records it."""
@@ -684,6 +822,8 @@ class NvmlFamilyBackend:
         device[self._key("DeviceGetRetiredPagesPendingStatus")] = self._call(
             "DeviceGetRetiredPagesPendingStatus", handle
         )
+        if self.reads_health:
+            device.update(self._health(handle))
         mode = self._call("DeviceGetMigMode", handle)
         if _error(mode) is None:
             mode = {"current": mode[0], "pending": mode[1]}

@@ -51,6 +51,7 @@ class NvidiaBackend(NvmlFamilyBackend):
     libraries: ClassVar[tuple[Library, ...]] = (NVML,)
     application_xids = APPLICATION_XIDS
     newer_process_utilization = True
+    reads_health = True
     sdk: ClassVar[str] = "nvidia-ml-py"  # the distribution `record` names in its provenance
 
     def __init__(self, libraries: Mapping[str, str] | None = None, **options: Any) -> None:

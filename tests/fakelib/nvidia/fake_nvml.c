@@ -29,7 +29,10 @@
  * remapped{corr, unc, pending, failure}, retired_pending, mig_mode{current, pending}, xid,
  * processes[]{pid, memory (bytes or "na"), gi, ci}, samples[]{pid, ts, sm, mem},
  * migs[]{slot, uuid, gi, memory{total, used}, sm (GPM SM activity, %), faults{}}, gpm (1: GPM
- * served)} plus the kit's fault keys.
+ * served), ecc{corrected_volatile, uncorrected_volatile, corrected_aggregate,
+ * uncorrected_aggregate}, ecc_off (1: ECC answers NOT_SUPPORTED), energy (mJ), throttle (the
+ * clocks-event-reason mask), clocks{graphics, sm, memory} (MHz), clock_faults{domain: code},
+ * pcie_replays} plus the kit's fault keys.
  */
 #include <stdint.h>
 
@@ -263,6 +266,74 @@ nvmlReturn_t DECLDIR nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int
     *uncRows = (unsigned int)fl_int(0, D "remapped.unc", d);
     *isPending = (unsigned int)fl_int(0, D "remapped.pending", d);
     *failureOccurred = (unsigned int)fl_int(0, D "remapped.failure", d);
+    return NVML_SUCCESS;
+}
+
+/* -- the card's error counters, energy, clocks and PCIe replays (issue 29) ------------------ */
+
+nvmlReturn_t DECLDIR nvmlDeviceGetTotalEccErrors(nvmlDevice_t device,
+                                                 nvmlMemoryErrorType_t errorType,
+                                                 nvmlEccCounterType_t counterType,
+                                                 unsigned long long *eccCounts) {
+    static const char *const kinds[2][2] = {{"corrected_volatile", "corrected_aggregate"},
+                                            {"uncorrected_volatile", "uncorrected_aggregate"}};
+    CARD("nvmlDeviceGetTotalEccErrors");
+    if (!eccCounts || (unsigned)errorType >= NVML_MEMORY_ERROR_TYPE_COUNT ||
+        (unsigned)counterType >= NVML_ECC_COUNTER_TYPE_COUNT)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (fl_int(0, D "ecc_off", d))
+        return NVML_ERROR_NOT_SUPPORTED; /* ECC mode disabled, or a card without ECC memory */
+    *eccCounts = fl_u64(0, D "ecc.%s", d, kinds[errorType][counterType]);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device,
+                                                         unsigned long long *energy) {
+    CARD("nvmlDeviceGetTotalEnergyConsumption");
+    if (!energy)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *energy = fl_u64(0, D "energy", d); /* mJ since the driver loaded */
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t clocks_event_reasons(nvmlDevice_t device, const char *entry,
+                                         unsigned long long *reasons) {
+    CARD(entry);
+    if (!reasons)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *reasons = fl_u64(0, D "throttle", d); /* the nvmlClocksEventReason* bits */
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
+                                                            unsigned long long *reasons) {
+    return clocks_event_reasons(device, "nvmlDeviceGetCurrentClocksEventReasons", reasons);
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device,
+                                                               unsigned long long *reasons) {
+    return clocks_event_reasons(device, "nvmlDeviceGetCurrentClocksThrottleReasons", reasons);
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type,
+                                            unsigned int *clock) {
+    static const char *const names[] = {"graphics", "sm", "memory", "video"};
+    static const long long defaults[] = {1980, 1980, 2619, 1545}; /* MHz, an H100 SXM's */
+    const char *fault;
+    CARD("nvmlDeviceGetClockInfo");
+    if (!clock || (unsigned)type >= NVML_CLOCK_COUNT)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if ((fault = fl_get(D "clock_faults.%s", d, names[type])) != NULL)
+        return (nvmlReturn_t)atoi(fault); /* one clock domain not served */
+    *clock = (unsigned int)fl_u64((unsigned long long)defaults[type], D "clocks.%s", d, names[type]);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *value) {
+    CARD("nvmlDeviceGetPcieReplayCounter");
+    if (!value)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *value = (unsigned int)fl_u64(0, D "pcie_replays", d);
     return NVML_SUCCESS;
 }
 

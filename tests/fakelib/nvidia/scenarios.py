@@ -151,3 +151,56 @@ def pid_exits_mid_round() -> list[dict[str, Any]]:
             samples=[(7101, 5, 30, 5), (7401, 6, 50, 1)],
         )
     ]
+
+
+U32_MAX = 0xFFFFFFFF
+U64_MAX = 0xFFFFFFFFFFFFFFFF
+
+
+def h100_health() -> list[dict[str, Any]]:
+    """Issue 29's figures on three H100s. Card 0 answers every one: ECC counts, remapped rows
+    (one pending), 123,456,789 mJ, SW power cap and HW thermal slowdown active, its clocks, 7
+    PCIe replays. Card 1 answers none: ECC off, and NOT_SUPPORTED from the rest (the clocks-event
+    call missing from the driver, the older throttle call refused, one clock domain refused).
+    Card 2 is on an older driver's names (only the throttle call) and answers the types'
+    all-ones "not available" for energy, replays, its SM clock and one ECC counter."""
+    return [
+        device(
+            gpu(20),
+            **H100,
+            ecc={
+                "corrected_volatile": 12,
+                "uncorrected_volatile": 1,
+                "corrected_aggregate": 345,
+                "uncorrected_aggregate": 2,
+            },
+            remapped=(3, 1, 1, 0),
+            energy=123_456_789,
+            throttle=0x4 | 0x40,
+            clocks={"graphics": 1755, "sm": 1755, "memory": 2619},
+            pcie_replays=7,
+        ),
+        device(
+            gpu(21),
+            **H100,
+            ecc_off=1,
+            errors={
+                "nvmlDeviceGetRemappedRows": NOT_SUPPORTED,
+                "nvmlDeviceGetTotalEnergyConsumption": NOT_SUPPORTED,
+                "nvmlDeviceGetCurrentClocksEventReasons": FUNCTION_NOT_FOUND,
+                "nvmlDeviceGetCurrentClocksThrottleReasons": NOT_SUPPORTED,
+                "nvmlDeviceGetPcieReplayCounter": NOT_SUPPORTED,
+            },
+            clock_faults={"memory": NOT_SUPPORTED},
+        ),
+        device(
+            gpu(22),
+            **H100,
+            ecc={"corrected_volatile": U64_MAX},
+            energy=U64_MAX,
+            pcie_replays=U32_MAX,
+            clocks={"sm": U32_MAX},
+            throttle=0x1,
+            errors={"nvmlDeviceGetCurrentClocksEventReasons": FUNCTION_NOT_FOUND},
+        ),
+    ]
