@@ -126,7 +126,7 @@ UINT64_MAX = 0xFFFFFFFFFFFFFFFF
 CLOCKS: tuple[tuple[str, int], ...] = (("graphics", 0), ("sm", 1), ("memory", 2))
 MAX_CLOCK_MHZ = 100_000  # 100 GHz: no accelerator's clock is near it; above it is a sentinel
 # (error type, counter type) of nvmlDeviceGetTotalEccErrors, named as the payload records them:
-# NVML_MEMORY_ERROR_TYPE_CORRECTED 0 / UNCORRECTED 1 × NVML_VOLATILE_ECC 0 / AGGREGATE_ECC 1.
+# NVML_MEMORY_ERROR_TYPE_CORRECTED 0 / UNCORRECTED 1, by NVML_VOLATILE_ECC 0 / AGGREGATE_ECC 1.
 ECC_COUNTERS: tuple[tuple[str, int, int], ...] = (
     ("corrected_volatile", 0, 0),
     ("uncorrected_volatile", 1, 0),

@@ -23,6 +23,14 @@ from prometheus_client.utils import floatToGoString
 from devicemanager.figures.figures import AcceleratorEntry, InstanceEntries, PodLevel
 from devicemanager.grants.grants import REFUSALS
 from devicemanager.model import BackendState, Card, Snapshot
+from devicemanager.model import (
+    HEALTH_FIGURES,
+    THROTTLE_REASONS,
+    BackendState,
+    Card,
+    CardHealth,
+    Snapshot,
+)
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 # prometheus_client's own float formatting (1.0, 36.0, +Inf…), so the bytes are its bytes.
@@ -50,6 +58,7 @@ class GaugeFamily:
     documentation: str
     labels: Sequence[str] = ()
     samples: list[tuple[str, float]] = field(default_factory=list)
+    # The TYPE line's word: "gauge", or "counter" for a family whose name ends in `_total`.
     kind: str = "gauge"
 
     def add_metric(self, values: Sequence[str], value: float) -> None:
@@ -122,6 +131,140 @@ def card_families(snapshot: Snapshot) -> Iterator[GaugeFamily]:
                     family.add_rendered(rendered, value)
     yield info
     yield from families.values()
+
+
+# Issue 29's per-card families: (suffix, kind, help, extra label, [(label value, how to read
+# the figure off a CardHealth)]). Counters end in `_total` (Prometheus's convention).
+_HealthRead = Callable[[CardHealth], float | int | bool | None]
+
+
+def _throttle(reason: str) -> _HealthRead:
+    def read(h: CardHealth) -> bool | None:
+        return None if h.throttle_reasons is None else dict(h.throttle_reasons).get(reason)
+
+    return read
+
+
+def _field(name: str) -> _HealthRead:
+    def read(h: CardHealth) -> float | int | bool | None:
+        value: float | int | bool | None = getattr(h, name)
+        return value
+
+    return read
+
+
+_HEALTH_FAMILIES: tuple[
+    tuple[str, str, str, tuple[str, ...], tuple[tuple[tuple[str, ...], _HealthRead], ...]], ...
+] = (
+    (
+        "ecc_errors_total",
+        "counter",
+        "Memory ECC errors the card's library counted: error corrected or uncorrected; counter "
+        "volatile (since the driver loaded) or aggregate (over the card's life).",
+        ("error", "counter"),
+        tuple(
+            ((error, counter), _field(f"ecc_{error}_{counter}"))
+            for counter in ("volatile", "aggregate")
+            for error in ("corrected", "uncorrected")
+        ),
+    ),
+    (
+        "remapped_rows",
+        "gauge",
+        "Memory rows remapped by the card's repair, by state: correctable and uncorrectable "
+        "count rows; pending and failed are NVML's flags (1: at least one; pending: a reset "
+        "is needed; failed: the card should be replaced).",
+        ("state",),
+        tuple(
+            ((state,), _field(f"remapped_rows_{state}"))
+            for state in ("correctable", "uncorrectable", "pending", "failed")
+        ),
+    ),
+    (
+        "energy_joules_total",
+        "counter",
+        "Energy the card consumed since its driver loaded, joules.",
+        (),
+        (((), _field("energy_joules")),),
+    ),
+    (
+        "clock_throttle_active",
+        "gauge",
+        "1 while the reason holds the card's clocks down (reasons named as NVML's clocks event "
+        "reasons), 0 while it does not.",
+        ("reason",),
+        tuple(((r,), _throttle(r)) for r in THROTTLE_REASONS),
+    ),
+    (
+        "clock_hertz",
+        "gauge",
+        "The card's current clock, hertz: clock sm, memory or graphics.",
+        ("clock",),
+        tuple(((c,), _field(f"clock_{c}_hz")) for c in ("sm", "memory", "graphics")),
+    ),
+    (
+        "pcie_replays_total",
+        "counter",
+        "PCIe replays the card counted since its driver loaded.",
+        (),
+        (((), _field("pcie_replays")),),
+    ),
+)
+
+
+def health_families(snapshot: Snapshot) -> Iterator[GaugeFamily]:
+    """Issue 29's per-card families: error counters, memory repair, energy, clock throttling,
+    clocks, PCIe replays, why each absent one is absent, and why an unhealthy card is. A family
+    no card has a sample of is not written, so a node whose backend reads none is unchanged."""
+    node = snapshot.node or ""
+    out: list[GaugeFamily] = []
+    cards = [(g, c) for g in snapshot.groups for c in g.cards]
+    for suffix, kind, help_text, extra, reads in _HEALTH_FAMILIES:
+        family = GaugeFamily(
+            f"gpustack_accelerator_{suffix}",
+            _sampled(help_text, snapshot.period_seconds),
+            labels=[*CARD_LABELS, *extra],
+            kind=kind,
+        )
+        for group, card in cards:
+            if card.health is None:
+                continue
+            labels = [node, group.manufacturer, card.id, str(card.index)]
+            for values, read in reads:
+                value = read(card.health)
+                if value is not None:
+                    family.add_metric([*labels, *values], float(value))
+        out.append(family)
+    capability = GaugeFamily(
+        "gpustack_accelerator_figure_capability",
+        "1 when the card's library answered the figure this round; 0 with the reason it is "
+        "absent (unsupported, permission, invalid_data, transient_driver_error).",
+        labels=["node", "manufacturer", "id", "figure", "reason"],
+    )
+    reason = GaugeFamily(
+        "gpustack_accelerator_unhealthy_reason",
+        _sampled(
+            "1 for an unhealthy card, with the reason in a label (the snapshot's "
+            "unhealthyReason); gpustack_accelerator_unhealthy is unchanged.",
+            snapshot.period_seconds,
+        ),
+        labels=[*CARD_LABELS, "reason"],
+    )
+    for group, card in cards:
+        if card.unhealthy:
+            labels = [node, group.manufacturer, card.id, str(card.index)]
+            reason.add_metric([*labels, card.unhealthy_reason or ""], 1.0)
+        if card.health is None:
+            continue
+        for figure in HEALTH_FIGURES:
+            why = card.health.reason(figure)
+            present = getattr(card.health, figure) is not None
+            if why is None and not present:
+                continue  # not asked of this library: nothing to say
+            labels = [node, group.manufacturer, card.id, figure, "" if why is None else why.value]
+            capability.add_metric(labels, 1.0 if why is None else 0.0)
+    out.extend((capability, reason))
+    yield from (f for f in out if f.samples)
 
 
 @dataclass(frozen=True, slots=True)
@@ -455,6 +598,7 @@ def figure_families(snapshot: Snapshot, extras: Extras = NO_EXTRAS) -> Iterator[
     if snapshot.timestamp <= 0:
         return
     yield from card_families(snapshot)
+    yield from health_families(snapshot)
     yield from instance_families(snapshot, extras.instances)
     yield from capability_family(snapshot)
     if extras.exporting:

@@ -15,10 +15,14 @@ from typing import Any
 
 from devicemanager.figures import slices as slice_section
 from devicemanager.model import (
+    HEALTH_FIGURES,
+    THROTTLE_REASONS,
     BackendState,
     BackendStatus,
     Card,
+    CardHealth,
     Group,
+    Reason,
     SliceSection,
     Snapshot,
     VendorReading,
@@ -89,6 +93,64 @@ def rfc3339(timestamp: float | None) -> str | None:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+# (JSON key, CardHealth field) of the health object's plain figures; the nested ones below.
+_ECC = (("corrected", "volatile"), ("uncorrected", "volatile"), ("corrected", "aggregate"),
+        ("uncorrected", "aggregate"))  # fmt: skip
+_ROWS = ("correctable", "uncorrectable", "pending", "failed")
+_CLOCKS = ("sm", "memory", "graphics")
+
+
+def health_json(health: CardHealth) -> dict[str, Any]:
+    """A card's error counters, energy, clocks and PCIe replays (issue 29): every figure is
+    there, null when absent, and `absentReasons` says why for those the library explained."""
+    ecc: dict[str, dict[str, int | None]] = {"corrected": {}, "uncorrected": {}}
+    for error, counter in _ECC:
+        ecc[error][counter] = getattr(health, f"ecc_{error}_{counter}")
+    throttle = health.throttle_reasons
+    return {
+        "eccErrors": ecc,
+        "remappedRows": {s: getattr(health, f"remapped_rows_{s}") for s in _ROWS},
+        "energyJoules": health.energy_joules,
+        "clockThrottleReasons": None if throttle is None else dict(throttle),
+        "clocksHz": {c: getattr(health, f"clock_{c}_hz") for c in _CLOCKS},
+        "pcieReplays": health.pcie_replays,
+        "absentReasons": {name: reason.value for name, reason in health.reasons},
+    }
+
+
+def health_from_json(doc: Any) -> CardHealth | None:
+    """The health object back; anything unreadable in it is absent."""
+    if not isinstance(doc, dict):
+        return None
+
+    def part(parent: dict[str, Any], key: str) -> dict[str, Any]:
+        value = parent.get(key)
+        return value if isinstance(value, dict) else {}
+
+    ecc = part(doc, "eccErrors")
+    figures: dict[str, Any] = {f"ecc_{e}_{c}": as_int(part(ecc, e).get(c)) for e, c in _ECC}
+    rows, clocks = part(doc, "remappedRows"), part(doc, "clocksHz")
+    figures.update({f"remapped_rows_{s}": as_int(rows.get(s)) for s in _ROWS})
+    figures.update({f"clock_{c}_hz": as_int(clocks.get(c)) for c in _CLOCKS})
+    throttle = doc.get("clockThrottleReasons")
+    known = set(Reason)
+    return CardHealth(
+        **figures,
+        energy_joules=as_number(doc.get("energyJoules")),
+        throttle_reasons=tuple(
+            (r, throttle[r]) for r in THROTTLE_REASONS if isinstance(throttle.get(r), bool)
+        )
+        if isinstance(throttle, dict)
+        else None,
+        pcie_replays=as_int(doc.get("pcieReplays")),
+        reasons=tuple(
+            (name, Reason(value))
+            for name, value in part(doc, "absentReasons").items()
+            if name in HEALTH_FIGURES and value in known
+        ),
+    )
+
+
 def card_json(card: Card) -> dict[str, Any]:
     # Field names follow the reference implementation's AcceleratorMetrics, so its worker reads
     # ours unchanged; units: MiB, percent, °C, W. Identity beyond the id is added only where a
@@ -100,6 +162,10 @@ def card_json(card: Card) -> dict[str, Any]:
         extra["address"] = dict(card.address)
     if card.parent_id is not None:
         extra["parentID"] = card.parent_id
+    if card.health is not None:
+        # Only where the backend reads them: a consumer of the schema before issue 29 meets the
+        # same objects as before on every other card.
+        extra["health"] = health_json(card.health)
     return {
         "id": card.id,
         "index": card.index,
@@ -195,6 +261,7 @@ def card_from_json(doc: dict[str, Any]) -> Card | None:
             if isinstance(v, int | str) and not isinstance(v, bool)
         ),
         parent_id=parent if isinstance(parent, str) else None,
+        health=health_from_json(doc.get("health")),
     )
 
 

@@ -89,6 +89,20 @@ TABLE: dict[str, tuple[Callable[[], list[dict[str, Any]]], ReadRequest, dict[str
         CARVED,
         {"cards": 1, "rows": [(7101, None, 40.0)], "reasons": (Reason.TRUNCATED, None)},
     ),
+    # Issue 29's figures; written down by hand from scenarios.h100_health: card 0 every figure
+    # (123,456,789 mJ = 123,456.789 J; 1755 MHz), card 1 none (unsupported), card 2 sentinels.
+    "h100-health": (
+        scenarios.h100_health,
+        ReadRequest(),
+        {
+            "cards": 3,
+            "health": {
+                gpu(20): ((12, 1, 345, 2), 123_456.789, 1_755_000_000, 7, ()),
+                gpu(21): ((None,) * 4, None, 1_980_000_000, None, ("unsupported",) * 12),
+                gpu(22): ((None, 0, 0, 0), None, None, None, ("invalid_data",) * 4),
+            },
+        },
+    ),
 }
 
 
@@ -117,6 +131,21 @@ def test_parse_over_the_fixture(name: str) -> None:
             for p in reading.partitions
         }
         assert got == facts["partitions"]
+    for card in reading.cards if "health" in facts else ():
+        h = card.health
+        assert h is not None
+        assert (
+            (
+                h.ecc_corrected_volatile,
+                h.ecc_uncorrected_volatile,
+                h.ecc_corrected_aggregate,
+                h.ecc_uncorrected_aggregate,
+            ),
+            h.energy_joules,
+            h.clock_sm_hz,
+            h.pcie_replays,
+            tuple(r.value for _, r in h.reasons),
+        ) == facts["health"][card.id]
 
 
 @pytest.mark.parametrize("name", sorted(TABLE))
