@@ -6,6 +6,7 @@ libnvidia-ml.so.1 compiled by the test from tests/fakelib/nvidia/fake_nvml.c and
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from devicemanager.agent.monitor import Monitor
 from devicemanager.backend import BackendUnavailable
@@ -132,6 +134,162 @@ def test_an_xid_from_the_event_set(libnvml: Path, scenario, xid: int, reason: st
     for payload in (first, second):  # kept once seen: a fatal XID does not heal by itself
         (card,) = NvidiaBackend().parse(payload).cards
         assert card.unhealthy_reason == reason
+
+
+# -- the card's health beyond one bit (R-X7) ---------------------------------------------------
+
+
+def test_card_health_through_real_pynvml(libnvml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    """(R-X7) ECC, remapped rows, energy, throttle reasons, clocks and PCIe replays as NVML
+    answers them through pynvml, in base units (mJ to J, MHz to Hz); each NOT_SUPPORTED answer
+    is that figure absent with `unsupported`; a type's all-ones "not available" is
+    `invalid_data`, never published; where the clocks-event call is missing from the driver
+    the older throttle call answers the same mask."""
+    scenario(scenarios.h100_health())
+    (payload,) = read_payload(libnvml, ReadRequest())
+    full, blind, old = (c.health for c in NvidiaBackend().parse(payload).cards)
+    assert full is not None and blind is not None and old is not None
+    assert (
+        full.ecc_corrected_volatile,
+        full.ecc_uncorrected_volatile,
+        full.ecc_corrected_aggregate,
+        full.ecc_uncorrected_aggregate,
+    ) == (12, 1, 345, 2)
+    assert (
+        full.remapped_rows_correctable,
+        full.remapped_rows_uncorrectable,
+        full.remapped_rows_pending,
+        full.remapped_rows_failed,
+    ) == (3, 1, 1, 0)
+    assert full.energy_joules == 123_456.789  # 123,456,789 mJ
+    assert full.throttle_reasons is not None
+    assert [r for r, on in full.throttle_reasons if on] == ["sw_power_cap", "hw_thermal_slowdown"]
+    assert (full.clock_sm_hz, full.clock_memory_hz, full.clock_graphics_hz) == (
+        1_755_000_000,
+        2_619_000_000,
+        1_755_000_000,
+    )
+    assert (full.pcie_replays, full.reasons) == (7, ())
+    # Card 1: nothing but two clock domains answered; every other figure says why.
+    assert (blind.clock_sm_hz, blind.clock_graphics_hz) == (1_980_000_000, 1_980_000_000)
+    assert dict(blind.reasons) == {
+        name: Reason.UNSUPPORTED
+        for name in (
+            "ecc_corrected_volatile",
+            "ecc_uncorrected_volatile",
+            "ecc_corrected_aggregate",
+            "ecc_uncorrected_aggregate",
+            "remapped_rows_correctable",
+            "remapped_rows_uncorrectable",
+            "remapped_rows_pending",
+            "remapped_rows_failed",
+            "energy_joules",
+            "throttle_reasons",
+            "clock_memory_hz",
+            "pcie_replays",
+        )
+    }
+    assert (blind.energy_joules, blind.throttle_reasons, blind.pcie_replays) == (None, None, None)
+    # Card 2: the sentinels refused, the older throttle call read.
+    assert dict(old.reasons) == {
+        "ecc_corrected_volatile": Reason.INVALID_DATA,
+        "energy_joules": Reason.INVALID_DATA,
+        "clock_sm_hz": Reason.INVALID_DATA,
+        "pcie_replays": Reason.INVALID_DATA,
+    }
+    assert (old.ecc_corrected_volatile, old.energy_joules, old.clock_sm_hz) == (None, None, None)
+    assert old.throttle_reasons is not None and dict(old.throttle_reasons)["gpu_idle"] is True
+    assert "nvmlDeviceGetCurrentClocksThrottleReasons" in payload["devices"][2]
+    assert "nvmlDeviceGetCurrentClocksThrottleReasons" not in payload["devices"][0]
+
+
+def test_the_whole_agent_publishes_card_health(
+    libnvml: Path, scenario, tmp_path: Path, launch
+) -> None:  # type: ignore[no-untyped-def]
+    """(R-X7) Over real HTTPS: the counters are typed counter and end in `_total`, every figure
+    in base units, an unsupported figure has no sample and its capability says why, the
+    unhealthy card's reason is a label beside an unchanged `unhealthy`, and promtool takes the
+    text with nothing to say; the snapshot's cards carry the same figures, null when absent."""
+    (tmp_path / "proc").mkdir()
+    agent = serve_on_fake(launch, libnvml, scenario(scenarios.h100_health()), tmp_path, [])
+    with agent.client() as client:
+        text = client.get("/metrics").content
+        doc = client.get("/monitor/snapshot").json()
+    lines = text.decode().splitlines()
+    for name in ("ecc_errors", "energy_joules", "pcie_replays"):
+        assert f"# TYPE gpustack_accelerator_{name}_total counter" in lines
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text.decode()):
+        for sample in family.samples:  # by the sample's name: a counter's ends in _total
+            samples.setdefault(sample.name, []).append((sample.labels, sample.value))
+
+    def by_card(name: str, **match: str) -> dict[str, float]:
+        return {
+            ls["id"]: v
+            for ls, v in samples.get(name, [])
+            if all(ls.get(k) == want for k, want in match.items())
+        }
+
+    pre = "gpustack_accelerator_"
+    assert by_card(f"{pre}energy_joules_total") == {gpu(20): 123_456.789}
+    assert by_card(f"{pre}ecc_errors_total", error="uncorrected", counter="aggregate") == {
+        gpu(20): 2.0,
+        gpu(22): 0.0,
+    }
+    assert by_card(f"{pre}ecc_errors_total", error="corrected", counter="volatile") == {
+        gpu(20): 12.0
+    }
+    assert by_card(f"{pre}pcie_replays_total") == {gpu(20): 7.0}
+    assert by_card(f"{pre}clock_hertz", clock="sm") == {gpu(20): 1.755e9, gpu(21): 1.98e9}
+    assert by_card(f"{pre}clock_throttle_active", reason="hw_thermal_slowdown") == {
+        gpu(20): 1.0,
+        gpu(22): 0.0,
+    }
+    assert by_card(f"{pre}remapped_rows", state="pending") == {gpu(20): 1.0, gpu(22): 0.0}
+    assert by_card(f"{pre}figure_capability", figure="energy_joules", reason="unsupported") == {
+        gpu(21): 0.0
+    }
+    assert by_card(f"{pre}figure_capability", figure="energy_joules", reason="invalid_data") == {
+        gpu(22): 0.0
+    }
+    assert by_card(f"{pre}figure_capability", figure="energy_joules", reason="") == {gpu(20): 1.0}
+    assert by_card(f"{pre}unhealthy") == {gpu(20): 1.0, gpu(21): 0.0, gpu(22): 0.0}
+    ((labels, value),) = samples[f"{pre}unhealthy_reason"]
+    assert (labels["id"], labels["index"], labels["reason"], value) == (
+        gpu(20),
+        "0",
+        "row_remap_pending",
+        1.0,
+    )
+    promtool = shutil.which("promtool")
+    if promtool is not None:  # .ci/run installs Debian's prometheus package, which carries it
+        result = subprocess.run(
+            [promtool, "check", "metrics"], input=text, capture_output=True, check=False
+        )
+        assert result.returncode == 0 and result.stdout + result.stderr == b"", result
+    full, blind, old = (c["health"] for c in doc["groups"][0]["accelerators"])
+    assert full["eccErrors"] == {
+        "corrected": {"volatile": 12, "aggregate": 345},
+        "uncorrected": {"volatile": 1, "aggregate": 2},
+    }
+    assert full["clocksHz"] == {
+        "sm": 1_755_000_000,
+        "memory": 2_619_000_000,
+        "graphics": 1_755_000_000,
+    }
+    assert full["clockThrottleReasons"]["sw_power_cap"] is True and full["absentReasons"] == {}
+    assert (blind["energyJoules"], blind["clockThrottleReasons"], blind["pcieReplays"]) == (
+        None,
+        None,
+        None,
+    )
+    assert blind["absentReasons"]["pcie_replays"] == "unsupported"
+    assert old["absentReasons"] == {
+        "ecc_corrected_volatile": "invalid_data",
+        "energy_joules": "invalid_data",
+        "clock_sm_hz": "invalid_data",
+        "pcie_replays": "invalid_data",
+    }
 
 
 # -- per-process --------------------------------------------------------------------------------
