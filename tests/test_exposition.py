@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -10,7 +13,15 @@ from devicemanager.figures.figures import AcceleratorEntry, InstanceEntries, pod
 from devicemanager.figures.snapshot import BackendResult
 from devicemanager.grants.allocations import Mode
 from devicemanager.grants.grants import InstanceRef
-from devicemanager.model import BackendState, BackendStatus, Card, Snapshot, VendorReading
+from devicemanager.model import (
+    BackendState,
+    BackendStatus,
+    Card,
+    CardHealth,
+    Reason,
+    Snapshot,
+    VendorReading,
+)
 from devicemanager.node.pods import PodInfo
 from tests.conftest import SCENARIOS, scenario_monitor
 
@@ -210,3 +221,93 @@ def test_the_holder_is_named_where_one_container_holds_the_grant_and_left_empty_
         ("GPU-b", "llm-0", ""),
     ]
     assert 'container="",' in text  # written, not left out: the scrape target's stays off
+
+
+# -- the card's health beyond one bit (R-X7) ---------------------------------------------------
+
+
+def test_a_node_whose_backend_reads_no_health_has_none_of_its_families() -> None:
+    """(R-X7) No card with health figures and none unhealthy: not one new family is written, so
+    the text of such a node is what it was before issue 29."""
+    text = exposition.render(
+        exposition.health_families(
+            snapshot.assemble(
+                1.0,
+                15.0,
+                "n",
+                [
+                    BackendResult(
+                        status=BackendStatus("amd", BackendState.OK, 0.5),
+                        reading=VendorReading("amd", cards=(Card(id="GPU-a", index=0),)),
+                        read_at=1.0,
+                    )
+                ],
+            )
+        )
+    )
+    assert text == b""
+
+
+def test_health_counters_are_typed_counter_in_base_units_and_an_absent_one_has_no_sample() -> None:
+    """(R-X7) ECC, energy and PCIe replays are counters named `…_total`; joules and hertz are
+    published as the card gives them; an absent figure has no sample, its capability says why,
+    and an unhealthy card's reason is a label of its own family beside `unhealthy`."""
+    health = CardHealth(
+        ecc_corrected_volatile=0,
+        ecc_uncorrected_volatile=3,
+        energy_joules=123_456.789,
+        throttle_reasons=(("gpu_idle", False), ("hw_slowdown", True)),
+        clock_sm_hz=1_755_000_000,
+        reasons=(("pcie_replays", Reason.UNSUPPORTED),),
+    )
+    card = Card(id="GPU-a", index=0, unhealthy=True, unhealthy_reason="xid_79", health=health)
+    result = BackendResult(
+        status=BackendStatus("nvidia", BackendState.OK, 0.5),
+        reading=VendorReading(manufacturer="nvidia", cards=(card,)),
+        read_at=1.0,
+    )
+    snap = snapshot.assemble(1.0, 15.0, "node-a", [result], round_duration=0.7)
+    text = exposition.render(exposition.families(snap, True)).decode()
+    types = {
+        line.split()[2]: line.split()[3] for line in text.splitlines() if line.startswith("# TYPE")
+    }
+    assert types["gpustack_accelerator_ecc_errors_total"] == "counter"
+    assert types["gpustack_accelerator_energy_joules_total"] == "counter"
+    assert types["gpustack_accelerator_clock_hertz"] == "gauge"
+    assert "gpustack_accelerator_pcie_replays_total" not in types  # no card has one
+    got: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            got.setdefault(s.name, []).append((s.labels, s.value))
+    base = {"node": "node-a", "manufacturer": "nvidia", "id": "GPU-a", "index": "0"}
+    assert got["gpustack_accelerator_ecc_errors_total"] == [
+        (base | {"error": "corrected", "counter": "volatile"}, 0.0),
+        (base | {"error": "uncorrected", "counter": "volatile"}, 3.0),
+    ]
+    assert got["gpustack_accelerator_energy_joules_total"] == [(base, 123_456.789)]
+    assert got["gpustack_accelerator_clock_hertz"] == [(base | {"clock": "sm"}, 1.755e9)]
+    assert got["gpustack_accelerator_clock_throttle_active"] == [
+        (base | {"reason": "gpu_idle"}, 0.0),
+        (base | {"reason": "hw_slowdown"}, 1.0),
+    ]
+    assert "gpustack_accelerator_remapped_rows" not in types
+    capability = {
+        (ls["figure"], ls["reason"]): v for ls, v in got["gpustack_accelerator_figure_capability"]
+    }
+    assert capability == {
+        ("ecc_corrected_volatile", ""): 1.0,
+        ("ecc_uncorrected_volatile", ""): 1.0,
+        ("energy_joules", ""): 1.0,
+        ("throttle_reasons", ""): 1.0,
+        ("clock_sm_hz", ""): 1.0,
+        ("pcie_replays", "unsupported"): 0.0,
+    }
+    assert got["gpustack_accelerator_unhealthy"] == [(base, 1.0)]  # `== 1` still finds it
+    assert got["gpustack_accelerator_unhealthy_reason"] == [(base | {"reason": "xid_79"}, 1.0)]
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian package prometheus; .ci/run installs it)")
+    checked = subprocess.run(
+        [promtool, "check", "metrics"], input=text.encode(), capture_output=True, check=False
+    )
+    assert checked.returncode == 0 and checked.stdout + checked.stderr == b"", checked

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from devicemanager.figures import snapshot
 from devicemanager.figures.snapshot import BackendResult
-from devicemanager.model import BackendState, BackendStatus, Card, VendorReading
+from devicemanager.model import (
+    BackendState,
+    BackendStatus,
+    Card,
+    CardHealth,
+    Reason,
+    VendorReading,
+)
 
 CARD = Card(
     id="GPU-1",
@@ -114,3 +122,51 @@ def test_a_served_address_reads_back_its_numbers_and_names_and_nothing_else() ->
     card = snapshot.card_from_json(npu)
     assert card is not None
     assert card.address == (("card", 0), ("device", 1), ("bus", "0000:c1:00.0"))
+
+
+HEALTH = CardHealth(
+    ecc_corrected_volatile=0,
+    ecc_uncorrected_aggregate=2,
+    remapped_rows_pending=1,
+    energy_joules=1.5,
+    throttle_reasons=(("gpu_idle", True), ("sw_power_cap", False)),
+    clock_sm_hz=1_980_000_000,
+    reasons=(("pcie_replays", Reason.UNSUPPORTED), ("clock_memory_hz", Reason.INVALID_DATA)),
+)
+
+
+def test_a_card_without_health_is_the_schema_of_before() -> None:
+    """(R-X7) A card whose backend reads no health figures has no `health` key: consumers of the
+    schema before issue 29 meet the same object (the field list is pinned above)."""
+    doc = snapshot.to_json(snapshot.assemble(20.0, 15.0, "n", [ok("amd", CARD)]))
+    assert "health" not in doc["groups"][0]["accelerators"][0]
+
+
+def test_card_health_in_the_snapshot_is_null_when_absent_and_reads_back() -> None:
+    """(R-X7) Every health figure is there, null when absent (a measured 0 stays 0), the reason
+    for each absent one the library explained is given, and the object reads back whole."""
+    card = dataclasses.replace(CARD, health=HEALTH)
+    doc = json.loads(snapshot.encode(snapshot.assemble(20.0, 15.0, "n", [ok("nvidia", card)])))
+    (served,) = doc["groups"][0]["accelerators"]
+    assert served["health"] == {
+        "eccErrors": {
+            "corrected": {"volatile": 0, "aggregate": None},
+            "uncorrected": {"volatile": None, "aggregate": 2},
+        },
+        "remappedRows": {"correctable": None, "uncorrectable": None, "pending": 1, "failed": None},
+        "energyJoules": 1.5,
+        "clockThrottleReasons": {"gpu_idle": True, "sw_power_cap": False},
+        "clocksHz": {"sm": 1_980_000_000, "memory": None, "graphics": None},
+        "pcieReplays": None,
+        "absentReasons": {"pcie_replays": "unsupported", "clock_memory_hz": "invalid_data"},
+    }
+    back = snapshot.card_from_json(served)
+    assert back is not None and back.health == HEALTH
+    # What no agent writes is absent, never a figure: a boolean count, an unknown reason.
+    served["health"]["pcieReplays"] = True
+    served["health"]["absentReasons"]["energy_joules"] = "because"
+    served["health"]["clockThrottleReasons"]["gpu_idle"] = 1
+    odd = snapshot.card_from_json(served)
+    assert odd is not None and odd.health is not None
+    assert odd.health.pcie_replays is None and odd.health.reason("energy_joules") is None
+    assert odd.health.throttle_reasons == (("sw_power_cap", False),)
