@@ -104,6 +104,13 @@ def test_every_family_the_agent_can_publish_is_a_row_of_the_metrics_table() -> N
 
     table = (REPO / "docs" / "metrics.md").read_text()
     rows = {line.split("`")[1] for line in table.splitlines() if line.startswith("| `")}
+    names: set[str] = set()
+    # h100-mig-gpm's cards carry the health families, a100-device-plugin-only an unhealthy card.
+    for other in ("h100-mig-gpm", "a100-device-plugin-only"):
+        monitor = scenario_monitor(other)
+        text = exposition.render(exposition.families(monitor.run_round().snapshot)).decode()
+        monitor.stop()
+        names |= {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")}
     monitor = scenario_monitor("h100-8gpu-mixed")
     published = monitor.run_round()
     monitor.stop()
@@ -121,7 +128,7 @@ def test_every_family_the_agent_can_publish_is_a_row_of_the_metrics_table() -> N
         skipped_lines={"pods": 0},
     )
     text = exposition.render(exposition.families(published.snapshot, True, extras)).decode()
-    names = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")}
+    names |= {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")}
     assert names - rows == set(), "families missing from docs/metrics.md's table"
     assert rows - names == set(), "rows of docs/metrics.md's table no code publishes"
 
