@@ -153,9 +153,10 @@ def _field(name: str) -> _HealthRead:
     return read
 
 
-_HEALTH_FAMILIES: tuple[
-    tuple[str, str, str, tuple[str, ...], tuple[tuple[tuple[str, ...], _HealthRead], ...]], ...
-] = (
+_HealthFamily = tuple[
+    str, str, str, tuple[str, ...], tuple[tuple[tuple[str, ...], _HealthRead], ...]
+]
+_HEALTH_FAMILIES: tuple[_HealthFamily, ...] = (
     (
         "ecc_errors_total",
         "counter",
