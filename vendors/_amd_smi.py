@@ -17,7 +17,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from devicemanager.model import Address, Card, PartitionReading, ProcessRow, Reason, as_int
+from devicemanager.model import (
+    Address,
+    Card,
+    CardHealth,
+    PartitionReading,
+    ProcessRow,
+    Reason,
+    as_int,
+)
 from vendors._common import error_code, finite, rate_percent
 from vendors._rocm_smi_lib import CU_OCCUPANCY_INVALID
 
@@ -208,6 +216,61 @@ def _unhealthy(device: Mapping[str, Any]) -> str | None:
     return None
 
 
+# CardHealth's clock figures by amdsmi's clock domain (AmdSmiClkType): the graphics engines'
+# clock is the one compute runs on; amdsmi has no separate SM domain, so `clock_sm_hz` is
+# `unsupported` on AMD rather than a copy of the graphics clock.
+AMD_CLOCKS = {"clock_graphics_hz": "GFX", "clock_memory_hz": "MEM"}
+UINT64_MAX = 0xFFFFFFFFFFFFFFFF
+MAX_CLOCK_MHZ = 100_000  # as NVML's: above 100 GHz is no clock
+
+
+def _counted(value: Any, ceiling: int) -> tuple[int | None, Reason | None]:
+    """An unsigned figure amdsmi answered, or why it is absent: a failure's reason; the wheel's
+    "N/A" (its UINT32_MAX), a type's all-ones value or anything not an integer in range is
+    `invalid_data`."""
+    if (code := error_code(value)) is not None:
+        return None, reason_for(code)
+    number = as_int(value)
+    if number is None or not 0 <= number < ceiling:
+        return None, Reason.INVALID_DATA
+    return number, None
+
+
+def health(device: Mapping[str, Any]) -> CardHealth | None:
+    """A board's energy, clocks and PCIe replays (R-X7), from its first processor; None where
+    the payload was recorded before they were read. The energy counter times its resolution
+    (µJ per count, amdsmi.h) is joules; clocks answer MHz."""
+    keys = ("amdsmi_get_energy_count", "amdsmi_get_clock_info", "amdsmi_get_gpu_pci_replay_counter")
+    if not any(key in device for key in keys):
+        return None
+    figures: dict[str, Any] = {}
+    why: list[tuple[str, Reason]] = []
+    energy = device.get("amdsmi_get_energy_count")
+    count, reason = _counted(mapping(energy).get("energy_accumulator", energy), UINT64_MAX)
+    resolution = finite(mapping(energy).get("counter_resolution"))
+    if count is not None and (resolution is None or resolution <= 0):
+        count, reason = None, Reason.INVALID_DATA
+    if reason is not None:
+        why.append(("energy_joules", reason))
+    elif count is not None and resolution is not None:
+        figures["energy_joules"] = round(count * resolution / 1e6, 6)
+    clocks = device.get("amdsmi_get_clock_info")
+    for figure, domain in AMD_CLOCKS.items():
+        answer = clocks.get(domain) if isinstance(clocks, Mapping) else None
+        mhz, reason = _counted(mapping(answer).get("clk", answer), MAX_CLOCK_MHZ + 1)
+        if reason is not None:
+            why.append((figure, reason))
+        else:
+            figures[figure] = None if mhz is None else mhz * 1_000_000
+    why.append(("clock_sm_hz", Reason.UNSUPPORTED))
+    replays, reason = _counted(device.get("amdsmi_get_gpu_pci_replay_counter"), UINT64_MAX)
+    if reason is not None:
+        why.append(("pcie_replays", reason))
+    else:
+        figures["pcie_replays"] = replays
+    return CardHealth(**figures, reasons=tuple(why))
+
+
 def _address(socket: int, device: Mapping[str, Any] | None) -> Address:
     if device is None:
         return (("socket", socket),)
@@ -245,6 +308,7 @@ def processor_card(
         aliases=device_aliases(device, platform, whole),
         address=_address(socket, None if whole else device),
         parent_id=parent,
+        health=health(device) if whole else None,
     )
 
 
@@ -270,6 +334,7 @@ def physical_card(
         unhealthy=reason is not None,
         unhealthy_reason=reason,
         address=address,
+        health=health(board),
     )
 
 

@@ -43,11 +43,8 @@ from devicemanager.model import (
 from vendors._amd_lib import import_amdsmi, processors_of, rocm_version
 from vendors._amd_rocm_smi import read_processes, rsmi_rows
 from vendors._amd_rocm_smi import rsmi_reason_for as rsmi_reason_for
-from vendors._amd_smi import NO_PERM as NO_PERM
-from vendors._amd_smi import NOT_FOUND as NOT_FOUND
-from vendors._amd_smi import NOT_SUPPORTED as NOT_SUPPORTED
-from vendors._amd_smi import OUT_OF_RESOURCES as OUT_OF_RESOURCES
 from vendors._amd_smi import (
+    AMD_CLOCKS,
     Rows,
     amdsmi_rows,
     compute_units_of,
@@ -61,6 +58,10 @@ from vendors._amd_smi import (
     processor_card,
     text,
 )
+from vendors._amd_smi import NO_PERM as NO_PERM
+from vendors._amd_smi import NOT_FOUND as NOT_FOUND
+from vendors._amd_smi import NOT_SUPPORTED as NOT_SUPPORTED
+from vendors._amd_smi import OUT_OF_RESOURCES as OUT_OF_RESOURCES
 from vendors._amd_smi import occupancy_percent as occupancy_percent
 from vendors._amd_smi import reason_for as reason_for
 from vendors._amd_smi import serial_id as serial_id
@@ -483,6 +484,15 @@ class AmdBackend:
         }
         device["amdsmi_get_gpu_total_ecc_count"] = self._call(
             smi.amdsmi_get_gpu_total_ecc_count, handle
+        )
+        # The card's health beyond one bit (R-X7): energy, clocks, PCIe replays.
+        device["amdsmi_get_energy_count"] = self._call(smi.amdsmi_get_energy_count, handle)
+        device["amdsmi_get_clock_info"] = {
+            name: self._call(smi.amdsmi_get_clock_info, handle, getattr(smi.AmdSmiClkType, name))
+            for name in AMD_CLOCKS.values()
+        }
+        device["amdsmi_get_gpu_pci_replay_counter"] = self._call(
+            smi.amdsmi_get_gpu_pci_replay_counter, handle
         )
 
     def _processes(self, handle: Any, device: dict[str, Any], uuid: str, now: float) -> set[str]:

@@ -110,6 +110,10 @@ AMDSMI_STRUCTS = {
         ["correctable_count", "uncorrectable_count", "deferred_count"],
     ),
     "amdsmi_version_t": ("amdsmi_version_t", ["major", "minor", "release", "build"]),
+    "amdsmi_clk_info_t": (
+        "amdsmi_clk_info_t",
+        ["clk", "min_clk", "max_clk", "clk_locked", "clk_deep_sleep", "reserved"],
+    ),
 }
 
 

@@ -113,6 +113,19 @@ typedef struct {
 } amdsmi_error_count_t;
 
 typedef struct {
+    uint32_t clk; /* MHz */
+    uint32_t min_clk;
+    uint32_t max_clk;
+    uint8_t clk_locked;
+    uint8_t clk_deep_sleep;
+    uint32_t reserved[4];
+} amdsmi_clk_info_t;
+
+/* amdsmi_clk_type_t: the values the fake answers */
+#define AMDSMI_CLK_TYPE_GFX 0u
+#define AMDSMI_CLK_TYPE_MEM 4u
+
+typedef struct {
     uint32_t major;
     uint32_t minor;
     uint32_t release;
@@ -163,6 +176,11 @@ amdsmi_status_t amdsmi_get_temp_metric(amdsmi_processor_handle h, uint32_t senso
 amdsmi_status_t amdsmi_get_gpu_driver_info(amdsmi_processor_handle h, amdsmi_driver_info_t *info);
 amdsmi_status_t amdsmi_get_gpu_total_ecc_count(amdsmi_processor_handle h,
                                                amdsmi_error_count_t *count);
+amdsmi_status_t amdsmi_get_energy_count(amdsmi_processor_handle h, uint64_t *energy_accumulator,
+                                        float *counter_resolution, uint64_t *timestamp);
+amdsmi_status_t amdsmi_get_clock_info(amdsmi_processor_handle h, uint32_t clk_type,
+                                      amdsmi_clk_info_t *info);
+amdsmi_status_t amdsmi_get_gpu_pci_replay_counter(amdsmi_processor_handle h, uint64_t *counter);
 amdsmi_status_t amdsmi_get_gpu_process_list(amdsmi_processor_handle h, uint32_t *max_processes,
                                             amdsmi_proc_info_t *list);
 

@@ -351,6 +351,47 @@ amdsmi_status_t amdsmi_get_gpu_total_ecc_count(amdsmi_processor_handle h,
     return AMDSMI_STATUS_SUCCESS;
 }
 
+/* -- the card's energy, clocks and PCIe replays (issue 29) ------------------------------------ */
+
+amdsmi_status_t amdsmi_get_energy_count(amdsmi_processor_handle h, uint64_t *energy_accumulator,
+                                        float *counter_resolution, uint64_t *timestamp) {
+    DEVICE("amdsmi_get_energy_count");
+    if (!energy_accumulator || !counter_resolution || !timestamp)
+        return AMDSMI_STATUS_INVAL;
+    *energy_accumulator = fl_u64(0, D "energy.accumulator", d);
+    *counter_resolution = (float)fl_double(15.3f, D "energy.resolution", d); /* µJ per count */
+    *timestamp = fl_u64(0, D "energy.timestamp", d);
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+amdsmi_status_t amdsmi_get_clock_info(amdsmi_processor_handle h, uint32_t clk_type,
+                                      amdsmi_clk_info_t *info) {
+    const char *name = clk_type == AMDSMI_CLK_TYPE_GFX   ? "gfx"
+                       : clk_type == AMDSMI_CLK_TYPE_MEM ? "mem"
+                                                         : NULL;
+    const char *fault;
+    DEVICE("amdsmi_get_clock_info");
+    if (!info)
+        return AMDSMI_STATUS_INVAL;
+    if (!name)
+        return AMDSMI_STATUS_NOT_SUPPORTED; /* a domain the fake does not model */
+    if ((fault = fl_get(D "clock_faults.%s", d, name)) != NULL)
+        return (amdsmi_status_t)atoi(fault);
+    memset(info, 0, sizeof *info);
+    info->clk = (uint32_t)fl_u64(clk_type == AMDSMI_CLK_TYPE_GFX ? 2100 : 1300, D "clocks.%s", d,
+                                 name); /* MHz, an MI300X's peak */
+    info->max_clk = info->clk;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+amdsmi_status_t amdsmi_get_gpu_pci_replay_counter(amdsmi_processor_handle h, uint64_t *counter) {
+    DEVICE("amdsmi_get_gpu_pci_replay_counter");
+    if (!counter)
+        return AMDSMI_STATUS_INVAL;
+    *counter = fl_u64(0, D "pcie_replays", d);
+    return AMDSMI_STATUS_SUCCESS;
+}
+
 /* Row k of the processes `device` answers for device `d`: its own, or (the ROCm 7.2.0 defect)
  * every device's in turn. Returns the owning device and the row's position there, or -1. */
 static int nth_process(int d, int k, int *row) {
