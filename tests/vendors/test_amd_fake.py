@@ -95,6 +95,38 @@ def test_whole_cards_through_the_real_wheel(node) -> None:  # type: ignore[no-un
     )
 
 
+def test_energy_clocks_and_replays_through_the_real_wheel(node) -> None:  # type: ignore[no-untyped-def]
+    """(R-X7) The energy counter times its resolution (µJ) in joules, clocks in Hz, the PCIe
+    replay counter; NOT_SUPPORTED is that figure absent with `unsupported`; the wheel's "N/A"
+    and UINT64_MAX are `invalid_data`, never published; amdsmi has no SM clock domain, so the
+    SM clock is `unsupported` rather than the graphics clock twice."""
+    (payload,) = rounds(node(scenarios.health_figures()), ReadRequest(), 1)
+    full, blind, odd = (c.health for c in AmdBackend().parse(payload).cards)
+    assert full is not None and blind is not None and odd is not None
+    assert full.energy_joules == pytest.approx(15.3, abs=1e-5)  # 1,000,000 counts of 15.3 µJ
+    assert (full.clock_graphics_hz, full.clock_memory_hz, full.pcie_replays) == (
+        2_100_000_000,
+        1_300_000_000,
+        4,
+    )
+    assert dict(full.reasons) == {"clock_sm_hz": Reason.UNSUPPORTED}
+    assert (full.ecc_corrected_volatile, full.throttle_reasons) == (None, None)  # not yet read
+    assert dict(blind.reasons) == {
+        "energy_joules": Reason.UNSUPPORTED,
+        "clock_memory_hz": Reason.UNSUPPORTED,
+        "clock_sm_hz": Reason.UNSUPPORTED,
+        "pcie_replays": Reason.UNSUPPORTED,
+    }
+    assert (blind.energy_joules, blind.clock_memory_hz, blind.pcie_replays) == (None, None, None)
+    assert blind.clock_graphics_hz == 2_100_000_000
+    assert dict(odd.reasons) == {
+        "clock_graphics_hz": Reason.INVALID_DATA,
+        "clock_sm_hz": Reason.UNSUPPORTED,
+        "pcie_replays": Reason.INVALID_DATA,
+    }
+    assert (odd.clock_graphics_hz, odd.pcie_replays, odd.energy_joules) == (None, None, 0.0)
+
+
 def test_cpx_card_eight_xcps_under_their_physical_card(node) -> None:  # type: ignore[no-untyped-def]
     (payload,) = rounds(node(scenarios.cpx_eight_xcps()), ReadRequest(), 1)
     cards = by_id(AmdBackend().parse(payload))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.fakelib.amd import GIB, card, cpx_card, process, scenario
+from tests.fakelib.amd import GIB, NOT_SUPPORTED, card, cpx_card, process, scenario
 
 SECOND = 1_000_000_000  # ns
 
@@ -196,4 +196,30 @@ def rocm_720(**top: Any) -> dict[str, Any]:
         process_list_ignores_handle=True,
         rsmi_reverse=True,
         **top,
+    )
+
+
+def health_figures() -> dict[str, Any]:
+    """R-X7's figures on three MI300X. Card 0 answers them: 1,000,000 counts of 15.3 µJ of
+    energy, 2,100 and 1,300 MHz, 4 PCIe replays. Card 1 answers NOT_SUPPORTED to the energy
+    and replay calls and to its memory clock. Card 2 answers UINT64_MAX replays and the wheel's
+    "N/A" (UINT32_MAX) for its graphics clock."""
+    return scenario(
+        [
+            card(
+                0,
+                energy={"accumulator": 1_000_000, "resolution": 15.3},
+                clocks={"gfx": 2100, "mem": 1300},
+                pcie_replays=4,
+            ),
+            card(
+                1,
+                faults={
+                    "amdsmi_get_energy_count": NOT_SUPPORTED,
+                    "amdsmi_get_gpu_pci_replay_counter": NOT_SUPPORTED,
+                },
+                clock_faults={"mem": NOT_SUPPORTED},
+            ),
+            card(2, pcie_replays=0xFFFFFFFFFFFFFFFF, clocks={"gfx": 0xFFFFFFFF}),
+        ]
     )
