@@ -342,3 +342,101 @@ def test_no_damaged_payload_makes_parse_raise(fields: dict[str, Any], request: A
 @given(json_values)
 def test_no_top_level_shape_makes_parse_raise(devices: Any) -> None:
     nvidia.parse({"devices": devices, "nvmlSystemGetDriverVersion": devices})
+
+
+# -- the card's health beyond one bit (R-X7) ---------------------------------------------------
+
+
+def test_a_payload_recorded_before_the_health_reads_has_no_health() -> None:
+    """(R-X7) Remapped rows alone (read for `unhealthy` since before) make no health figures:
+    a recording without the new entry points parses to the card it parsed to before."""
+    rows = {"corrRows": 0, "uncRows": 0, "isPending": 0, "failureOccurred": 0}
+    (c,) = parse_card(nvmlDeviceGetRemappedRows=rows)
+    assert c.health is None
+
+
+@pytest.mark.parametrize(
+    ("answers", "figure", "value", "reason"),
+    [
+        # Clocks: 100 GHz is the last plausible clock; above it, and UINT32_MAX, is refused.
+        ({"nvmlDeviceGetClockInfo": {"sm": 100_000}}, "clock_sm_hz", 100_000_000_000, None),
+        ({"nvmlDeviceGetClockInfo": {"sm": 100_001}}, "clock_sm_hz", None, Reason.INVALID_DATA),
+        ({"nvmlDeviceGetClockInfo": err(3)}, "clock_memory_hz", None, Reason.UNSUPPORTED),
+        ({"nvmlDeviceGetClockInfo": {}}, "clock_graphics_hz", None, Reason.INVALID_DATA),
+        # Counters: the type's all-ones value is "not available"; one below it is a count.
+        (
+            {"nvmlDeviceGetPcieReplayCounter": 0xFFFFFFFE},
+            "pcie_replays",
+            0xFFFFFFFE,
+            None,
+        ),
+        ({"nvmlDeviceGetPcieReplayCounter": -1}, "pcie_replays", None, Reason.INVALID_DATA),
+        ({"nvmlDeviceGetPcieReplayCounter": True}, "pcie_replays", None, Reason.INVALID_DATA),
+        ({"nvmlDeviceGetPcieReplayCounter": err(4)}, "pcie_replays", None, Reason.PERMISSION),
+        ({"nvmlDeviceGetTotalEnergyConsumption": 1}, "energy_joules", 0.001, None),
+        ({"nvmlDeviceGetTotalEnergyConsumption": 2.5}, "energy_joules", None, Reason.INVALID_DATA),
+        # ECC: the whole call failing before any counter is every counter's reason.
+        (
+            {"nvmlDeviceGetTotalEccErrors": err(15)},
+            "ecc_uncorrected_aggregate",
+            None,
+            Reason.TRANSIENT_DRIVER_ERROR,
+        ),
+        (
+            {"nvmlDeviceGetTotalEccErrors": {"corrected_volatile": 0}},
+            "ecc_corrected_volatile",
+            0,
+            None,
+        ),
+        (
+            {"nvmlDeviceGetTotalEccErrors": {"corrected_volatile": 0}},
+            "ecc_corrected_aggregate",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        # NVML's remap flags are 0 or 1; anything else is no flag.
+        (
+            {
+                "nvmlDeviceGetTotalEnergyConsumption": 0,
+                "nvmlDeviceGetRemappedRows": {
+                    "corrRows": 1,
+                    "uncRows": 0,
+                    "isPending": 2,
+                    "failureOccurred": 0,
+                },
+            },
+            "remapped_rows_pending",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (
+            {"nvmlDeviceGetCurrentClocksEventReasons": 0xFFFFFFFFFFFFFFFF},
+            "throttle_reasons",
+            None,
+            Reason.INVALID_DATA,
+        ),
+    ],
+)
+def test_each_health_figure_is_range_checked_and_says_why_it_is_absent(
+    answers: dict[str, Any], figure: str, value: Any, reason: Reason | None
+) -> None:
+    """(R-X7) Each figure from its own answer: in range it is published in base units; a
+    failure is its code's reason; out of range, negative, a boolean or a fraction of a count
+    is `invalid_data`, never a figure."""
+    (c,) = parse_card(**answers)
+    health = c.health
+    assert health is not None
+    assert (getattr(health, figure), health.reason(figure)) == (value, reason)
+
+
+def test_the_older_throttle_call_answers_only_where_the_newer_failed() -> None:
+    """(R-X7) Both recorded: the newer call's mask wins when it answered; its failure hands the
+    figure to the older call's answer (the bits are the same: 0x8 is hw_slowdown)."""
+    both = {"nvmlDeviceGetCurrentClocksThrottleReasons": 0x8}
+    (n,) = parse_card(nvmlDeviceGetCurrentClocksEventReasons=0x1, **both)
+    (o,) = parse_card(nvmlDeviceGetCurrentClocksEventReasons=err(13), **both)
+    newer, older = n.health, o.health
+    assert newer is not None and older is not None and newer.throttle_reasons is not None
+    assert [r for r, on in newer.throttle_reasons if on] == ["gpu_idle"]
+    assert older.throttle_reasons is not None
+    assert [r for r, on in older.throttle_reasons if on] == ["hw_slowdown"]
