@@ -13,6 +13,7 @@ from devicemanager.backend import create_backend
 from devicemanager.model import Reason
 from tests.conftest import REPO, agent_env
 from vendors import amd
+from vendors._amd_smi import health
 
 
 @pytest.mark.parametrize(
@@ -134,3 +135,91 @@ def test_a_partitioned_socket_without_a_serial_is_named_by_its_socket() -> None:
     socket = {"amdsmi_get_socket_info": "0000:75:00"}
     assert amd.physical_id(socket, [{}, {}]) == "socket-0000:75:00"
     assert amd.physical_id({}, [{}, {}]) is None
+
+
+@pytest.mark.parametrize(
+    ("answers", "figure", "value", "reason"),
+    [
+        # Energy: counts times µJ per count, in joules; a resolution that is no resolution refused.
+        (
+            {
+                "amdsmi_get_energy_count": {
+                    "energy_accumulator": 2_000_000,
+                    "counter_resolution": 0.5,
+                }
+            },
+            "energy_joules",
+            1.0,
+            None,
+        ),
+        (
+            {"amdsmi_get_energy_count": {"energy_accumulator": 5, "counter_resolution": 0.0}},
+            "energy_joules",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (
+            {
+                "amdsmi_get_energy_count": {
+                    "energy_accumulator": 0xFFFFFFFFFFFFFFFF,
+                    "counter_resolution": 15.3,
+                }
+            },
+            "energy_joules",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (
+            {"amdsmi_get_energy_count": {"error": "AmdSmiLibraryException", "code": 10}},
+            "energy_joules",
+            None,
+            Reason.PERMISSION,
+        ),
+        # Clocks: MHz to Hz; the wheel's "N/A" and a clock above 100 GHz refused.
+        (
+            {"amdsmi_get_clock_info": {"GFX": {"clk": 100_000}}},
+            "clock_graphics_hz",
+            100_000_000_000,
+            None,
+        ),
+        (
+            {"amdsmi_get_clock_info": {"GFX": {"clk": 100_001}}},
+            "clock_graphics_hz",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (
+            {"amdsmi_get_clock_info": {"MEM": {"clk": "N/A"}}},
+            "clock_memory_hz",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (
+            {"amdsmi_get_clock_info": {"MEM": {"clk": 1300}}},
+            "clock_sm_hz",
+            None,
+            Reason.UNSUPPORTED,
+        ),
+        (
+            {"amdsmi_get_gpu_pci_replay_counter": 0xFFFFFFFFFFFFFFFE},
+            "pcie_replays",
+            0xFFFFFFFFFFFFFFFE,
+            None,
+        ),
+        (
+            {"amdsmi_get_gpu_pci_replay_counter": {"error": "AmdSmiLibraryException", "code": 2}},
+            "pcie_replays",
+            None,
+            Reason.UNSUPPORTED,
+        ),
+    ],
+)
+def test_each_amd_health_figure_is_range_checked_and_says_why_it_is_absent(
+    answers: dict[str, object], figure: str, value: object, reason: Reason | None
+) -> None:
+    """(R-X7) amdsmi's energy, clocks and replays, one answer at a time: base units in range,
+    the failure's reason, `invalid_data` out of range, and no SM clock domain on AMD."""
+    got = health(answers)
+    assert got is not None
+    assert (getattr(got, figure), got.reason(figure)) == (value, reason)
+    assert health({"amdsmi_get_gpu_total_ecc_count": {"uncorrectable_count": 0}}) is None
