@@ -22,7 +22,6 @@ from prometheus_client.utils import floatToGoString
 
 from devicemanager.figures.figures import AcceleratorEntry, InstanceEntries, PodLevel
 from devicemanager.grants.grants import REFUSALS
-from devicemanager.model import BackendState, Card, Snapshot
 from devicemanager.model import (
     HEALTH_FIGURES,
     THROTTLE_REASONS,
