@@ -664,7 +664,7 @@ def test_the_whole_agent_in_a_cluster(
         # No kubelet pod-resources socket on this machine: that source reports its failure, and the
         # annotation grants go on. The API server serves resource.k8s.io/v1 and the node's
         # (empty) slices are read: the DRA source succeeds (R-X6).
-    } == {"dra": 1.0, "kubelet": 1.0, "podresources": 0.0, "snapshot": 1.0}
+    } == {"backends": 1.0, "dra": 1.0, "kubelet": 1.0, "podresources": 0.0, "snapshot": 1.0}
     assert got["gpustack_instance_memory_total_mib"][0].labels["instance_name"] == "vllm"
     assert api.count("summary") == 0  # the kubelet itself (nodes/stats), not the node proxy
     # The kubelet goes away: its measurements go, the totals stay, the verdict says so.
@@ -674,7 +674,7 @@ def test_the_whole_agent_in_a_cluster(
     assert [s.value for s in got["gpustack_instance_cpu_total_millicores"]] == [4000.0]
     assert {
         s.labels["source"]: s.value for s in got["gpustack_instance_metrics_collector_success"]
-    } == {"dra": 1.0, "kubelet": 0.0, "podresources": 0.0, "snapshot": 1.0}
+    } == {"backends": 1.0, "dra": 1.0, "kubelet": 0.0, "podresources": 0.0, "snapshot": 1.0}
     assert agent.proc.poll() is None
 
 

@@ -417,7 +417,7 @@ def test_a_kubelet_summary_older_than_two_periods_and_the_deadline_is_not_curren
         "gpustack_instance_storage_total_mib": 20480.0,
         "gpustack_instance_storage_used_mib": 40.0,
     }
-    assert by_source(current) == {"kubelet": 1.0, "snapshot": 1.0}
+    assert by_source(current) == {"backends": 1.0, "kubelet": 1.0, "snapshot": 1.0}
 
     cluster.summaries = Latest(Reading(summary, read_at=time.monotonic() - 36.0, duration=0.02))
     stale = publish_round(tmp_path, cluster)
@@ -427,7 +427,7 @@ def test_a_kubelet_summary_older_than_two_periods_and_the_deadline_is_not_curren
         "gpustack_instance_memory_total_mib": 16384.0,
         "gpustack_instance_storage_total_mib": 20480.0,
     }
-    assert by_source(stale) == {"kubelet": 0.0, "snapshot": 1.0}
+    assert by_source(stale) == {"backends": 1.0, "kubelet": 0.0, "snapshot": 1.0}
     (age,) = stale["gpustack_instance_metrics_collector_age_seconds"]
     assert age[0] == {"source": "kubelet"} and 36.0 <= age[1] < 40.0
     # The accelerator figures are the round's own, kubelet or not.
@@ -472,7 +472,7 @@ def test_a_failed_kubelet_read_drops_only_the_measured_pod_families(
         "gpustack_instance_memory_total_mib": 16384.0,
         "gpustack_instance_storage_total_mib": 20480.0,
     }
-    assert by_source(failed) == {"kubelet": 0.0, "snapshot": 1.0}
+    assert by_source(failed) == {"backends": 1.0, "kubelet": 0.0, "snapshot": 1.0}
     for family in ACCELERATOR:  # every accelerator series of the round, as before the failure
         assert [ls for ls, _ in failed[family]] == [ls for ls, _ in first[family]], family
         if not family.endswith("_seconds"):  # a read's duration is the one figure that moves
@@ -489,4 +489,4 @@ def test_a_failed_kubelet_read_drops_only_the_measured_pod_families(
         "gpustack_instance_storage_total_mib": 20480.0,
         "gpustack_instance_storage_used_mib": 40.0,
     }
-    assert by_source(again) == {"kubelet": 1.0, "snapshot": 1.0}
+    assert by_source(again) == {"backends": 1.0, "kubelet": 1.0, "snapshot": 1.0}
