@@ -5,16 +5,21 @@ delegate them; cached briefly, failing closed, the probes open.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from devicemanager.kube.client import KubeClient, KubeError
+from devicemanager.serve.access import TOKEN_REVIEWS, Reviewer, Verdict
 from tests.conftest import NODES, REPO, Agent, agent_env
 from tests.kube_server import FakeApiServer
 
@@ -183,3 +188,141 @@ def test_access_control_without_a_cluster_refuses_to_start(tmp_path: Path) -> No
     )
     assert out.returncode != 0
     assert "--access-control=kubernetes needs the API server" in out.stderr
+
+
+class HangingApiServer:
+    """A stand-in for the agent's KubeClient whose TokenReviews of every token but `scraper`
+    hang, past the review's deadline, and then fail, as an API server that stopped answering."""
+
+    def __init__(self) -> None:
+        self.tokens: list[str] = []
+        self.hang = threading.Event()  # never set: a hanging review waits out its timeout
+
+    def create(self, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+        if path == TOKEN_REVIEWS:
+            token = body["spec"]["token"]
+            self.tokens.append(token)
+            if token != "scraper":
+                self.hang.wait(timeout * 3)
+                raise KubeError("timed out")
+            return {"status": {"authenticated": True, "user": {"username": PROMETHEUS}}}
+        return {"status": {"allowed": True}}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def reviewer_over(
+    client: HangingApiServer, clock: Clock, refusals: list[str], **bounds: Any
+) -> Reviewer:
+    settings: dict[str, Any] = {"timeout": 0.5, "concurrency": 2, **bounds}
+    return Reviewer(
+        cast(KubeClient, client), ttl=30.0, refused=refusals.append, clock=clock, **settings
+    )
+
+
+def test_a_flood_of_new_tokens_costs_bounded_reviews_and_never_holds_the_scraper() -> None:
+    """(R-X4, issue 30) Against an API server that hangs: 100 requests with 100 new tokens start
+    only the bucket's 4 TokenReviews, the other 96 are refused at once (503, counted `reviews`);
+    the 4 end at their deadline; the scraper's cached verdict is answered meanwhile without a
+    wait, and its expired verdict is renewed in the known lane the strangers cannot fill."""
+    client, clock, refusals = HangingApiServer(), Clock(), []
+    # a bucket of 5: the scraper's first review is a new token's too, the flood gets 4
+    reviewer = reviewer_over(client, clock, refusals, new_per_second=1.0, new_burst=5)
+
+    async def scenario() -> tuple[list[Verdict], Verdict, Verdict, float]:
+        assert (await reviewer.check("scraper", "/metrics")).status == 200
+        flood = [asyncio.create_task(reviewer.check(f"random-{i}", "/metrics")) for i in range(100)]
+        await asyncio.sleep(0.05)  # the flood is in: two reviews hang, two wait their turn
+        started = time.monotonic()
+        cached = await reviewer.check("scraper", "/metrics")
+        clock.now = 31.0  # the scraper's verdict expires: renewed while the new lane is full
+        renewed = await reviewer.check("scraper", "/metrics")
+        waited = time.monotonic() - started
+        return await asyncio.gather(*flood), cached, renewed, waited
+
+    flood, cached, renewed, waited = asyncio.run(scenario())
+    assert cached.status == 200 and renewed.status == 200
+    assert waited < 0.4  # less than one hanging review's deadline: it never queued behind one
+    assert client.tokens.count("scraper") == 2
+    strangers = [t for t in client.tokens if t != "scraper"]
+    assert len(strangers) <= 4
+    assert refusals == ["reviews"] * 96
+    busy = [v for v in flood if v.reason == "too many access reviews"]
+    assert len(busy) == 96 and all(v.status == 503 for v in flood)
+    assert len([v for v in flood if v.reason == "access review past its deadline"]) >= 2
+
+
+def test_reviews_waiting_or_running_for_new_tokens_are_bounded() -> None:
+    """(R-X4, issue 30) However fast the bucket refills, no more than `max_waiting` reviews of
+    new tokens wait or run at once; the rest are 503 at once, and each waiting one ends at its
+    deadline rather than waiting for a turn indefinitely."""
+    client, clock, refusals = HangingApiServer(), Clock(), []
+    reviewer = reviewer_over(client, clock, refusals, max_waiting=8, new_burst=1000)
+
+    async def scenario() -> tuple[list[Verdict], float]:
+        started = time.monotonic()
+        verdicts = await asyncio.gather(
+            *(reviewer.check(f"random-{i}", "/metrics") for i in range(50))
+        )
+        return verdicts, time.monotonic() - started
+
+    verdicts, took = asyncio.run(scenario())
+    assert refusals == ["reviews"] * 42
+    assert len(client.tokens) <= 8
+    late = [v for v in verdicts if v.reason == "access review past its deadline"]
+    assert len(late) == 8
+    assert took < 2.0  # the 8 end at the 0.5 s deadline, the 6 waiting for a turn included
+
+
+def test_a_token_flood_against_the_real_agent_leaves_prometheus_scraping(
+    api: FakeApiServer, guarded: Agent
+) -> None:
+    """(R-X4, issue 30) The real agent with a slow API server: 40 clients each sending a new
+    token cannot hold up Prometheus's scrape, cost the API server at most the bucket's reviews,
+    and show in `gpustack_device_manager_http_refused_total{reason="reviews"}`."""
+    assert get(guarded, "/metrics", "prometheus-token").status_code == 200
+    before = api.count("tokenreview")
+    api.delays["tokenreview"] = 3.0
+    codes: list[int] = []
+    flood = [
+        threading.Thread(
+            target=lambda i=i: codes.append(get(guarded, "/metrics", f"x{i}").status_code)
+        )
+        for i in range(40)
+    ]
+    started = time.monotonic()
+    for thread in flood:
+        thread.start()
+    time.sleep(0.3)
+    scrape = get(guarded, "/metrics", "prometheus-token")  # cached within the 1.5 s TTL
+    for thread in flood:
+        thread.join(15)
+    elapsed = time.monotonic() - started
+    assert scrape.status_code == 200
+    # reviewed (the API server says 401 within the deadline) or refused: nothing else
+    assert set(codes) <= {401, 503} and len(codes) == 40
+    reviewed = api.count("tokenreview") - before
+    assert reviewed <= 20 + 10 * elapsed + 1
+    assert codes.count(401) <= reviewed
+    api.delays.clear()
+
+    def refused() -> float:
+        text = get(guarded, "/metrics", "prometheus-token").text
+        return next(
+            s.value
+            for f in text_string_to_metric_families(text)
+            if f.name == "gpustack_device_manager_http_refused"
+            for s in f.samples
+            if s.labels.get("reason") == "reviews"
+        )
+
+    deadline = time.monotonic() + 10  # counted at the next round's end (period 0.5 s)
+    while refused() < 40 - reviewed and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert refused() == 40 - reviewed > 0

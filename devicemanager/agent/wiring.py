@@ -269,7 +269,9 @@ def pod_resources(
     )
 
 
-def access_reviewer(settings: Settings) -> tuple[Reviewer, KubeClient] | None:
+def access_reviewer(
+    settings: Settings, counters: HttpCounters | None = None
+) -> tuple[Reviewer, KubeClient] | None:
     """The reviewer of bearer tokens for --access-control=kubernetes, with a client of its own
     (so a pod watch never queues behind a review, or the reverse). Refuses to start without a
     cluster to ask: failing closed starts with configuration."""
@@ -281,7 +283,13 @@ def access_reviewer(settings: Settings) -> tuple[Reviewer, KubeClient] | None:
             "--access-control=kubernetes needs the API server: run in a pod or give --kubeconfig"
         )
     client = KubeClient(config, timeout=KUBELET_TIMEOUT)
-    return Reviewer(client, ttl=settings.access_review_ttl, timeout=KUBELET_TIMEOUT), client
+    reviewer = Reviewer(
+        client,
+        ttl=settings.access_review_ttl,
+        timeout=KUBELET_TIMEOUT,
+        refused=counters.refuse if counters is not None else None,
+    )
+    return reviewer, client
 
 
 def build_monitor(
@@ -522,11 +530,11 @@ def _serve(settings: Settings, signals: Signals) -> int:
         },
     )
     raise_descriptor_limit()
-    review = access_reviewer(settings)
-    cluster = connect(settings, node)
-    kubelet = pod_resources(settings, node, cluster)
     # What the server counts (answers, refusals), read by the monitor when a round ends (R-X8).
     counters = HttpCounters()
+    review = access_reviewer(settings, counters)
+    cluster = connect(settings, node)
+    kubelet = pod_resources(settings, node, cluster)
     monitor = build_monitor(
         settings, node, cluster=cluster, kubelet=kubelet, build=build, own=SelfMetrics(counters)
     )

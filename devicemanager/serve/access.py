@@ -14,6 +14,18 @@ and at most `concurrency` reviews run at a time. Failing closed: a missing or un
 401, a denied one 403, and a review that could not be made (API server unreachable, slow past
 its deadline, an error) is 503 and is not cached. `/readyz` and `/livez` stay open: the kubelet
 probes them without a token.
+
+Bounded against a client with no valid token (issue 30): anyone can send a new random token
+with every request, and each would cost the API server a TokenReview. So reviews run in two
+lanes. A token whose last verdict here was "allowed" (a scraper renewing its expired verdict) is
+reviewed in the known lane, which no stranger can enter; every other token waits in the new
+lane, where at most `max_waiting` reviews wait or run and at most `new_per_second` start a
+second (a bucket of `new_burst`); past either the request is 503 at once, without a review, and
+counted (`gpustack_device_manager_http_refused_total{reason="reviews"}`). Every review, waiting
+included, has a deadline (`timeout`): past it the request is 503 and the review, already bounded
+by the client's own timeouts, finishes on its thread unwaited. A cached verdict is answered
+without waiting on either lane, so a hanging API server never holds a valid scraper behind the
+strangers.
 """
 
 from __future__ import annotations
@@ -47,6 +59,25 @@ class Verdict:
 
 
 UNAVAILABLE = Verdict(503, "access review unavailable")
+LATE = Verdict(503, "access review past its deadline")
+BUSY = Verdict(503, "too many access reviews")
+
+
+class _Bucket:
+    """Up to `burst` starts at once, refilled at `rate` a second."""
+
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float]) -> None:
+        self.rate, self.burst, self._clock = rate, float(burst), clock
+        self._tokens, self._at = float(burst), clock()
+
+    def take(self) -> bool:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +99,21 @@ class Reviewer:
         timeout: float = 5.0,
         concurrency: int = 4,
         max_entries: int = 4096,
+        max_waiting: int = 32,
+        new_per_second: float = 10.0,
+        new_burst: int = 20,
+        refused: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client, self.ttl, self.timeout = client, ttl, timeout
-        self.max_entries = max_entries
+        self.max_entries, self.max_waiting = max_entries, max_waiting
         self._clock = clock
-        self._limiter = anyio.CapacityLimiter(concurrency)
+        self._refused = refused
+        self._known_lane = anyio.CapacityLimiter(concurrency)
+        self._new_lane = anyio.CapacityLimiter(concurrency)
+        self._new_waiting = 0  # reviews in the new lane, waiting or running
+        self._starts = _Bucket(new_per_second, new_burst, clock)
+        # (expiry, verdict), expired ones kept (LRU-bounded) to route their renewal
         self._verdicts: OrderedDict[tuple[bytes, str], tuple[float, Verdict]] = OrderedDict()
         self._inflight: dict[tuple[bytes, str], asyncio.Future[Verdict]] = {}
         self.reviews = 0  # reviews made (a TokenReview and its SubjectAccessReview count one)
@@ -82,23 +122,37 @@ class Reviewer:
     async def check(self, token: str, path: str) -> Verdict:
         key = (hashlib.sha256(token.encode()).digest(), path)
         hit = self._verdicts.get(key)
-        if hit is not None:
-            if self._clock() < hit[0]:
-                return hit[1]
-            del self._verdicts[key]
+        if hit is not None and self._clock() < hit[0]:
+            return hit[1]
+        known = hit is not None and hit[1].status == 200
         flight = self._inflight.get(key)
         if flight is not None:
             return await asyncio.shield(flight)
+        if not known and (self._new_waiting >= self.max_waiting or not self._starts.take()):
+            if self._refused is not None:
+                self._refused("reviews")
+            return BUSY
         flight = asyncio.get_running_loop().create_future()
         self._inflight[key] = flight
+        verdict = UNAVAILABLE
+        if not known:
+            self._new_waiting += 1
         try:
-            verdict = await anyio.to_thread.run_sync(
-                self.review, token, path, limiter=self._limiter
-            )
+            verdict = LATE
+            with anyio.move_on_after(self.timeout):
+                verdict = await anyio.to_thread.run_sync(
+                    self.review,
+                    token,
+                    path,
+                    limiter=self._known_lane if known else self._new_lane,
+                    abandon_on_cancel=True,
+                )
         except BaseException:
             verdict = UNAVAILABLE
             raise
         finally:
+            if not known:
+                self._new_waiting -= 1
             self._inflight.pop(key, None)
             flight.set_result(verdict)
         if verdict.status != UNAVAILABLE.status:

@@ -36,6 +36,8 @@ REASONS: dict[str, str] = {
     "the one in it the longest (aborted)",
     "pipelined": "a connection with more than 32 requests queued behind the one being answered "
     "(aborted)",
+    "reviews": "with --access-control=kubernetes, a token never allowed before while 32 reviews "
+    "wait or 10 a second already started (503, no TokenReview made)",
 }
 
 
