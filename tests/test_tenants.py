@@ -660,3 +660,55 @@ def test_a_card_gone_mid_run_is_reported_by_the_real_agent(launch) -> None:  # t
         if s.name == "gpustack_accelerator_unhealthy"
     }
     assert unhealthy == {"FAKE-0": 0.0, "FAKE-1": 1.0}
+
+
+def hog(name: str, grants: int, created: str = "2026-11-20T08:00:00Z") -> dict[str, Any]:
+    """A pod whose HAMi annotation names `grants` MIG partitions of card 0, none of them real:
+    each is a grant of its own (a partition that is gone still says who held it)."""
+    migs = [
+        {
+            "containerIndex": 0,
+            "gpuUUID": gpu(0),
+            "migUUID": f"MIG-{i:08x}-7a1c-5e2f-9d3b-{name.encode().hex()[:12]:0<12}",
+            "profile": "1g.10gb",
+        }
+        for i in range(grants)
+    ]
+    annotations = {"hami.io/vgpu-mig-allocations": json.dumps(migs)}
+    return pod(name, None, annotations=annotations, containers=["main"], created=created)
+
+
+def test_a_pod_past_the_per_pod_bound_of_grants_is_left_out_whole(tmp_path: Path) -> None:
+    """(R-G1, issue 30) An annotation is the tenant's own text: one naming 129 cards would be
+    thousands of series. The pod is left out whole (no series, counted as a grants error, the
+    reason in the log), a pod naming exactly 128 is published, and the pod beside them keeps
+    its card's figures."""
+    victim = pod("victim", {"main": [accel(0, 1)]})
+    result = run(tmp_path, [card(0)], [victim, hog("hog", 129), hog("edge", 128)])
+    pods_in = {ls.get("pod") for family in result.series.values() for ls, _ in family}
+    assert "hog" not in pods_in and {"victim", "edge"} <= pods_in
+    partitions = {
+        ls["id"]
+        for ls, _ in result.series["gpustack_instance_accelerator_unhealthy"]
+        if ls["pod"] == "edge"
+    }
+    assert len(partitions) == 128
+    assert result.values("gpustack_instance_accelerator_memory_total_mib", pod="victim") == [
+        CARD_MIB
+    ]
+    assert result.values("gpustack_accelerator_pod_errors", stage="grants") == [1.0]
+
+
+def test_grants_past_the_node_bound_are_dropped_pod_by_pod_the_newest_first() -> None:
+    """(R-G1, issue 30) 40 pods of 128 grants each: the 32 oldest fit the node's 4,096 and are
+    kept whole, the 8 newest are left out whole with their reason, and no pod is cut in part."""
+    pods = [hog(f"p{i:02d}", 128, created=f"2026-11-20T08:{i:02d}:00Z") for i in range(40)]
+    index = PodIndex.of(list(reversed(pods)))  # the index's order is not the age order
+    grants = node_grants(index)
+    kept = sorted(index.get(u).name for u in grants.by_pod)  # type: ignore[union-attr]
+    assert kept == [f"p{i:02d}" for i in range(32)]
+    assert all(len(g) == 128 for g in grants.by_pod.values())
+    assert sum(len(g) for g in grants.by_pod.values()) == 4096
+    dropped = {index.get(u).name: e for u, e in grants.errors.items()}  # type: ignore[union-attr]
+    assert sorted(dropped) == [f"p{i:02d}" for i in range(32, 40)]
+    assert all("4096 a node publishes" in e for e in dropped.values())

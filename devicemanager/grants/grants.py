@@ -18,6 +18,7 @@ from typing import Any
 from devicemanager.grants.allocations import (
     UNITS_PER_CARD,
     Allocation,
+    AllocationError,
     Mode,
     allocations_of,
     has_allocation_annotation,
@@ -197,6 +198,15 @@ def resolved(grants: Iterable[Grant], identities: Identities) -> tuple[Grant, ..
 HELD_BY_ANOTHER_POD = "held_by_another_pod"
 REFUSALS = (HELD_BY_ANOTHER_POD,)
 
+# How many grants one pod, and all pods together, may hold (issue 30): each grant is a score of
+# series and a snapshot record, and an annotation is the tenant's own text (64 KiB of HAMi's
+# format names a thousand cards). A real pod holds a few: eight cards, or a handful of slices
+# for each of its containers; a node, a few per card for each of its pods. Past either bound
+# the excess is dropped whole, pod by pod, as a malformed annotation is: a line in the log and
+# a count (`gpustack_accelerator_pod_errors{stage="grants"}`).
+MAX_GRANTS_PER_POD = 128
+MAX_GRANTS_PER_NODE = 4096
+
 
 def _empty() -> Mapping[str, Any]:
     return MappingProxyType({})
@@ -373,6 +383,11 @@ def node_grants(
             return plugin
         from_annotation.add(pod.uid)
         grants = annotation_grants(pod)
+        if len(grants) > MAX_GRANTS_PER_POD:
+            raise AllocationError(
+                f"the pod's allocation annotation states {len(grants)} grants, more than the"
+                f" {MAX_GRANTS_PER_POD} one pod may hold: none of them is published"
+            )
         if plugin and (differs := disagreement(grants, plugin)):
             disagreements[pod.uid] = differs
         return grants
@@ -386,6 +401,7 @@ def node_grants(
         if grants
     }
     errors = {uid: fault.error for uid, fault in faults.items()}
+    by_pod = _within_node_bound(by_pod, index, errors)
     # What the kubelet gave a pod that is gone or going holds nothing any longer.
     holding = {
         uid: grants
@@ -401,6 +417,35 @@ def node_grants(
         frozenset(from_annotation),
         MappingProxyType(refused),
     )
+
+
+def _within_node_bound(
+    by_pod: dict[str, tuple[Grant, ...]], index: PodIndex, errors: dict[str, str]
+) -> dict[str, tuple[Grant, ...]]:
+    """The pods' grants up to MAX_GRANTS_PER_NODE, the oldest pods first (a new pod cannot push
+    out the figures of pods that were there before it); a pod that does not fit is left out
+    whole, with its reason in `errors`."""
+    if sum(len(g) for g in by_pod.values()) <= MAX_GRANTS_PER_NODE:
+        return by_pod
+
+    def age(uid: str) -> tuple[str, str]:
+        pod = index.get(uid)
+        # RFC 3339 in UTC sorts as text; a pod without a timestamp goes last
+        return ((pod.created if pod is not None else None) or "~", uid)
+
+    kept: dict[str, tuple[Grant, ...]] = {}
+    held = 0
+    for uid in sorted(by_pod, key=age):
+        grants = by_pod[uid]
+        if held + len(grants) > MAX_GRANTS_PER_NODE:
+            errors[uid] = (
+                f"the node's pods already hold {held} grants: this pod's {len(grants)} would pass"
+                f" the {MAX_GRANTS_PER_NODE} a node publishes, and are left out"
+            )
+            continue
+        kept[uid] = grants
+        held += len(grants)
+    return kept
 
 
 def _released(pod: PodInfo) -> bool:
