@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,23 +108,19 @@ def join(path: Path, pid: int) -> None:
     (path / "cgroup.procs").write_text(str(pid))
 
 
+def pod_object(uid: str, cid: str, name: str = "main") -> dict[str, Any]:
+    return {
+        "metadata": {"uid": uid, "name": f"p-{uid[:8]}", "namespace": "ns"},
+        "status": {
+            "containerStatuses": [
+                {"name": name, "containerID": f"containerd://{cid}", "state": {"running": {}}}
+            ]
+        },
+    }
+
+
 def index(uid: str, cid: str, name: str = "main") -> PodIndex:
-    return PodIndex.of(
-        [
-            {
-                "metadata": {"uid": uid, "name": "p", "namespace": "ns"},
-                "status": {
-                    "containerStatuses": [
-                        {
-                            "name": name,
-                            "containerID": f"containerd://{cid}",
-                            "state": {"running": {}},
-                        }
-                    ]
-                },
-            }
-        ]
-    )
+    return PodIndex.of([pod_object(uid, cid, name)])
 
 
 def ids() -> tuple[str, str]:
@@ -417,3 +414,138 @@ def test_one_read_takes_a_whole_proc_file(cgroups: Cgroups) -> None:
         assert read_bytes(f"/proc/{child.pid}/{name}") == whole, name
     stat = read_bytes(f"/proc/{child.pid}/stat")
     assert stat.endswith(b"\n") and len(stat.rpartition(b")")[2].split()) == 50
+
+
+# -- a PID reused for real: the kernel asked for the PID that just ended ---------------------
+
+NS_LAST_PID = Path("/proc/sys/kernel/ns_last_pid")
+
+
+def spawn_at(cgroups: Cgroups, pid: int) -> subprocess.Popen[bytes] | None:
+    """A `sleep` given `pid` by setting this PID namespace's last PID just below it (root, as
+    checkpoint/restore tools do); None when another process on the machine takes it first."""
+    for _ in range(20):
+        try:
+            NS_LAST_PID.write_text(str(pid - 1))
+        except OSError:
+            return None
+        child = cgroups.spawn()
+        if child.pid == pid:
+            return child
+        child.kill()
+        child.wait()
+    return None
+
+
+def start_ticks(pid: int) -> int:
+    stat = read_bytes(f"/proc/{pid}/stat")
+    return int(stat[stat.rindex(b")") + 1 :].split()[19])
+
+
+@pytest.mark.parametrize("pidfds", [False, True])
+def test_a_pid_reused_while_the_vendor_call_runs_is_charged_to_nobody(
+    cgroups: Cgroups, pidfds: bool
+) -> None:
+    """(R-A3, issue 30) The vendor's call begins while `vllm` (pod A) holds PID P; during the
+    call vllm exits and the kernel gives P to a process of pod B; the call returns naming P.
+    The process under P started after the call began: the row is `unstable`, pod B is not
+    charged the memory the vendor saw vllm use, and the device's per-process figures are
+    absent for the round (the read returning later is not what the check compares against)."""
+    from tests import world
+
+    mounts = [m for _, m in hierarchies()]
+    a = world.pod("vllm", {"main": [world.accel(0, 3, 800_000)]})
+    b = world.pod("tenant-b", {"main": [world.accel(0, 3, 800_000)]})
+    for holder in (a, b):
+        uid = holder["metadata"]["uid"]
+        cid = world.cid(holder["metadata"]["name"], "main")
+        for mount in mounts:
+            cgroups.make(mount, f"kubepods/burstable/pod{uid}/{cid}")
+    path_of = {
+        h["metadata"]["name"]: f"kubepods/burstable/pod{h['metadata']['uid']}/"
+        f"{world.cid(h['metadata']['name'], 'main')}"
+        for h in (a, b)
+    }
+    vllm = cgroups.spawn()
+    for mount in mounts:
+        join(cgroups.make(mount, path_of["vllm"]), vllm.pid)
+    reported = vllm.pid
+    reused: list[subprocess.Popen[bytes] | None] = []
+
+    class PidReusedDuringTheCall(world.ReadingBackend):
+        def read(self, request: Any) -> Payload:
+            time.sleep(0.05)  # past a clock tick after the call began
+            vllm.kill()
+            vllm.wait()  # reaped: P is free
+            child = spawn_at(cgroups, reported)
+            reused.append(child)
+            if child is not None:
+                for mount in mounts:
+                    join(cgroups.make(mount, path_of["tenant-b"]), child.pid)
+            time.sleep(0.05)  # the call goes on a little after the reuse
+            return {}
+
+        def parse(self, payload: Payload) -> VendorReading:
+            return VendorReading(
+                "nvidia", (world.card(0),), (world.rows(0, (reported, 1 << 30, 10.0)),)
+            )
+
+    backend = PidReusedDuringTheCall(VendorReading("nvidia"))
+    pods = PodIndex.of([a, b])
+    monitor = Monitor(
+        [BackendWorker(backend)],
+        period=15,
+        deadline=5,
+        liveness_timeout=60,
+        node="n",
+        pods=lambda: pods,
+        attributor=Attributor(Path("/proc"), recycled_check=True, pidfds=pidfds),
+    )
+    published = monitor.run_round()
+    monitor.stop()
+    if not reused or reused[0] is None:
+        pytest.skip("the kernel did not hand the ended PID out again (another process took it)")
+    section = published.snapshot.slices
+    assert section is not None
+    assert [u for u in section.usages if u.memory_used_mib] == []  # nobody charged
+    (device,) = section.devices
+    assert device.memory_reason is Reason.UNSTABLE and device.rows_unreadable == 1
+
+
+def test_a_pid_recycled_within_one_tick_is_unstable_by_its_pidfd(cgroups: Cgroups) -> None:
+    """(R-A3, issue 30) The window the start time cannot close: a placed process ends and its
+    PID goes to a process of another pod within the same clock tick, so the stat shows the old
+    start time. The pidfd held on the placed process says it ended: the row is `unstable` that
+    round (never the new pod's), and the next round places the new process afresh."""
+    mounts = [m for _, m in hierarchies()]
+    (uid_a, cid_a), (uid_b, cid_b) = ids(), ids()
+    paths = {
+        who: [cgroups.make(m, f"kubepods/pod{uid}/{cid}") for m in mounts]
+        for who, uid, cid in (("a", uid_a, cid_a), ("b", uid_b, cid_b))
+    }
+    pods = PodIndex.of([pod_object(uid_a, cid_a), pod_object(uid_b, cid_b)])
+    for _ in range(50):  # until a reuse lands within the tick the first process started in
+        resolver = pidfd_resolver()
+        first = cgroups.spawn()
+        for path in paths["a"]:
+            join(path, first.pid)
+        placed = resolver.resolve([first.pid], pods)[first.pid].placement
+        assert placed == Placement(uid_a, "main")
+        ticks = start_ticks(first.pid)
+        first.kill()
+        first.wait()
+        second = spawn_at(cgroups, first.pid)
+        if second is None:
+            pytest.skip("the kernel did not hand the ended PID out again")
+        if start_ticks(second.pid) != ticks:
+            resolver.close()
+            continue  # not within the tick: the start time alone tells them apart
+        for path in paths["b"]:
+            join(path, second.pid)
+        recycled = resolver.resolve([second.pid], pods)[second.pid]
+        assert recycled.placement is None and recycled.reason is Reason.UNSTABLE
+        afresh = resolver.resolve([second.pid], pods)[second.pid]
+        assert afresh.placement == Placement(uid_b, "main")
+        resolver.close()
+        return
+    pytest.skip("no reuse landed within one clock tick in 50 tries on this machine")

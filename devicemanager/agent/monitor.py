@@ -73,9 +73,10 @@ class BackendWorker:
         self._opened = False
         self.busy_since: float | None = None
         self.last_success: float | None = None
-        # When the last read() returned, on the clock /proc's start times count in: a process
-        # that started later is not one the vendor reported (attribution).
-        self.read_returned_boot: float | None = None
+        # When the last successful read() began, on the clock /proc's start times count in: a
+        # process that started later may have taken the PID of one the vendor reported while
+        # the call ran, so it is not charged as that one (attribution: `unstable`).
+        self.read_began_boot: float | None = None
         self._thread = threading.Thread(
             target=self._run, name=f"backend-{self.manufacturer}", daemon=True
         )
@@ -105,8 +106,9 @@ class BackendWorker:
             self.backend.open()
             self._opened = True
         try:
+            began = boot_seconds()
             payload = self.backend.read(request)
-            self.read_returned_boot = boot_seconds()
+            self.read_began_boot = began
             return payload
         except BaseException:
             # Start over next round: a driver reload or a lost card may need a fresh init.
@@ -262,7 +264,7 @@ class Monitor:
                 results.append(self._result(worker, BackendState.ERROR, None, _describe(exc)))
                 continue
             took = round(self._mono() - submitted, 6)
-            self._read_at[worker.manufacturer] = worker.read_returned_boot
+            self._read_at[worker.manufacturer] = worker.read_began_boot
             read_at = self._wall()
             try:
                 reading, dropped = finite_reading(worker.backend.parse(payload))

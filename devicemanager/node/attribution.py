@@ -13,11 +13,15 @@ process moved to another cgroup (`cgroup.procs` written, a container restarted i
 scope) has new cgroup text, and neither is served from the cache.
 
 A PID is also checked against the vendor's read: a process that started after the vendor's
-answer was taken cannot be the process the vendor reported, whatever cgroup it is in, so it is
-`unstable` (a recycled PID: the reported process is gone) rather than charged to the new
-process's pod. The comparison is in CLOCK_BOOTTIME seconds, the clock `stat`'s start time
-counts in. The residual window (a PID recycled within one clock tick) is not closed, only made
-negligible.
+call began may have taken the PID of the process the vendor reported (which ended while the
+call ran), whatever cgroup it is in, so it is `unstable` (the reported process is gone, or
+cannot be told from its successor) rather than charged to the new process's pod. The price: a
+process that really started during the call and was reported is `unstable` for that one round.
+The comparison is in CLOCK_BOOTTIME seconds, the clock `stat`'s start time counts in. On the
+live /proc each placed process is also held by a pidfd (devicemanager.node.pidfds): when it
+shows the identified process ended and the PID's stat still shows its start time, the PID was
+recycled within one clock tick, and the row is `unstable` too; without pidfds that window is
+not closed, only made negligible.
 """
 
 from __future__ import annotations
@@ -185,7 +189,7 @@ def boot_seconds() -> float:
 
 
 def started_after(start_ticks: int, read_at: float | None, ticks_per_second: int) -> bool:
-    """Whether a process with this start time began after a vendor read that returned at
+    """Whether a process with this start time began after a vendor read that began at
     `read_at` (boot seconds). Start times are truncated to a tick, so a process that started
     before the read is never judged to have started after it. Pure."""
     return read_at is not None and start_ticks / ticks_per_second > read_at
@@ -276,8 +280,8 @@ class Resolver:
         return known
 
     def identify(self, pid: int, read_at: float | None = None) -> Identified:
-        """What /proc says of `pid`. `read_at`: when the vendor's answer naming it was taken
-        (boot seconds); a process started later is not the one it reported. Never raises: the
+        """What /proc says of `pid`. `read_at`: when the vendor's call naming it began (boot
+        seconds); a process started later is not taken for the one it reported. Never raises: the
         cgroup text and comm are written by the tenant's side of the node (a process can name
         itself, a delegated cgroup can be named freely), so anything unforeseen in them makes
         this one row `unreadable`, which keeps its device's per-process figures absent rather
@@ -292,6 +296,16 @@ class Resolver:
                 return Identified(reason=Reason.ZOMBIE if stat.state == "Z" else Reason.EXITED)
             if started_after(stat.start_ticks, read_at, self.ticks_per_second):
                 # The reported process is gone and its PID recycled: seen, but not that one.
+                return Identified(reason=Reason.UNSTABLE)
+            known = self._cache.get(pid)
+            if pid in self._ended and known is not None and known.start_ticks == stat.start_ticks:
+                # The pidfd says the process identified here ended; a process with its PID and
+                # its start time is its successor within one tick: not to be told apart this
+                # round. Forgotten, so the next round (whose vendor read saw only the
+                # successor) identifies it afresh.
+                del self._cache[pid]
+                self._ended.discard(pid)
+                self._release(pid)
                 return Identified(reason=Reason.UNSTABLE)
             raw = self._read_raw(pid, "cgroup")
             cached = self._cache.get(pid)
@@ -396,7 +410,7 @@ class Attributor:
         manufacturer: str = "",
         read_at: float | None = None,
     ) -> tuple[DeviceAttribution, ...]:
-        """`read_at`: when the vendor's read returned, in boot seconds (see boot_seconds)."""
+        """`read_at`: when the vendor's read began, in boot seconds (see boot_seconds)."""
         resolutions = self.resolver.resolve(
             (r.pid for d in devices for r in d.rows),
             index,
