@@ -162,6 +162,9 @@ class Card:
     parent_id: str | None = None  # the physical card of a partition enumerated as a device
     # Error counters, energy, clocks (issue 29); None where the backend does not read them.
     health: CardHealth | None = None
+    # The card's own figures the library answered outside what the hardware can hold, refused
+    # (absent, reason `invalid_data`) by figures/ranges.py: field names, e.g. power_usage_watts.
+    invalid: tuple[str, ...] = ()
 
     @property
     def memory_utilization_percent(self) -> float | None:

@@ -190,3 +190,32 @@ def test_a_round_that_raises_keeps_the_last_good_snapshot_and_fails_liveness() -
     # A loop that turns but never completes a round is as good as dead.
     assert m.liveness()[0] is False
     m.stop()
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{}, {"devices": None}, {"devices": {"error": "nvmlDeviceGetCount", "code": 999}}, []],
+    ids=["no-devices", "devices-null", "enumeration-failed", "not-an-object"],
+)
+def test_a_payload_of_the_wrong_shape_is_a_failed_read_not_a_node_without_cards(
+    payload: object,
+) -> None:
+    """(R-O2, issue 30) NVIDIA's real parse over payloads read() never writes: the backend is
+    `error` with the shape named, never `ok` with no cards (which a node without GPUs is)."""
+    from vendors import nvidia
+
+    class WrongShape(StaticBackend):
+        manufacturer = "nvidia"
+
+        def read(self, request: ReadRequest) -> object:
+            return payload
+
+        def parse(self, answer: object) -> object:
+            return nvidia.parse(answer)  # type: ignore[arg-type]
+
+    m = monitor(WrongShape())
+    m.run_round()
+    (status,) = m.current.snapshot.backends
+    assert status.state is BackendState.ERROR
+    assert status.error is not None and "payload could not be parsed" in status.error
+    m.stop()

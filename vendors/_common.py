@@ -16,6 +16,29 @@ from devicemanager.backend import BackendUnavailable, Library
 from devicemanager.model import Reason
 
 
+class PayloadShapeError(ValueError):
+    """A payload that is not what read() writes: its parse fails (the backend's read is an
+    error this round), never "answered, with no cards"."""
+
+
+def listing(payload: Any, key: str) -> list[Mapping[str, Any]]:
+    """The objects of the list read() writes under `key` (the devices, the sockets): raises
+    PayloadShapeError when the payload is not a mapping, the key is missing, the enumeration
+    was recorded as failed, or the value is not a list. Items that are not objects are skipped
+    (each entry's own parse reasons about what it holds)."""
+    if not isinstance(payload, Mapping):
+        raise PayloadShapeError(f"the payload is a {type(payload).__name__}, not an object")
+    if key not in payload:
+        raise PayloadShapeError(f"the payload has no {key!r}")
+    value = payload[key]
+    code = error_code(value)
+    if code is not None:
+        raise PayloadShapeError(f"the enumeration of {key!r} failed with code {code}")
+    if not isinstance(value, list):
+        raise PayloadShapeError(f"{key!r} is a {type(value).__name__}, not a list")
+    return [v for v in value if isinstance(v, Mapping)]
+
+
 def failed(name: str, code: int) -> dict[str, Any]:
     """How a payload records an entry point that answered with an error code."""
     return {"error": name, "code": code}

@@ -45,7 +45,7 @@ from devicemanager.model import (
     mib_from_bytes,
 )
 from vendors._common import error_code as _error
-from vendors._common import failed, finite, reasons
+from vendors._common import failed, finite, listing, reasons
 
 # Return codes: NVML's nvmlReturn_t and HGML's hgmlReturn_t agree value for value.
 SUCCESS = 0
@@ -464,7 +464,7 @@ def parse(
     manufacturer: str,
     application_xids: frozenset[int] = frozenset(),
 ) -> VendorReading:
-    devices = _entries(payload.get("devices"))
+    devices = listing(payload, "devices")
     cards = tuple(c for c in (parse_card(d, p, application_xids) for d in devices) if c)
     processes = tuple(x for x in (parse_processes(d, p) for d in devices) if x is not None)
     driver = payload.get(f"{p}SystemGetDriverVersion")

@@ -65,7 +65,7 @@ from vendors._amd_smi import OUT_OF_RESOURCES as OUT_OF_RESOURCES
 from vendors._amd_smi import occupancy_percent as occupancy_percent
 from vendors._amd_smi import reason_for as reason_for
 from vendors._amd_smi import serial_id as serial_id
-from vendors._common import Baseline, Sample, error_code, failed, finite, load
+from vendors._common import Baseline, Sample, error_code, failed, finite, listing, load
 from vendors._rocm_smi_lib import RocmSmi, RsmiError
 
 MANUFACTURER = "amd"
@@ -155,7 +155,7 @@ class _Socket:
 def _sockets(payload: Mapping[str, Any]) -> list[_Socket]:
     platform = payload.get("xcpPlatformDevices")
     platform = platform if isinstance(platform, Mapping) else {}
-    return [_Socket(i, s, platform) for i, s in enumerate(entries(payload.get("sockets")))]
+    return [_Socket(i, s, platform) for i, s in enumerate(listing(payload, "sockets"))]
 
 
 def _request(payload: Mapping[str, Any], key: str) -> list[Any]:

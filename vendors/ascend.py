@@ -46,7 +46,7 @@ from devicemanager.model import (
 )
 from vendors._ascend_lib import DCMI, Dcmi
 from vendors._common import error_code as _error
-from vendors._common import failed, reasons
+from vendors._common import failed, listing, reasons
 
 MANUFACTURER = "ascend"
 
@@ -549,7 +549,7 @@ def parse_partitions(
 
 
 def parse(payload: Payload) -> VendorReading:
-    devices = _entries(payload.get("devices"))
+    devices = listing(payload, "devices")
     named: dict[int, tuple[Mapping[str, Any], Card]] = {}
     for n, device in enumerate(devices):
         card = parse_card(device)

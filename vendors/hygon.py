@@ -48,7 +48,7 @@ from devicemanager.model import (
 )
 from vendors import _hygon_lib as lib
 from vendors._common import error_code as _error
-from vendors._common import failed, finite, load, reasons
+from vendors._common import failed, finite, listing, load, reasons
 from vendors._hygon_mig import MIG_CONFIG as MIG_CONFIG
 from vendors._hygon_mig import MIG_CONFIG_ENV as MIG_CONFIG_ENV
 from vendors._hygon_mig import Instance, instance_reading, mig_instances, mig_reading, read_mig
@@ -386,7 +386,7 @@ def _fields(reading: PartitionReading) -> dict[str, Any]:
 
 
 def parse(payload: Payload) -> VendorReading:
-    devices = _entries(payload.get("devices"))
+    devices = listing(payload, "devices")
     ids = card_ids(devices)
     cards, processes = [], []
     for device in devices:

@@ -44,7 +44,7 @@ from devicemanager.model import (
     mib_from_bytes,
 )
 from vendors import _metax_lib as mx
-from vendors._common import error_code, failed, finite, load, reasons
+from vendors._common import error_code, failed, finite, listing, load, reasons
 
 MANUFACTURER = "metax"
 
@@ -381,7 +381,7 @@ def parse(payload: Payload) -> VendorReading:
     modes: dict[str, Reason | None] = {}
     driver: str | None = None
     via: str | None = None
-    for device in _entries(payload.get("devices")):
+    for device in listing(payload, "devices"):
         card = parse_card(device, node)
         if card is None:
             continue

@@ -27,6 +27,7 @@ from devicemanager.backend import Backend, BackendUnavailable
 from devicemanager.figures import exposition, slices, snapshot
 from devicemanager.figures.figures import View, exported
 from devicemanager.figures.published import Published, publish
+from devicemanager.figures.ranges import plausible_reading
 from devicemanager.figures.snapshot import BackendResult
 from devicemanager.grants import deviceplugins, dra
 from devicemanager.grants.deviceplugins import KubeletAnswer
@@ -217,6 +218,7 @@ class Monitor:
         self._faults = FaultLog()
         self._raw_errors: dict[str, str | None] = {}
         self._dropped_floats: dict[str, tuple[str, ...]] = {}
+        self._refused_figures: dict[str, tuple[str, ...]] = {}
         self._wall, self._mono = wall, mono
         self.current = publish(snapshot.empty(period, node), mono(), exposition.Extras(build=build))
         self.rounds = 0
@@ -268,11 +270,13 @@ class Monitor:
             read_at = self._wall()
             try:
                 reading, dropped = finite_reading(worker.backend.parse(payload))
+                reading, refused = plausible_reading(reading)
             except Exception as exc:
                 error = f"payload could not be parsed: {_describe(exc)}"
                 results.append(self._result(worker, BackendState.ERROR, took, error))
                 continue
             self._log_dropped_floats(worker.manufacturer, dropped)
+            self._log_refused(worker.manufacturer, refused)
             self._raw_errors[worker.manufacturer] = None
             worker.last_success = read_at
             results.append(
@@ -311,6 +315,20 @@ class Monitor:
                 "backend %s answered figures that are not finite; they are absent",
                 manufacturer,
                 extra={"manufacturer": manufacturer, "figures": list(dropped[:20])},
+            )
+
+    def _log_refused(self, manufacturer: str, refused: tuple[str, ...]) -> None:
+        # Once per change, as the NaN figures: a sentinel the library answers every round would
+        # otherwise log every period.
+        if self._refused_figures.get(manufacturer, ()) == refused:
+            return
+        self._refused_figures[manufacturer] = refused
+        if refused:
+            log.warning(
+                "backend %s answered figures outside what the hardware can hold; they are "
+                "absent (invalid_data)",
+                manufacturer,
+                extra={"manufacturer": manufacturer, "figures": list(refused[:20])},
             )
 
     def _log_transitions(self, results: Sequence[BackendResult]) -> None:

@@ -28,6 +28,7 @@ from devicemanager.model import (
     BackendState,
     Card,
     CardHealth,
+    Reason,
     Snapshot,
 )
 
@@ -254,6 +255,9 @@ def health_families(snapshot: Snapshot) -> Iterator[GaugeFamily]:
         if card.unhealthy:
             labels = [node, group.manufacturer, card.id, str(card.index)]
             reason.add_metric([*labels, card.unhealthy_reason or ""], 1.0)
+        for figure in card.invalid:  # a card figure out of physical range (issue 30)
+            invalid = [node, group.manufacturer, card.id, figure, Reason.INVALID_DATA.value]
+            capability.add_metric(invalid, 0.0)
         if card.health is None:
             continue
         for figure in HEALTH_FIGURES:

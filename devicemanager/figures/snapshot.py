@@ -166,6 +166,11 @@ def card_json(card: Card) -> dict[str, Any]:
         # Only where the backend reads them: a consumer of the schema before issue 29 meets the
         # same objects as before on every other card.
         extra["health"] = health_json(card.health)
+    if card.invalid:
+        # Only where a figure was refused (issue 30): its key is null above, and this says why.
+        extra["absentReasons"] = {
+            _CARD_KEYS[name]: Reason.INVALID_DATA.value for name in card.invalid
+        }
     return {
         "id": card.id,
         "index": card.index,
@@ -233,6 +238,17 @@ def parse_time(value: Any) -> float:
         return 0.0
 
 
+# A card's own figures by field, as the snapshot names them.
+_CARD_KEYS = {
+    "memory_total_mib": "memory",
+    "memory_used_mib": "memoryUsage",
+    "cores_utilization_percent": "coresUtilization",
+    "temperature_celsius": "temperature",
+    "power_usage_watts": "powerUsage",
+}
+_CARD_FIELDS = {key: name for name, key in _CARD_KEYS.items()}
+
+
 def card_from_json(doc: dict[str, Any]) -> Card | None:
     if not isinstance(doc.get("id"), str) or as_int(doc.get("index")) is None:
         return None
@@ -241,6 +257,7 @@ def card_from_json(doc: dict[str, Any]) -> Card | None:
     aliases = doc.get("aliases")
     address = doc.get("address")
     parent = doc.get("parentID")
+    absent = doc.get("absentReasons")
     return Card(
         id=doc["id"],
         index=doc["index"],
@@ -262,6 +279,11 @@ def card_from_json(doc: dict[str, Any]) -> Card | None:
         ),
         parent_id=parent if isinstance(parent, str) else None,
         health=health_from_json(doc.get("health")),
+        invalid=tuple(
+            _CARD_FIELDS[key]
+            for key, why in (absent.items() if isinstance(absent, dict) else ())
+            if key in _CARD_FIELDS and why == Reason.INVALID_DATA.value
+        ),
     )
 
 

@@ -123,7 +123,7 @@ def test_garbage_payload_shapes_never_raise() -> None:
         {"devices": [{}]},
         {"request": "x", "devices": [card(nvmlDeviceGetUtilizationRates="busy")]},
     ):
-        nvidia.parse(payload)
+        parsed_or_refused(nvidia.parse, payload)
 
 
 # -- per-process --------------------------------------------------------------------------------
@@ -313,6 +313,8 @@ def test_a_partition_on_a_card_the_driver_no_longer_lists() -> None:
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from tests.vendors.shapes import parsed_or_refused  # noqa: E402
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
     lambda inner: (
@@ -341,7 +343,7 @@ def test_no_damaged_payload_makes_parse_raise(fields: dict[str, Any], request: A
 @settings(max_examples=200, deadline=None)
 @given(json_values)
 def test_no_top_level_shape_makes_parse_raise(devices: Any) -> None:
-    nvidia.parse({"devices": devices, "nvmlSystemGetDriverVersion": devices})
+    parsed_or_refused(nvidia.parse, {"devices": devices, "nvmlSystemGetDriverVersion": devices})
 
 
 # -- the card's health beyond one bit (R-X7) ---------------------------------------------------

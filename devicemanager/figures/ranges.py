@@ -1,0 +1,139 @@
+"""Figures outside what the hardware can hold are refused, figure by figure (issue 30).
+
+A library's "not supported" is often a sentinel rather than an error: amdsmi's UINT32_MAX
+watts, NVML's 0xFFFFFFFF, a temperature of -1e30 from a half-initialised driver. A parser that
+misses one would publish it as measured. So the monitor passes every reading through here
+after the NaN check, whatever the vendor: a figure outside its physical range becomes absent
+with the reason `invalid_data` (a card's own figure listed in `Card.invalid`, a health figure
+in its `reasons`, a partition's or a device's per-process entry point in its `*_reason`), and
+the paths refused are returned for the log. Pure.
+
+The bounds are wide on purpose: far past any card made (16 TiB of memory, 100 kW, 100 GHz),
+tight only where the figure is a share (0..100 %) or cannot be negative.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from devicemanager.model import (
+    MIB,
+    Card,
+    CardHealth,
+    DeviceProcesses,
+    PartitionReading,
+    Reason,
+    VendorReading,
+)
+
+MAX_MIB = 16 << 20  # 16 TiB
+COUNTER = (0, 2**63)
+
+CARD: dict[str, tuple[float, float]] = {
+    "memory_total_mib": (1, MAX_MIB),
+    "memory_used_mib": (0, MAX_MIB),
+    "cores_utilization_percent": (0.0, 100.0),
+    "temperature_celsius": (-100.0, 200.0),
+    "power_usage_watts": (0.0, 100_000.0),
+}
+HEALTH: dict[str, tuple[float, float]] = {
+    "ecc_corrected_volatile": COUNTER,
+    "ecc_uncorrected_volatile": COUNTER,
+    "ecc_corrected_aggregate": COUNTER,
+    "ecc_uncorrected_aggregate": COUNTER,
+    "remapped_rows_correctable": COUNTER,
+    "remapped_rows_uncorrectable": COUNTER,
+    "remapped_rows_pending": COUNTER,
+    "remapped_rows_failed": COUNTER,
+    "energy_joules": (0.0, 1e15),  # 100 kW for three centuries
+    "clock_sm_hz": (0, 1e11),
+    "clock_memory_hz": (0, 1e11),
+    "clock_graphics_hz": (0, 1e11),
+    "pcie_replays": COUNTER,
+}
+PARTITION_MEMORY = ("memory_total_mib", "memory_used_mib")
+ROW_MEMORY = (0, MAX_MIB * MIB)
+SHARE = (0.0, 100.0)
+
+
+def _outside(value: Any, bounds: tuple[float, float]) -> bool:
+    return value is not None and not bounds[0] <= value <= bounds[1]
+
+
+def _card(card: Card, path: str, refused: list[str]) -> Card:
+    invalid = tuple(name for name, b in CARD.items() if _outside(getattr(card, name), b))
+    health = card.health
+    if health is not None:
+        health = _health(health, f"{path}.health", refused)
+    if not invalid and health is card.health:
+        return card
+    refused.extend(f"{path}.{name}" for name in invalid)
+    changes: dict[str, Any] = dict.fromkeys(invalid)
+    return replace(card, **changes, health=health, invalid=(*card.invalid, *invalid))
+
+
+def _health(health: CardHealth, path: str, refused: list[str]) -> CardHealth:
+    invalid = [name for name, b in HEALTH.items() if _outside(getattr(health, name), b)]
+    if not invalid:
+        return health
+    refused.extend(f"{path}.{name}" for name in invalid)
+    kept = tuple((name, r) for name, r in health.reasons if name not in invalid)
+    reasons = (*kept, *((name, Reason.INVALID_DATA) for name in invalid))
+    return replace(health, **dict.fromkeys(invalid), reasons=reasons)
+
+
+def _partition(part: PartitionReading, path: str, refused: list[str]) -> PartitionReading:
+    memory = (
+        any(_outside(getattr(part, name), CARD[name]) for name in PARTITION_MEMORY)
+        and part.memory_reason is None
+    )
+    cores = _outside(part.cores_percent, SHARE) and part.cores_reason is None
+    if not memory and not cores:
+        return part
+    changes: dict[str, Any] = {}
+    if memory:
+        refused.append(f"{path}.memory")
+        changes.update(memory_total_mib=None, memory_used_mib=None)
+        changes["memory_reason"] = Reason.INVALID_DATA
+    if cores:
+        refused.append(f"{path}.cores_percent")
+        changes.update(cores_percent=None, cores_reason=Reason.INVALID_DATA)
+    return replace(part, **changes)
+
+
+def _device(answer: DeviceProcesses, path: str, refused: list[str]) -> DeviceProcesses:
+    """One row out of range makes that entry point's figures absent for the whole device, as
+    any row that cannot be used does: a partial sum is never published as the whole."""
+    memory = answer.memory_reason is None and any(
+        _outside(r.memory_bytes, ROW_MEMORY) for r in answer.rows
+    )
+    cores = answer.cores_reason is None and any(
+        _outside(r.cores_percent, SHARE) for r in answer.rows
+    )
+    if not memory and not cores:
+        return answer
+    changes: dict[str, Any] = {}
+    if memory:
+        refused.append(f"{path}.memory_bytes")
+        changes["memory_reason"] = Reason.INVALID_DATA
+    if cores:
+        refused.append(f"{path}.cores_percent")
+        changes["cores_reason"] = Reason.INVALID_DATA
+    return replace(answer, **changes)
+
+
+def plausible_reading(reading: VendorReading) -> tuple[VendorReading, tuple[str, ...]]:
+    """The reading with every figure outside its physical range refused, and the paths
+    refused (e.g. `cards[2].power_usage_watts`). The common case returns the reading itself."""
+    refused: list[str] = []
+    cards = tuple(_card(c, f"cards[{i}]", refused) for i, c in enumerate(reading.cards))
+    partitions = tuple(
+        _partition(p, f"partitions[{i}]", refused) for i, p in enumerate(reading.partitions)
+    )
+    processes = tuple(
+        _device(d, f"processes[{i}]", refused) for i, d in enumerate(reading.processes)
+    )
+    if not refused:
+        return reading, ()
+    return replace(reading, cards=cards, partitions=partitions, processes=processes), tuple(refused)
