@@ -580,6 +580,23 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
     from devicemanager.report.sources import SourceError, read_source
 
     selection = Selection(node=args.node, namespace=args.namespace, pod=args.pod)
+    live = bool(args.live or args.kubeconfig or args.context or args.list_contexts)
+    if not live:
+        for flag, given in _cluster_flags(args):
+            if given is not None:
+                raise CliError(
+                    f"{flag} is for the cluster (--live, --kubeconfig, --context)", USAGE
+                )
+    elif args.prometheus is not None or args.sources:
+        raise CliError(
+            "--live, --kubeconfig and --context read the cluster instead of SOURCEs or "
+            "--prometheus: give one",
+            USAGE,
+        )
+    elif args.cacert is not None:
+        raise CliError(
+            "--cacert is for SOURCEs and --prometheus: the kubeconfig names the CA", USAGE
+        )
     if args.prometheus is None:
         for flag, given in (
             ("--bearer-token", args.bearer_token),
@@ -595,6 +612,8 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
         from devicemanager.serve.client import ca_context
 
         _client_call(lambda: ca_context("--cacert", args.cacert))  # a file with no CA: exit 2
+    if live:
+        return _summarize_cluster(args, selection)
     if args.prometheus is not None:
         if not args.prometheus.startswith(("http://", "https://")):
             raise CliError(f"--prometheus: {args.prometheus} is not an http(s):// URL", USAGE)
@@ -632,6 +651,81 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
                 raise CliError(str(exc), UNREACHABLE) from None
         parsed = select([parse(name, text) for name, text in texts], selection)
     report = summarize(parsed)
+    sys.stdout.write(to_json(report) if args.format == "json" else to_text(report))
+    return OK
+
+
+def _cluster_flags(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    return [
+        ("--hami-namespace", args.hami_namespace),
+        ("--hami-scheduler-service", args.hami_scheduler_service),
+        ("--hami-monitor-selector", args.hami_monitor_selector),
+        ("--hami-monitor-port", args.hami_monitor_port),
+        ("--agent-namespace", args.agent_namespace),
+        ("--agent-selector", args.agent_selector),
+        ("--agent-port", args.agent_port),
+        ("--max-pods", args.max_pods),
+    ]
+
+
+def _summarize_cluster(args: argparse.Namespace, selection: Any) -> int:
+    """`summarize --live/--kubeconfig/--context` (R-X9): the cluster's sources through the API
+    server; exit 3 only when none answered."""
+    from devicemanager.report import cluster, summarize, to_json, to_text
+    from devicemanager.report.sources import SourceError
+
+    try:
+        config, where = cluster.load_kubeconfig(args.kubeconfig)
+        if args.list_contexts:
+            found = cluster.contexts(config)
+            if args.format == "json":
+                print(json.dumps(found, indent=2))
+            else:
+                rows: list[tuple[str, ...]] = [("CURRENT", "NAME", "CLUSTER", "USER", "NAMESPACE")]
+                rows += [
+                    tuple(c[k] or "" for k in ("current", "name", "cluster", "user", "namespace"))
+                    for c in found
+                ]
+                widths = [max(len(r[i]) for r in rows) for i in range(5)]
+                for row in rows:
+                    print("   ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+            return OK
+        chosen = cluster.single(config, args.context, where)
+        client = cluster.connect(chosen, args.timeout)
+    except cluster.ConfigError as exc:
+        raise CliError(str(exc), USAGE) from None
+
+    def given(value: str | None, default: str | None) -> str | None:
+        return default if value is None else (value or None)  # "": not asked
+
+    settings = cluster.Settings(
+        hami_namespace=args.hami_namespace or cluster.HAMI_NAMESPACE,
+        scheduler=given(args.hami_scheduler_service, cluster.SCHEDULER_SERVICE),
+        monitor_selector=given(args.hami_monitor_selector, cluster.MONITOR_SELECTOR),
+        monitor_port=args.hami_monitor_port or cluster.MONITOR_PORT,
+        agent_namespace=args.agent_namespace or cluster.AGENT_NAMESPACE,
+        agent_selector=given(args.agent_selector, cluster.AGENT_SELECTOR),
+        agent_port=args.agent_port or cluster.AGENT_PORT,
+        node=args.node,
+        timeout=args.timeout,
+        max_bytes=args.max_bytes,
+        max_pods=args.max_pods or cluster.MAX_PODS,
+    )
+    try:
+        gathered = cluster.gather(client, settings, selection)
+    except SourceError as exc:
+        raise CliError(f"{chosen.cluster.server}: {exc}", UNREACHABLE) from None
+    finally:
+        client.close()
+    if gathered.answered == 0:
+        said = "; ".join(f"{a.target.name}: {a.error}" for a in gathered.answers[:3])
+        more = len(gathered.answers) - 3
+        said += f"; and {more} more" if more > 0 else ""
+        raise CliError(
+            f"context {chosen.context_name!r}: no source answered ({said or 'none found'})",
+            UNREACHABLE,
+        )
+    report = cluster.with_sources(summarize(gathered.parsed), gathered.answers)
     sys.stdout.write(to_json(report) if args.format == "json" else to_text(report))
     return OK
 
@@ -823,6 +917,53 @@ def build_parser() -> argparse.ArgumentParser:
     )
     summ.add_argument(
         "--bearer-token-file", help="with --prometheus: send this file's bearer token"
+    )
+    summ.add_argument(
+        "--live",
+        action="store_true",
+        help="read the cluster of the kubeconfig's current context (as --kubeconfig and "
+        "--context do): HAMi's scheduler, monitors and this agent's pods, through the API server",
+    )
+    summ.add_argument(
+        "--kubeconfig",
+        type=Path,
+        help="read the cluster this kubeconfig names (default: $KUBECONFIG's files merged, else "
+        "~/.kube/config, else in a pod its service account)",
+    )
+    summ.add_argument("--context", help="the kubeconfig's context to use (default: its current)")
+    summ.add_argument(
+        "--list-contexts", action="store_true", help="list the kubeconfig's contexts and exit"
+    )
+    summ.add_argument(
+        "--hami-namespace", help="where HAMi's scheduler and device plugin run (kube-system)"
+    )
+    summ.add_argument(
+        "--hami-scheduler-service",
+        metavar="[SCHEME:]NAME:PORT",
+        help="HAMi's scheduler Service and its metrics port (hami-scheduler:31993); '' skips it",
+    )
+    summ.add_argument(
+        "--hami-monitor-selector",
+        metavar="SELECTOR",
+        help="HAMi's vGPU monitor pods (app.kubernetes.io/component=hami-device-plugin); "
+        "'' skips them",
+    )
+    summ.add_argument(
+        "--hami-monitor-port", metavar="[SCHEME:]PORT", help="their metrics port (9394)"
+    )
+    summ.add_argument("--agent-namespace", help="where this agent runs (gpustack-system)")
+    summ.add_argument(
+        "--agent-selector",
+        metavar="SELECTOR",
+        help="this agent's pods (app.kubernetes.io/name=gpustack-device-manager); '' skips them",
+    )
+    summ.add_argument(
+        "--agent-port", metavar="[SCHEME:]PORT", help="this agent's port (https:32443)"
+    )
+    summ.add_argument(
+        "--max-pods",
+        type=_positive_int,
+        help="refuse when more pods than this match a selector (default 1000)",
     )
     summ.set_defaults(func=_cmd_summarize)
     return parser

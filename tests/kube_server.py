@@ -3,8 +3,10 @@
 It serves recorded, realistic objects through the same paths the agent's client uses: pod
 lists (paged) and chunked watch streams with ADDED, MODIFIED, DELETED, BOOKMARK and a 410 ERROR
 event, the kubelet's /stats/summary through the node proxy, metrics.k8s.io PodMetrics, and
-TokenReview and SubjectAccessReview (non-resource URLs) as the API server answers them. It
-checks a bearer token, and can cut a stream mid-way, answer slowly, or fail with a status.
+TokenReview and SubjectAccessReview (non-resource URLs) as the API server answers them, and the
+service and pod proxies (`/api/v1/namespaces/{ns}/{services|pods}/[scheme:]name:port/proxy/…`)
+answering recorded text for the targets put there. It checks a bearer token, and can cut a
+stream mid-way, answer slowly, or fail with a status (per kind, or per proxied target).
 
 `FakeKubelet` plays one node's kubelet on its secure port: /stats/summary with a bearer token,
 over a certificate signed by a CA of the test's (`issue_ca`, `issue_leaf`) or self-signed.
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -68,6 +70,13 @@ class FakeApiServer:
         self.failures: dict[str, list[int]] = {}  # kind -> statuses to answer next
         self.delays: dict[str, float] = {}  # kind -> seconds before answering
         self.requests: list[tuple[str, dict[str, list[str]]]] = []
+        # The proxies: "ns/services/[scheme:]name:port" or "ns/pods/[scheme:]name:port" -> the
+        # text its /metrics answers; a target not there is a 503 as the API server answers for
+        # an endpoint it cannot reach. Per target: a status to fail with, seconds to wait.
+        self.proxied: dict[str, str] = {}
+        self.proxy_failures: dict[str, int] = {}
+        self.proxy_delays: dict[str, float] = {}
+        self.proxy_paths: list[str] = []  # the proxy paths asked, as received
         # TokenReview: token -> the user it authenticates; SubjectAccessReview: (user or
         # "group:<name>", path) pairs allowed to GET that non-resource URL.
         self.identities: dict[str, dict[str, Any]] = {}
@@ -233,6 +242,30 @@ class FakeApiServer:
             time.sleep(0.01)
         raise AssertionError("the client never watched again")
 
+    def add_pod(
+        self,
+        namespace: str,
+        name: str,
+        node: str,
+        labels: dict[str, str],
+        phase: str = "Running",
+    ) -> dict[str, Any]:
+        """A pod as the namespaced list shows it (for the proxies' tests)."""
+        pod = {
+            "kind": "Pod",
+            "apiVersion": "v1",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "uid": f"uid-{namespace}-{name}",
+                "labels": labels,
+            },
+            "spec": {"nodeName": node},
+            "status": {"phase": phase, "podIP": "10.0.0.1" if phase == "Running" else None},
+        }
+        self.add(pod)
+        return pod
+
     def count(self, kind: str) -> int:
         return sum(1 for k, _ in self.requests if k == kind)
 
@@ -365,7 +398,16 @@ class FakeApiServer:
                         items = [
                             p for p in items if p["metadata"].get("labels", {}).get(key) == value
                         ]
-                    return self._json(200, {"kind": "PodList", "metadata": {}, "items": items})
+                    node = _selected_node(query)
+                    if node is not None:
+                        items = [p for p in items if p.get("spec", {}).get("nodeName") == node]
+                    meta: dict[str, Any] = {}
+                    limit = int(query.get("limit", ["0"])[0] or 0)
+                    if limit and len(items) > limit:
+                        items, meta = items[:limit], {"continue": str(limit)}
+                    return self._json(200, {"kind": "PodList", "metadata": meta, "items": items})
+                if kind == "proxy":
+                    return self._proxy(url.path)
                 if kind == "summary":
                     node = url.path.split("/")[4]
                     if node not in server.summaries:
@@ -376,6 +418,33 @@ class FakeApiServer:
                     doc = server.pod_metrics.get((parts[5], parts[7]))
                     return self._json(200, doc) if doc else self._status(404, "not found")
                 return self._status(404, f"{url.path} is not served here")
+
+            def _proxy(self, path: str) -> None:
+                server.proxy_paths.append(path)
+                target, _, rest = (
+                    unquote(path).removeprefix("/api/v1/namespaces/").partition("/proxy")
+                )
+                time.sleep(server.proxy_delays.get(target, 0))
+                if target in server.proxy_failures:
+                    status = server.proxy_failures[target]
+                    body = f"injected failure of {target}\n".encode()
+                    self.send_response(status)
+                    self.send_header("Content-Type", "text/plain")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return None
+                if target not in server.proxied or rest != "/metrics":
+                    return self._status(
+                        503, f"error trying to reach service: no endpoint for {target}"
+                    )
+                body = server.proxied[target].encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return None
 
             def _chunk(self, data: bytes) -> None:
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
@@ -443,6 +512,8 @@ class FakeApiServer:
     def kind_of(path: str, query: dict[str, list[str]]) -> str:
         if path == "/api/v1/pods":
             return "watch" if query.get("watch") == ["true"] else "list"
+        if path.startswith("/api/v1/namespaces/") and "/proxy/" in path:
+            return "proxy"
         if path.startswith("/api/v1/namespaces/") and path.endswith("/pods"):
             return "namespaced-list"
         if path.startswith("/api/v1/nodes/") and path.endswith("/proxy/stats/summary"):

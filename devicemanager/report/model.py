@@ -221,10 +221,21 @@ class Totals:
 
 @dataclass(frozen=True, slots=True)
 class SourceInfo:
+    """One source read, or asked and not answering (`error` says why; its counts are None).
+    `kind` and `node` are known of a source found in the cluster (R-X9): `scheduler`,
+    `monitor` or `agent`, and the node its pod runs on (None: the cluster's, or a file)."""
+
     name: str
-    lines: int
-    samples: int
-    unparseable: int
+    lines: int | None
+    samples: int | None
+    unparseable: int | None
+    kind: str | None = None
+    node: str | None = None
+    error: str | None = None
+
+    @property
+    def answered(self) -> bool:
+        return self.error is None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -232,6 +243,10 @@ class SourceInfo:
             "lines": self.lines,
             "samples": self.samples,
             "unparseable": self.unparseable,
+            "kind": self.kind,
+            "node": self.node,
+            "answered": self.answered,
+            "error": self.error,
         }
 
 

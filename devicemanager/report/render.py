@@ -152,9 +152,26 @@ def _container_lines(c: Container) -> list[str]:
     return lines
 
 
+def _sources_lines(report: Report) -> list[str]:
+    """Sources found in the cluster (R-X9), by node: each one answered, or why not."""
+    answered = sum(1 for s in report.sources if s.answered)
+    lines = [f"Sources: {answered} of {len(report.sources)} answered"]
+    by_node = sorted(report.sources, key=lambda s: (s.node is not None, s.node or ""))
+    for s in by_node:
+        where = f"node {s.node}" if s.node is not None else "cluster"
+        said = f"answered, {s.samples} sample(s)" if s.answered else f"did not answer: {s.error}"
+        lines.append(f"  {where:<18} {s.kind or 'source':<9} {s.name}: {said}")
+    return lines
+
+
 def to_text(report: Report) -> str:
-    sources = ", ".join(s.name for s in report.sources) or "no source"
-    lines = [f"Accelerator summary of {sources}", _basis_line(report), ""]
+    if any(s.kind is not None for s in report.sources):  # found in the cluster
+        answered = sum(1 for s in report.sources if s.answered)
+        head = f"Accelerator summary of the cluster ({answered} of {len(report.sources)} sources)"
+        lines = [head, _basis_line(report), "", *_sources_lines(report), ""]
+    else:
+        sources = ", ".join(s.name for s in report.sources) or "no source"
+        lines = [f"Accelerator summary of {sources}", _basis_line(report), ""]
     c = report.capacity
     lines.append(f"Cluster: {len(report.nodes)} node(s), {c.devices} device(s)")
     lines.extend(_totals_lines(c, "  "))
