@@ -203,7 +203,8 @@ def test_kubeconfig_as_kubectl_finds_it(api: FakeApiServer, tmp_path: Path) -> N
     """(R-X9) $KUBECONFIG is a colon-separated list merged as kubectl merges it (first wins,
     relative paths against their own file), ~/.kube/config otherwise; --list-contexts prints
     the contexts found and exits 0; --context picks one; --live uses the current one."""
-    first = api.kubeconfig(tmp_path / "first.json")
+    (tmp_path / "one").mkdir()  # no ca.crt beside it: the other file's relative one is its own
+    first = api.kubeconfig(tmp_path / "one" / "first.json")
     other = tmp_path / "other"
     other.mkdir()
     (other / "ca.crt").write_bytes(api.ca.read_bytes())
