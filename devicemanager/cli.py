@@ -675,7 +675,9 @@ def _summarize_cluster(args: argparse.Namespace, selection: Any) -> int:
     from devicemanager.report.sources import SourceError
 
     try:
-        config, where = cluster.load_kubeconfig(args.kubeconfig)
+        config, where = cluster.load_kubeconfig(
+            args.kubeconfig, service_account=default_service_account_dir()
+        )
         if args.list_contexts:
             found = cluster.contexts(config)
             if args.format == "json":

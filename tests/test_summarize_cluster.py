@@ -250,6 +250,27 @@ def test_kubeconfig_as_kubectl_finds_it(api: FakeApiServer, tmp_path: Path) -> N
     assert at_home.returncode == 0, at_home.stderr
 
 
+def test_in_a_pod_its_service_account(api: FakeApiServer, tmp_path: Path) -> None:
+    """(R-X9) With no kubeconfig, inside a pod (KUBERNETES_SERVICE_HOST and a mounted service
+    account): the service account's token and CA, as the agent's own client uses them."""
+    account = api.service_account(tmp_path / "account")
+    env = agent_env(
+        {
+            "HOME": str(tmp_path / "nohome"),
+            "KUBECONFIG": "",
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(api.port),
+            "DEVICEMANAGER_SERVICE_ACCOUNT_DIR": str(account),
+        }
+    )
+    result = cli("--live", "--format", "json", env=env)
+    assert result.returncode == 0, result.stderr
+    assert sources(json.loads(result.stdout))[AGENT_1]["answered"] is True
+    (account / "token").write_text("not-a-token")
+    refused = cli("--live", env=env)
+    assert refused.returncode == 3 and "HTTP 401" in one_line(refused)
+
+
 def test_usage_errors(api: FakeApiServer, tmp_path: Path) -> None:
     """(R-X9) A context the kubeconfig does not hold, a kubeconfig that is not one, SOURCEs or
     --prometheus beside the cluster, --cacert, and the cluster's flags without it: exit 2, one
