@@ -178,6 +178,13 @@ def test_nothing_answering_is_exit_3(api: FakeApiServer, tmp_path: Path) -> None
     assert "no source answered" in one_line(result) and SCHEDULER_NAME in result.stderr
     many = live(api, tmp_path, "--max-pods", "1")
     assert many.returncode == 3 and "more than 1 pods match" in one_line(many)
+    # Credentials that fail on each request (a token file gone) are each source's error.
+    kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
+    doc = json.loads(kubeconfig.read_text())
+    doc["users"][0]["user"] = {"tokenFile": str(tmp_path / "gone")}
+    kubeconfig.write_text(json.dumps(doc))
+    gone = cli("--kubeconfig", str(kubeconfig))
+    assert gone.returncode == 3 and "the context's credentials: " in one_line(gone)
 
 
 def test_node_asks_only_that_nodes_pods(api: FakeApiServer, tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ from lightkube.config.client_adapter import Client as adapter_client
 from lightkube.config.client_adapter import ConnectionParams
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.config.models import User
+from lightkube.core.exceptions import ConfigError as LightkubeConfigError
 
 from devicemanager.report.model import Report, SourceInfo
 from devicemanager.report.parse import Parsed, parse
@@ -335,6 +336,8 @@ def fetch(
         raise SourceError(f"no answer within {timeout:g} s (--timeout)") from None
     except httpx2.HTTPError as exc:
         raise SourceError(f"{type(exc).__name__}: {exc}") from None
+    except LightkubeConfigError as exc:  # an exec plugin or token file that fails per request
+        raise SourceError(f"the context's credentials: {exc}") from None
     body = b"".join(chunks)
     if status != 200:
         raise SourceError(_message(status, body))
