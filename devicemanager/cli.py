@@ -537,6 +537,41 @@ def _positive_float(text: str) -> float:
     return value
 
 
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def _window(text: str) -> float:
+    """A Prometheus duration (`90s`, `30m`, `1h`, `1h30m`, `7d`) in seconds, 1 s at least."""
+    import re
+
+    parts = re.findall(r"(\d+)([smhdw])", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (30m, 1h, 1h30m, 7d)")
+    seconds = float(sum(int(n) * _DURATION_UNITS[u] for n, u in parts))
+    if seconds < 1:
+        raise argparse.ArgumentTypeError("must be 1s or longer")
+    return seconds
+
+
+def _at(text: str) -> float:
+    """Unix seconds, or an RFC 3339 time (`2026-12-03T12:00:00Z`), as Prometheus's `time`."""
+    import datetime
+
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not Unix seconds or an RFC 3339 time"
+        ) from None
+    if when.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} has no time zone (end it in Z or +00:00)")
+    return when.timestamp()
+
+
 def _pair(text: str, sep: str, what: str) -> tuple[str, str]:
     name, found, value = text.partition(sep)
     if not found or not name.strip():
@@ -574,8 +609,10 @@ def _summarize_token(args: argparse.Namespace) -> str | None:
 
 def _cmd_summarize(args: argparse.Namespace) -> int:
     from devicemanager.report import summarize, to_json, to_text
+    from devicemanager.report.idle import IdleReport
+    from devicemanager.report.idle import to_text as idle_text
     from devicemanager.report.parse import parse
-    from devicemanager.report.prometheus_api import Query, read_prometheus
+    from devicemanager.report.prometheus_api import Query, read_prometheus, read_window
     from devicemanager.report.selection import Selection, select
     from devicemanager.report.sources import SourceError, read_source
 
@@ -597,14 +634,17 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
         raise CliError(
             "--cacert is for SOURCEs and --prometheus: the kubeconfig names the CA", USAGE
         )
+    window: IdleReport | None = None
     if args.prometheus is None:
         for flag, given in (
             ("--bearer-token", args.bearer_token),
             ("--bearer-token-file", args.bearer_token_file),
             ("--label", args.label),
             ("--header", args.header),
+            ("--window", args.window),
+            ("--at", args.at),
         ):
-            if given:
+            if given is not None:
                 raise CliError(f"{flag} is for --prometheus", USAGE)
     elif args.sources:
         raise CliError("--prometheus reads Prometheus's API instead of SOURCEs: give one", USAGE)
@@ -626,9 +666,12 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
             max_series=args.max_series,
             labels=tuple(args.label or ()),
             headers=tuple(args.header or ()),
+            at=args.at,
         )
         try:
             parsed = read_prometheus(query, selection)
+            if args.window is not None:
+                window = read_window(query, args.window, selection)
         except SourceError as exc:
             raise CliError(str(exc), UNREACHABLE) from None
     else:
@@ -651,7 +694,13 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
                 raise CliError(str(exc), UNREACHABLE) from None
         parsed = select([parse(name, text) for name, text in texts], selection)
     report = summarize(parsed)
-    sys.stdout.write(to_json(report) if args.format == "json" else to_text(report))
+    if window is None:
+        sys.stdout.write(to_json(report) if args.format == "json" else to_text(report))
+    elif args.format == "json":
+        doc = {**report.to_json(), "window": window.to_json()}
+        sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    else:
+        sys.stdout.write(to_text(report) + idle_text(window))
     return OK
 
 
@@ -966,6 +1015,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-pods",
         type=_positive_int,
         help="refuse when more pods than this match a selector (default 1000)",
+        "--window",
+        type=_window,
+        metavar="DURATION",
+        help="with --prometheus: add the idle-and-held section over this window before --at "
+        "(30m, 1h, 1h30m, 7d)",
+    )
+    summ.add_argument(
+        "--at",
+        type=_at,
+        metavar="TIME",
+        help="with --prometheus: evaluate at this time, Unix seconds or RFC 3339 "
+        "(2026-12-03T12:00:00Z) (default: now)",
     )
     summ.set_defaults(func=_cmd_summarize)
     return parser

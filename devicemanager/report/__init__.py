@@ -9,6 +9,9 @@ the series `--node`, `--namespace`, `--pod` ask for. The I/O: `sources` reads fi
 input and URLs, `prometheus_api` asks Prometheus's HTTP API (R-X9) for the same samples,
 `cluster` asks the cluster's sources through the API server (R-X9) for the same text;
 `render` prints text or JSON.
+input and URLs, `prometheus_api` asks Prometheus's HTTP API (R-X9) for the same samples
+(and, with `--window`, for each grant's figures over it, which `idle` judges); `render` prints
+text or JSON.
 """
 
 from devicemanager.report.parse import parse

@@ -21,9 +21,10 @@ from typing import Any
 
 import httpx
 
+from devicemanager.report import idle
 from devicemanager.report.families import FAMILIES, Family, Scope, labels_for
 from devicemanager.report.parse import LineKind, Parsed, Sample
-from devicemanager.report.selection import Selection, select
+from devicemanager.report.selection import Selection, keeps_container, select
 from devicemanager.report.sources import SourceError
 
 DEFAULT_MAX_SERIES = 200_000
@@ -208,3 +209,51 @@ def read_prometheus(
         for source, samples in sorted(answers.by_source.items())
     ]
     return select(parsed, selection)
+
+
+def read_window(
+    q: Query, window: float, selection: Selection = EVERYTHING, step: float | None = None
+) -> idle.IdleReport:
+    """`--window`: each grant's figures over the `window` seconds before `q.at` (instant
+    queries of `count_over_time`, `sum_over_time` and `max_over_time`, idle.py), from the
+    first source (this agent's per-grant families, else HAMi's monitor's, current names then
+    legacy) that held any grant in it; with exactly the grants `selection` keeps."""
+    at = time.time() if q.at is None else q.at
+    step = idle.step_for(window) if step is None else step
+    headers = {"Accept": "application/json", **dict(q.headers)}
+    if q.token is not None:
+        headers["Authorization"] = f"Bearer {q.token}"
+    verify: str | bool = q.cacert if q.cacert else True
+    counted = 0
+    with httpx.Client(
+        verify=verify, timeout=q.timeout, headers=headers, follow_redirects=True
+    ) as client:
+        for source in idle.SOURCES:
+            answers: dict[tuple[idle.Role, idle.Stat], list[tuple[idle.Key, float]]] = {}
+            for role, stat, promql in idle.queries(source, window, step, q.labels):
+                family = source.family(role)
+                result = _answer(client, q, family, promql, at)
+                if not isinstance(result, list):
+                    raise SourceError(f"{q.url}: {promql}: the answer's result is not a list")
+                counted += len(result)
+                if counted > q.max_series:
+                    raise SourceError(
+                        f"{q.url}: more than {q.max_series} series (narrow the report with "
+                        "--node, --namespace, --pod or --label, or raise --max-series)"
+                    )
+                rows = answers.setdefault((role, stat), [])
+                for item in result:
+                    sample, _ = sample_of(family, item, q.url)
+                    rows.append((idle.key_of(dict(item["metric"])), sample.value))
+                if role is idle.Role.HELD and stat is idle.Stat.STEPS and not result:
+                    break  # nothing held under these names: the next source
+            grants = [
+                g
+                for g in idle.grants_of(source, answers)
+                if keeps_container(
+                    selection, source.family(idle.Role.HELD), Sample(source.held, g.labels, 0, 0)
+                )
+            ]
+            if answers.get((idle.Role.HELD, idle.Stat.STEPS)):
+                return idle.idle_report(grants, source.name, window, step, at)
+    return idle.idle_report([], None, window, step, at)
