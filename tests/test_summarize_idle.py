@@ -375,3 +375,20 @@ def test_the_queries_are_instant_over_the_window() -> None:
     assert f'max_over_time({AGENT}memory_used_mib{{cluster="p"}}[3600s])' in asked
     assert len(asked) == 9
     assert idle.step_for(3600) == 60 and idle.step_for(300) == 30 and idle.step_for(5) == 1
+
+
+def test_the_dashboards_idle_panel_lists_only_the_idle_grant(backfilled: tuple[str, int]) -> None:
+    """(R-X9) The dashboard's "Idle allocations" panel, run by the backfilled Prometheus at the
+    window's end, lists the grant measured at 0 throughout and none other: not the burst
+    between two steps, not the grant measured for half the window, not the unmeasured one."""
+    url, at = backfilled
+    dashboard = json.loads((REPO / "deploy" / "grafana-dashboard.json").read_text())
+    (panel,) = (p for p in dashboard["panels"] if p["title"] == "Idle allocations")
+    assert panel is dashboard["panels"][-1]
+    expr = panel["targets"][0]["expr"].replace("$node", ".*").replace("$namespace", ".*")
+    doc = httpx.get(f"{url}/api/v1/query", params={"query": expr, "time": at}, timeout=10).json()
+    assert doc["status"] == "success", doc
+    listed = {
+        (r["metric"]["namespace"], r["metric"]["instance_name"]) for r in doc["data"]["result"]
+    }
+    assert listed == {("team-a", "idle")}
