@@ -404,6 +404,15 @@ IGNORED: dict[str, str] = {
             ),
             "HAMi-WebUI's exporter (a re-aggregation of the families above)",
         ),
+        (
+            (
+                "namespace:gpustack_accelerator_held:count",
+                "namespace:gpustack_accelerator_memory_total_mib:sum",
+                "namespace:gpustack_accelerator_memory_used_mib:sum",
+                "namespace:gpustack_accelerator_compute_used:sum",
+            ),
+            "devicemanager's recording rules: per namespace, summed from the per-grant families",
+        ),
     )
     for name in names
 }
