@@ -13,6 +13,7 @@ the command at a time inside the block; its figures are worked out here by hand.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -392,3 +393,21 @@ def test_the_dashboards_idle_panel_lists_only_the_idle_grant(backfilled: tuple[s
         (r["metric"]["namespace"], r["metric"]["instance_name"]) for r in doc["data"]["result"]
     }
     assert listed == {("team-a", "idle")}
+
+
+def test_the_documented_contract_is_the_json(backfilled: tuple[str, int]) -> None:
+    """(R-X9) Every key of the `window` object, of a grant and of a namespace is named in
+    docs/summarize.md's section, and the section names no key the JSON lacks."""
+    url, at = backfilled
+    doc = window_of(url, at, "--label", "cluster=agent")
+    page = (REPO / "docs" / "summarize.md").read_text()
+    section = page.partition("## Idle and held over a window")[2].partition("\n## ")[0]
+    block = section.partition('"window": {')[2].partition("```")[0]
+    keys = set(doc) | set(doc["grants"][0]) | set(next(iter(doc["namespaces"].values())))
+    keys |= set(doc["thresholds"])
+    named = set(re.findall(r'"(\w+)"', block)) | set(re.findall(r"^\| `(\w+)`", section, re.M))
+    named |= {k for row in re.findall(r"^\| (`\w+`(?:, `\w+`)+) \|", section, re.M)
+              for k in re.findall(r"`(\w+)`", row)}  # fmt: skip
+    states = {"idle", "low", "used", "not_measured", "grant", "card"}
+    assert keys - named == set(), "keys the docs do not name"
+    assert named - keys <= states, "keys the docs name and the JSON lacks"
