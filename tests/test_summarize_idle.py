@@ -161,7 +161,8 @@ def agent_labels(name: str, mode: str = "Exclusive", gpu: str = "GPU-1", ns: str
                  pod: str | None = None) -> str:  # fmt: skip
     return (
         f'cluster="agent",namespace="{ns}",instance_name="{name}",instance_uid="u-{name}",'
-        f'node="gpu-a",pod="{pod or name + "-0"}",container="main",id="{gpu}",index="1",'
+        f'node="gpu-a",pod="{pod or name + "-0"}",container="main",id="{gpu}",'
+        f'index="{5 if gpu == "GPU-S" else 1}",'
         f'manufacturer="nvidia",mode="{mode}"'
     )
 
@@ -358,7 +359,8 @@ def test_the_text_section_and_the_flags(backfilled: tuple[str, int]) -> None:
     assert text.returncode == 0, text.stderr
     section = text.stdout.partition("Idle and held over 3600s to " + when)[2]
     assert "Idle (memory used and compute measured at 0 at every step held): 1" in section
-    assert "team-a/idle on gpu-a GPU-1 (Exclusive)" in section
+    assert "team-a/idle on gpu-a GPU-1 (Exclusive): held 1 h (measured: memory 1 h" in section
+    assert "team-a/half on gpu-a GPU-1 (Exclusive): held 1 h (measured: memory 0.5 h" in section
     assert "under 10% of its total, mean compute under 10%): 1" in section
     assert "Not measured (held, its use not measured throughout: never idle): 2" in section
     assert "team-b: 1 grant(s), 1 h" in section

@@ -448,7 +448,9 @@ def to_text(report: IdleReport) -> str:
             where = " ".join(x for x in (g.node, g.device) if x)
             lines.append(
                 f"    {g.namespace or '-'}/{g.holder or '-'} on {where or '-'}"
-                f" ({g.mode or '-'}): held {_n(g.held.steps * h, ' h')}, "
+                f" ({g.mode or '-'}): held {_n(g.held.steps * h, ' h')} (measured: memory "
+                f"{_n((g.memory_used.steps if g.memory_used else 0) * h, ' h')}, compute "
+                f"{_n((g.cores.steps if g.cores else 0) * h, ' h')}), "
                 f"memory {_n(g.held.mean(), ' MiB')}, peak used "
                 f"{_n(g.memory_used.peak if g.memory_used else None, ' MiB')}, mean compute "
                 f"{_n(g.cores.mean() if g.cores else None, '%')}"
