@@ -637,6 +637,59 @@ def test_the_backend_health_panel_shows_each_nodes_backends_and_sources(
     assert query(url, panel["targets"][1]["expr"].replace("$node", "gpu-other")) == []
 
 
+@pytest.mark.timeout(180)
+def test_the_namespace_recording_rules_count_a_shared_card_once(
+    prometheus: tuple[str, Agent],
+) -> None:
+    """(R-X9) The recording rules, evaluated by a real Prometheus over the replayed node, give
+    what the node's golden /metrics says worked out here: per namespace its grants (each
+    Shared card once), their memory, and the measured memory and compute in use; no grant of
+    the replay is idle (none has memory used and compute both at a measured 0)."""
+    from devicemanager.report.parse import parse
+
+    url, _ = prometheus
+    golden = (NODES / "h100-8gpu-mixed" / "golden" / "metrics.txt").read_text()
+    by: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for sample in parse("golden", golden).samples:
+        if sample.name.startswith("gpustack_instance_accelerator_"):
+            by.setdefault(sample.name.removeprefix("gpustack_instance_accelerator_"), {})[
+                sample.labels
+            ] = sample.value
+
+    def per_namespace(figure: str) -> dict[str, list[float]]:
+        """Each grant's value by namespace, a Shared card's once (the largest of its holders')."""
+        once: dict[tuple[str, tuple[Any, ...]], float] = {}
+        for labels, value in by.get(figure, {}).items():
+            d = dict(labels)
+            card = (d["node"], d["id"]) if d["mode"] == "Shared" else labels
+            key = (d["namespace"], card)
+            once[key] = max(once.get(key, value), value)
+        out: dict[str, list[float]] = {}
+        for (namespace, _), value in once.items():
+            out.setdefault(namespace, []).append(value)
+        return out
+
+    totals = per_namespace("memory_total_mib")
+    expected = {
+        "namespace:gpustack_accelerator_held:count": {ns: len(v) for ns, v in totals.items()},
+        "namespace:gpustack_accelerator_memory_total_mib:sum": {
+            ns: sum(v) for ns, v in totals.items()
+        },
+        "namespace:gpustack_accelerator_memory_used_mib:sum": {
+            ns: sum(v) for ns, v in per_namespace("memory_used_mib").items()
+        },
+        "namespace:gpustack_accelerator_compute_used:sum": {
+            ns: sum(v) / 100 for ns, v in per_namespace("cores_utilization_percent").items()
+        },
+    }
+    shared = [d for d in map(dict, by["memory_total_mib"]) if d["mode"] == "Shared"]
+    assert len(shared) > len({(d["namespace"], d["id"]) for d in shared})  # a card shared
+    for record, want in expected.items():
+        got = {r["metric"]["namespace"]: float(r["value"][1]) for r in wait_for(url, record)}
+        assert got == pytest.approx(want), record
+    assert query(url, 'ALERTS{alertname="AcceleratorAllocationIdle"}') == []
+
+
 RUNBOOKS = "https://github.com/gpustack/device-manager/blob/main/docs/runbooks.md"
 
 
