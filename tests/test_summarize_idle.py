@@ -413,3 +413,49 @@ def test_the_documented_contract_is_the_json(backfilled: tuple[str, int]) -> Non
     states = {"idle", "low", "used", "not_measured", "grant", "card"}
     assert keys - named == set(), "keys the docs do not name"
     assert named - keys <= states, "keys the docs name and the JSON lacks"
+
+
+answer_values = st.one_of(st.just(0.0), st.integers(min_value=0, max_value=60).map(float))
+
+
+@given(
+    grants=st.lists(
+        st.tuples(
+            st.integers(min_value=1, max_value=60),  # held steps
+            st.sets(
+                st.sampled_from(
+                    [(r, s) for r in idle.Role if r is not idle.Role.HELD for s in idle.Stat]
+                )
+            ),
+            answer_values,
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_a_figure_absent_from_the_answers_is_never_idle(
+    grants: list[tuple[int, set[tuple[idle.Role, idle.Stat]], float]],
+) -> None:
+    """(R-X9) From the queries' answers: a grant is idle only where both its memory used and
+    its compute answered steps (as many as it was held) and a peak, all at 0; a grant with any
+    of those series missing from the answers, and no use above 0, is not measured."""
+    answers: dict[tuple[idle.Role, idle.Stat], list[tuple[idle.Key, float]]] = {}
+    for n, (held, present, value) in enumerate(grants):
+        key = (("instance_name", f"g{n}"), ("namespace", "ns"))
+        answers.setdefault((idle.Role.HELD, idle.Stat.STEPS), []).append((key, float(held)))
+        answers.setdefault((idle.Role.HELD, idle.Stat.SUM), []).append((key, held * 1000.0))
+        answers.setdefault((idle.Role.HELD, idle.Stat.PEAK), []).append((key, 1000.0))
+        for role, stat in present:
+            got = float(held) if stat is idle.Stat.STEPS else value
+            answers.setdefault((role, stat), []).append((key, got))
+    built = {g.holder: g for g in idle.grants_of(idle.SOURCES[0], answers)}
+    assert len(built) == len(grants)
+    for n, (_, present, value) in enumerate(grants):
+        s = state_of(built[f"g{n}"])
+        whole = all((r, st_) in present for r in (idle.Role.MEMORY, idle.Role.CORES)
+                    for st_ in (idle.Stat.STEPS, idle.Stat.PEAK))  # fmt: skip
+        peaked = any(stat is idle.Stat.PEAK for _, stat in present)
+        if s is State.IDLE:
+            assert whole and value == 0
+        if not whole and not (peaked and value > 0):
+            assert s is State.NOT_MEASURED
