@@ -1015,6 +1015,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-pods",
         type=_positive_int,
         help="refuse when more pods than this match a selector (default 1000)",
+    )
+    summ.add_argument(
         "--window",
         type=_window,
         metavar="DURATION",

@@ -6,12 +6,10 @@ A world of its own. Pure functions over text: `parse` reads lines, `families` na
 family read, `read` turns samples into devices, containers and quotas (`state` holds what it
 gathers), `checks` finds what does not add up, `summary` builds the report. `selection` keeps
 the series `--node`, `--namespace`, `--pod` ask for. The I/O: `sources` reads files, standard
-input and URLs, `prometheus_api` asks Prometheus's HTTP API (R-X9) for the same samples,
-`cluster` asks the cluster's sources through the API server (R-X9) for the same text;
-`render` prints text or JSON.
 input and URLs, `prometheus_api` asks Prometheus's HTTP API (R-X9) for the same samples
-(and, with `--window`, for each grant's figures over it, which `idle` judges); `render` prints
-text or JSON.
+(and, with `--window`, for each grant's figures over it, which `idle` judges), `cluster` asks
+the cluster's sources through the API server (R-X9) for the same text; `render` prints text
+or JSON.
 """
 
 from devicemanager.report.parse import parse
