@@ -226,6 +226,15 @@ def parse_health(device: Mapping[str, Any], p: str) -> CardHealth | None:
     return CardHealth(**figures, reasons=tuple(why))
 
 
+def _temperature(device: Mapping[str, Any], p: str) -> Any:
+    """The plain call's reading; where it failed, the versioned call's (HGML drivers that no
+    longer export the plain one answer `…DeviceGetTemperatureV`)."""
+    plain = device.get(f"{p}DeviceGetTemperature")
+    if _error(plain) is not None and f"{p}DeviceGetTemperatureV" in device:
+        return device.get(f"{p}DeviceGetTemperatureV")
+    return plain
+
+
 def parse_card(
     device: Mapping[str, Any], p: str, application_xids: frozenset[int] = frozenset()
 ) -> Card | None:
@@ -255,7 +264,7 @@ def parse_card(
         memory_total_mib=total,
         memory_used_mib=used,
         cores_utilization_percent=gpu,
-        temperature_celsius=finite(device.get(f"{p}DeviceGetTemperature")),  # °C
+        temperature_celsius=finite(_temperature(device, p)),  # °C
         power_usage_watts=None if power_mw is None else round(power_mw / 1000.0, 3),
         unhealthy=reason is not None,
         unhealthy_reason=reason,
@@ -548,9 +557,11 @@ class NvmlFamilyBackend:
     application_xids: ClassVar[frozenset[int]] = frozenset()
     # Whether the newer …ProcessesUtilizationInfo is asked where the older call is not served.
     newer_process_utilization: ClassVar[bool] = False
-    # Whether the card's error counters, energy, clocks and PCIe replays are read (issue 29):
-    # NVIDIA's; HGML's binding does not declare those entry points yet.
+    # Whether the card's error counters, energy, clocks and PCIe replays are read (issue 29).
     reads_health: ClassVar[bool] = False
+    # Whether the versioned `…DeviceGetTemperatureV` is asked where the plain call is missing
+    # (FUNCTION_NOT_FOUND): HGML's newer drivers.
+    temperature_v: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -805,9 +816,12 @@ class NvmlFamilyBackend:
         if _error(rates) is None:
             rates = {"gpu": rates.gpu, "memory": rates.memory}  # percent of the sample period
         device[self._key("DeviceGetUtilizationRates")] = rates
-        device[self._key("DeviceGetTemperature")] = self._call(
-            "DeviceGetTemperature", handle, TEMPERATURE_GPU
-        )
+        temperature = self._call("DeviceGetTemperature", handle, TEMPERATURE_GPU)
+        device[self._key("DeviceGetTemperature")] = temperature
+        if self.temperature_v and _error(temperature) == ERROR_FUNCTION_NOT_FOUND:
+            device[self._key("DeviceGetTemperatureV")] = self._call(
+                "DeviceGetTemperatureV", handle, TEMPERATURE_GPU
+            )
         device[self._key("DeviceGetPowerUsage")] = self._call("DeviceGetPowerUsage", handle)
         rows = self._call("DeviceGetRemappedRows", handle)
         if _error(rows) is None:

@@ -123,6 +123,12 @@ def _struct_version(struct: type[Structure], version: int) -> int:
     return sizeof(struct) | (version << 24)
 
 
+class hgmlTemperature_v1_t(Structure):
+    """What hgmlDeviceGetTemperatureV fills: a signed reading in °C (12 bytes)."""
+
+    _fields_ = (("version", c_uint), ("sensorType", c_int), ("temperature", c_int))
+
+
 class hgmlUtilization_t(Structure):
     _fields_ = (("gpu", c_uint), ("memory", c_uint))
 
@@ -204,7 +210,15 @@ _PROTOTYPES: dict[str, tuple[Any, ...]] = {
     "hgmlDeviceGetMemoryInfo_v2": (hgmlDevice_t, POINTER(hgmlMemory_v2_t)),
     "hgmlDeviceGetUtilizationRates": (hgmlDevice_t, POINTER(hgmlUtilization_t)),
     "hgmlDeviceGetTemperature": (hgmlDevice_t, c_int, POINTER(c_uint)),
+    "hgmlDeviceGetTemperatureV": (hgmlDevice_t, POINTER(hgmlTemperature_v1_t)),
     "hgmlDeviceGetPowerUsage": (hgmlDevice_t, POINTER(c_uint)),
+    # The card's health figures (issue 29), NVML's shapes under HGML's prefix.
+    "hgmlDeviceGetTotalEccErrors": (hgmlDevice_t, c_int, c_int, POINTER(c_ulonglong)),
+    "hgmlDeviceGetTotalEnergyConsumption": (hgmlDevice_t, POINTER(c_ulonglong)),
+    "hgmlDeviceGetCurrentClocksEventReasons": (hgmlDevice_t, POINTER(c_ulonglong)),
+    "hgmlDeviceGetCurrentClocksThrottleReasons": (hgmlDevice_t, POINTER(c_ulonglong)),
+    "hgmlDeviceGetClockInfo": (hgmlDevice_t, c_int, POINTER(c_uint)),
+    "hgmlDeviceGetPcieReplayCounter": (hgmlDevice_t, POINTER(c_uint)),
     "hgmlDeviceGetRemappedRows": (
         hgmlDevice_t,
         POINTER(c_uint),
@@ -241,6 +255,7 @@ class Hgml:
 
     # Constants the shared reader looks up by prefix.
     hgmlMemory_v2 = _struct_version(hgmlMemory_v2_t, 2)
+    hgmlTemperature_v1 = _struct_version(hgmlTemperature_v1_t, 1)
     HGML_GPM_METRIC_SM_UTIL = HGML_GPM_METRIC_SM_UTIL
     HGML_GPM_METRICS_GET_VERSION = HGML_GPM_METRICS_GET_VERSION
 
@@ -273,6 +288,11 @@ class Hgml:
 
     def _uint(self, name: str, *args: Any) -> int:
         value = c_uint()
+        self._check(name, *args, byref(value))
+        return value.value
+
+    def _ull(self, name: str, *args: Any) -> int:
+        value = c_ulonglong()
         self._check(name, *args, byref(value))
         return value.value
 
@@ -326,8 +346,36 @@ class Hgml:
     def hgmlDeviceGetTemperature(self, handle: hgmlDevice_t, sensor: int) -> int:
         return self._uint("hgmlDeviceGetTemperature", handle, sensor)  # °C
 
+    def hgmlDeviceGetTemperatureV(self, handle: hgmlDevice_t, sensor: int) -> int:
+        """The versioned reading (hgmlTemperature_v1_t), where the plain call is gone."""
+        reading = hgmlTemperature_v1_t(version=self.hgmlTemperature_v1, sensorType=sensor)
+        self._check("hgmlDeviceGetTemperatureV", handle, byref(reading))
+        return int(reading.temperature)  # °C, signed
+
     def hgmlDeviceGetPowerUsage(self, handle: hgmlDevice_t) -> int:
         return self._uint("hgmlDeviceGetPowerUsage", handle)  # mW
+
+    # -- the card's health (issue 29) ----------------------------------------------------
+
+    def hgmlDeviceGetTotalEccErrors(self, handle: hgmlDevice_t, error: int, counter: int) -> int:
+        """hgmlMemoryErrorType_t CORRECTED 0 / UNCORRECTED 1, hgmlEccCounterType_t VOLATILE 0 /
+        AGGREGATE 1; NOT_SUPPORTED with ECC off."""
+        return self._ull("hgmlDeviceGetTotalEccErrors", handle, error, counter)
+
+    def hgmlDeviceGetTotalEnergyConsumption(self, handle: hgmlDevice_t) -> int:
+        return self._ull("hgmlDeviceGetTotalEnergyConsumption", handle)  # mJ
+
+    def hgmlDeviceGetCurrentClocksEventReasons(self, handle: hgmlDevice_t) -> int:
+        return self._ull("hgmlDeviceGetCurrentClocksEventReasons", handle)  # the mask
+
+    def hgmlDeviceGetCurrentClocksThrottleReasons(self, handle: hgmlDevice_t) -> int:
+        return self._ull("hgmlDeviceGetCurrentClocksThrottleReasons", handle)
+
+    def hgmlDeviceGetClockInfo(self, handle: hgmlDevice_t, clock: int) -> int:
+        return self._uint("hgmlDeviceGetClockInfo", handle, clock)  # MHz
+
+    def hgmlDeviceGetPcieReplayCounter(self, handle: hgmlDevice_t) -> int:
+        return self._uint("hgmlDeviceGetPcieReplayCounter", handle)
 
     def hgmlDeviceGetRemappedRows(self, handle: hgmlDevice_t) -> tuple[int, int, int, int]:
         corr, unc, pending, failure = c_uint(), c_uint(), c_uint(), c_uint()

@@ -11,7 +11,12 @@ to use. What differs is kept here:
   never asked (the older call returns several samples per PID; the newest counts);
 - no XID events: which XIDs are an application's fault is NVIDIA's knowledge, not published
   for the PPU, so health comes from GPU_IS_LOST, row remapping and retired pages;
-- MIG handles answer no temperature or power, and none is asked of them.
+- MIG handles answer no temperature or power, and none is asked of them;
+- the temperature from `hgmlDeviceGetTemperatureV` (`hgmlTemperature_v1_t`, signed °C) where
+  the plain `hgmlDeviceGetTemperature` is not exported (FUNCTION_NOT_FOUND);
+- the card's health figures (issue 29) through NVML's calls under HGML's prefix: total ECC
+  errors, energy (mJ), clocks-event reasons (the older throttle name as fallback), clocks
+  (MHz) and the PCIe replay counter, with NVML's units and all-ones sentinels.
 
 PIDs: HGML is assumed to report host PIDs, as NVML does; the agent runs with `hostPID`. One
 public hardware note saw a PID from inside a container; such a PID names no pod on the host
@@ -49,6 +54,8 @@ class TheadBackend(NvmlFamilyBackend):
     manufacturer = MANUFACTURER
     prefix = PREFIX
     libraries: ClassVar[tuple[Library, ...]] = (HGML,)
+    reads_health = True
+    temperature_v = True
 
     def open(self) -> None:
         hgml = Hgml(load(HGML, self.configured))

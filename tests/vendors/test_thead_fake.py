@@ -4,7 +4,10 @@ R-X5). Most cases run the monitor round in-process; one runs the whole agent."""
 
 from __future__ import annotations
 
+import ctypes
 import json
+import shutil
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,7 @@ from tests.vendors.conftest import ManualClock
 from tests.vendors.kit import series
 from tests.world import GIB, accel, pod, process
 from tests.world import gpu as card_id
+from vendors import _thead_lib as hgml
 from vendors._nvml_family import GPM_MIN_INTERVAL
 from vendors.thead import TheadBackend
 
@@ -125,6 +129,166 @@ def test_a_lost_card_keeps_its_name_and_is_unhealthy(libhgml: Path, scenario) ->
         None,
     )
     assert [c.unhealthy for i, c in enumerate(cards) if i != 2] == [False] * 3
+
+
+# -- the card's health beyond one bit (R-X7) ---------------------------------------------------
+
+NOT_ANSWERED = (
+    "ecc_corrected_volatile",
+    "ecc_uncorrected_volatile",
+    "ecc_corrected_aggregate",
+    "ecc_uncorrected_aggregate",
+    "remapped_rows_correctable",
+    "remapped_rows_uncorrectable",
+    "remapped_rows_pending",
+    "remapped_rows_failed",
+    "energy_joules",
+    "throttle_reasons",
+    "clock_memory_hz",
+    "pcie_replays",
+)
+
+
+def test_card_health_through_our_declarations(libhgml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    """(R-X7) ECC, remapped rows, energy, clocks-event reasons, clocks and PCIe replays as
+    HGML answers them through our ctypes declarations, in base units (mJ to J, MHz to Hz);
+    each NOT_SUPPORTED answer is that figure absent with `unsupported`; a type's all-ones "not
+    available" is `invalid_data`; the older throttle call answers where the clocks-event call
+    is missing; the versioned temperature call answers where the plain one is missing."""
+    scenario(scenarios.ppu_health())
+    (payload,) = read(libhgml, ReadRequest())
+    cards = TheadBackend().parse(payload).cards
+    full, blind, old = (c.health for c in cards)
+    assert full is not None and blind is not None and old is not None
+    assert (
+        full.ecc_corrected_volatile,
+        full.ecc_uncorrected_volatile,
+        full.ecc_corrected_aggregate,
+        full.ecc_uncorrected_aggregate,
+    ) == (5, 1, 210, 3)
+    assert (
+        full.remapped_rows_correctable,
+        full.remapped_rows_uncorrectable,
+        full.remapped_rows_pending,
+        full.remapped_rows_failed,
+    ) == (2, 1, 1, 0)
+    assert full.energy_joules == 98_765.432  # 98,765,432 mJ
+    assert full.throttle_reasons is not None
+    assert [r for r, on in full.throttle_reasons if on] == ["sw_power_cap", "hw_slowdown"]
+    assert (full.clock_sm_hz, full.clock_memory_hz, full.clock_graphics_hz) == (
+        1_450_000_000,
+        1_600_000_000,
+        1_450_000_000,
+    )
+    assert (full.pcie_replays, full.reasons) == (3, ())
+    assert (blind.clock_sm_hz, blind.clock_graphics_hz) == (1_500_000_000, 1_500_000_000)
+    assert dict(blind.reasons) == {name: Reason.UNSUPPORTED for name in NOT_ANSWERED}
+    assert dict(old.reasons) == {
+        "ecc_corrected_volatile": Reason.INVALID_DATA,
+        "energy_joules": Reason.INVALID_DATA,
+        "clock_sm_hz": Reason.INVALID_DATA,
+        "pcie_replays": Reason.INVALID_DATA,
+    }
+    assert old.throttle_reasons is not None and dict(old.throttle_reasons)["gpu_idle"] is True
+    devices = payload["devices"]
+    assert "hgmlDeviceGetCurrentClocksThrottleReasons" in devices[2]
+    assert "hgmlDeviceGetCurrentClocksThrottleReasons" not in devices[0]
+    # The plain temperature call missing on card 1 only: the versioned one answered there.
+    assert [c.temperature_celsius for c in cards] == [52.0, 44.0, 35.0]
+    assert ["hgmlDeviceGetTemperatureV" in d for d in devices] == [False, True, False]
+    assert (cards[0].unhealthy_reason, cards[1].unhealthy, cards[2].unhealthy) == (
+        "row_remap_pending",
+        False,
+        False,
+    )
+
+
+def test_a_wrong_temperature_struct_version_is_refused_by_the_fake(libhgml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    """(R-X7) The fake checks hgmlTemperature_v1's version, so our declaration's is the one
+    the header defines: any other answers ARGUMENT_VERSION_MISMATCH (25)."""
+    scenario([scenarios.whole(40)])
+    lib = ctypes.CDLL(str(libhgml))
+    lib.hgmlDeviceGetTemperatureV.argtypes = (
+        hgml.hgmlDevice_t,
+        ctypes.POINTER(hgml.hgmlTemperature_v1_t),
+    )
+    handle = hgml.hgmlDevice_t()
+    assert lib.hgmlInitWithFlags(0) == 0
+    try:
+        assert lib.hgmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) == 0
+        wrong = hgml.hgmlTemperature_v1_t(version=hgml.Hgml.hgmlTemperature_v1 + 1)
+        assert lib.hgmlDeviceGetTemperatureV(handle, ctypes.byref(wrong)) == 25
+        right = hgml.hgmlTemperature_v1_t(version=hgml.Hgml.hgmlTemperature_v1)
+        assert lib.hgmlDeviceGetTemperatureV(handle, ctypes.byref(right)) == 0
+        assert right.temperature == 35  # the fake's default reading
+    finally:
+        lib.hgmlShutdown()
+
+
+def test_the_whole_agent_publishes_ppu_health(
+    libhgml: Path, scenario, tmp_path: Path, launch
+) -> None:  # type: ignore[no-untyped-def]
+    """(R-X7) Over real HTTPS on a PPU node: counters typed counter ending in `_total`, in
+    base units; an unsupported figure has no sample and its capability says why; the
+    unhealthy card's reason is a label; promtool takes the text with nothing to say."""
+    path = scenario(scenarios.ppu_health())
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "pods.json").write_text(json.dumps({"kind": "PodList", "items": []}))
+    agent: Agent = launch(
+        "--manufacturer",
+        "thead",
+        "--vendor-library",
+        f"thead={libhgml}",
+        "--pods-file",
+        str(tmp_path / "pods.json"),
+        "--proc-root",
+        str(tmp_path / "proc"),
+        "--monitor-period",
+        "0.5",
+        env={fake.SCENARIO_ENV: str(path)},
+    )
+    agent.wait_for("/readyz", 200)
+    with agent.client() as client:
+        text = client.get("/metrics").content
+        doc = client.get("/monitor/snapshot").json()
+    lines = text.decode().splitlines()
+    for name in ("ecc_errors", "energy_joules", "pcie_replays"):
+        assert f"# TYPE gpustack_accelerator_{name}_total counter" in lines
+    got = series(text)
+
+    def by_card(name: str, **match: str) -> dict[str, float]:
+        return {
+            ls["id"]: v
+            for ls, v in got.get(name, [])
+            if all(ls.get(k) == want for k, want in match.items())
+        }
+
+    pre = "gpustack_accelerator_"
+    assert by_card(f"{pre}energy_joules") == {card_id(40): 98_765.432}
+    assert by_card(f"{pre}pcie_replays") == {card_id(40): 3.0}
+    assert by_card(f"{pre}ecc_errors", error="uncorrected", counter="aggregate") == {
+        card_id(40): 3.0,
+        card_id(42): 0.0,
+    }
+    assert by_card(f"{pre}clock_hertz", clock="sm") == {card_id(40): 1.45e9, card_id(41): 1.5e9}
+    assert by_card(f"{pre}figure_capability", figure="pcie_replays", reason="unsupported") == {
+        card_id(41): 0.0
+    }
+    assert by_card(f"{pre}temperature_celsius") == {
+        card_id(40): 52.0,
+        card_id(41): 44.0,
+        card_id(42): 35.0,
+    }
+    ((labels, value),) = got[f"{pre}unhealthy_reason"]
+    assert (labels["id"], labels["reason"], value) == (card_id(40), "row_remap_pending", 1.0)
+    promtool = shutil.which("promtool")
+    if promtool is not None:
+        result = subprocess.run(
+            [promtool, "check", "metrics"], input=text, capture_output=True, check=False
+        )
+        assert result.returncode == 0 and result.stdout + result.stderr == b"", result
+    blind = doc["groups"][0]["accelerators"][1]["health"]
+    assert blind["absentReasons"]["energy_joules"] == "unsupported"
 
 
 # -- per process ---------------------------------------------------------------------------------

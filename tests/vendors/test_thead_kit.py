@@ -43,6 +43,7 @@ STRUCTS: dict[str, tuple[Any, list[str]]] = {
     "hgmlMemory_t": (hgml.hgmlMemory_t, ["total", "free", "used"]),
     "hgmlMemory_v2_t": (hgml.hgmlMemory_v2_t, ["version", "total", "reserved", "free", "used"]),
     "hgmlUtilization_t": (hgml.hgmlUtilization_t, ["gpu", "memory"]),
+    "hgmlTemperature_v1_t": (hgml.hgmlTemperature_v1_t, ["version", "sensorType", "temperature"]),
     "hgmlProcessInfo_t": (
         hgml.hgmlProcessInfo_t,
         ["pid", "usedGpuMemory", "gpuInstanceId", "computeInstanceId"],
@@ -90,6 +91,12 @@ def test_our_ctypes_structs_are_laid_out_as_gcc_lays_out_our_header(tmp_path: Pa
 
 def test_the_versioned_memory_struct_carries_its_size_and_version() -> None:
     assert hgml.Hgml.hgmlMemory_v2 == ctypes.sizeof(hgml.hgmlMemory_v2_t) | 2 << 24 == 0x2000028
+
+
+def test_the_versioned_temperature_struct_carries_its_size_and_version() -> None:
+    """(R-X7) hgmlTemperature_v1: 12 bytes (version, sensor, signed reading), version 1."""
+    assert hgml.Hgml.hgmlTemperature_v1 == ctypes.sizeof(hgml.hgmlTemperature_v1_t) | 1 << 24
+    assert hgml.Hgml.hgmlTemperature_v1 == 0x100000C
 
 
 def test_a_driver_that_is_not_loaded_makes_the_backend_unavailable(libhgml: Path, scenario) -> None:  # type: ignore[no-untyped-def]

@@ -105,6 +105,52 @@ TABLE: dict[str, tuple[Callable[[], list[dict[str, Any]]], ReadRequest, int, dic
         1,
         {"rows": {gpu(41): [(8101, None, 40.0)]}, "memory_reason": Reason.TRUNCATED},
     ),
+    "ppu-health": (
+        scenarios.ppu_health,
+        ReadRequest(),
+        1,
+        {
+            "temperatures": [52.0, 44.0, 35.0],  # card 1's from hgmlDeviceGetTemperatureV
+            "unhealthy": {gpu(40): "row_remap_pending"},
+            "health": {
+                gpu(40): {
+                    "ecc_corrected_volatile": 5,
+                    "ecc_uncorrected_volatile": 1,
+                    "ecc_corrected_aggregate": 210,
+                    "ecc_uncorrected_aggregate": 3,
+                    "remapped_rows_correctable": 2,
+                    "remapped_rows_uncorrectable": 1,
+                    "remapped_rows_pending": 1,
+                    "remapped_rows_failed": 0,
+                    "energy_joules": 98_765.432,
+                    "throttle_active": ["sw_power_cap", "hw_slowdown"],
+                    "clock_sm_hz": 1_450_000_000,
+                    "clock_memory_hz": 1_600_000_000,
+                    "clock_graphics_hz": 1_450_000_000,
+                    "pcie_replays": 3,
+                },
+                gpu(41): {
+                    "ecc_corrected_volatile": Reason.UNSUPPORTED,
+                    "ecc_uncorrected_aggregate": Reason.UNSUPPORTED,
+                    "remapped_rows_pending": Reason.UNSUPPORTED,
+                    "energy_joules": Reason.UNSUPPORTED,
+                    "throttle_reasons": Reason.UNSUPPORTED,
+                    "clock_sm_hz": 1_500_000_000,
+                    "clock_memory_hz": Reason.UNSUPPORTED,
+                    "pcie_replays": Reason.UNSUPPORTED,
+                },
+                gpu(42): {
+                    "ecc_corrected_volatile": Reason.INVALID_DATA,
+                    "ecc_uncorrected_volatile": 0,
+                    "energy_joules": Reason.INVALID_DATA,
+                    "throttle_active": ["gpu_idle"],  # from the older throttle call
+                    "clock_sm_hz": Reason.INVALID_DATA,
+                    "clock_graphics_hz": 1_500_000_000,
+                    "pcie_replays": Reason.INVALID_DATA,
+                },
+            },
+        },
+    ),
 }
 
 
@@ -144,6 +190,28 @@ def test_parse_over_the_fixture(name: str) -> None:
         assert {c.id: c.unhealthy_reason for c in reading.cards if c.unhealthy} == facts[
             "unhealthy"
         ]
+    if "temperatures" in facts:
+        assert [c.temperature_celsius for c in reading.cards] == facts["temperatures"]
+    for card in reading.cards:
+        want = facts.get("health", {}).get(card.id)
+        if want is None:
+            continue
+        health = card.health
+        assert health is not None, card.id
+        for figure, value in want.items():
+            if figure == "throttle_active":
+                assert health.throttle_reasons is not None, card.id
+                assert [r for r, on in health.throttle_reasons if on] == value, card.id
+            elif isinstance(value, Reason):
+                assert (getattr(health, figure), health.reason(figure)) == (None, value), (
+                    card.id,
+                    figure,
+                )
+            else:
+                assert (getattr(health, figure), health.reason(figure)) == (value, None), (
+                    card.id,
+                    figure,
+                )
 
 
 @pytest.mark.parametrize("name", sorted(TABLE))
@@ -205,6 +273,151 @@ def test_not_found_from_process_utilization_is_idle_and_unsupported_is_not() -> 
 def test_an_nvml_key_means_nothing_to_the_thead_parse() -> None:
     reading = thead.parse({"devices": [{"nvmlDeviceGetUUID": gpu(1), "nvmlDeviceGetIndex": 0}]})
     assert reading.cards == ()
+
+
+# -- the card's health beyond one bit (R-X7) ---------------------------------------------------
+
+
+def err(code: int) -> dict[str, Any]:
+    return {"error": f"HGML_ERROR_{code}", "code": code}
+
+
+def parse_card(**answers: Any) -> Any:
+    device = {"hgmlDeviceGetUUID": gpu(41), "hgmlDeviceGetIndex": 1, **answers}
+    return thead.parse({"devices": [device]}).cards
+
+
+def test_a_ppu_payload_recorded_before_the_health_reads_has_no_health() -> None:
+    """(R-X7) The fixtures recorded before HGML's health reads (remapped rows alone, read for
+    `unhealthy` since before) parse to cards without health figures, as they did."""
+    rows = {"corrRows": 0, "uncRows": 0, "isPending": 0, "failureOccurred": 0}
+    (c,) = parse_card(hgmlDeviceGetRemappedRows=rows)
+    assert c.health is None
+
+
+@pytest.mark.parametrize(
+    ("answers", "figure", "value", "reason"),
+    [
+        # Clocks in MHz: 100 GHz is the last plausible clock; above it, and UINT32_MAX, refused.
+        ({"hgmlDeviceGetClockInfo": {"sm": 100_000}}, "clock_sm_hz", 100_000_000_000, None),
+        ({"hgmlDeviceGetClockInfo": {"sm": 100_001}}, "clock_sm_hz", None, Reason.INVALID_DATA),
+        (
+            {"hgmlDeviceGetClockInfo": {"sm": 0xFFFFFFFF}},
+            "clock_sm_hz",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        ({"hgmlDeviceGetClockInfo": {"memory": 0}}, "clock_memory_hz", 0, None),
+        ({"hgmlDeviceGetClockInfo": err(3)}, "clock_memory_hz", None, Reason.UNSUPPORTED),
+        (
+            {"hgmlDeviceGetClockInfo": {"graphics": err(4)}},
+            "clock_graphics_hz",
+            None,
+            Reason.PERMISSION,
+        ),
+        # The replay counter is an unsigned int: all-ones is "not available", one below counts.
+        ({"hgmlDeviceGetPcieReplayCounter": 0xFFFFFFFE}, "pcie_replays", 0xFFFFFFFE, None),
+        (
+            {"hgmlDeviceGetPcieReplayCounter": 0xFFFFFFFF},
+            "pcie_replays",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        ({"hgmlDeviceGetPcieReplayCounter": -1}, "pcie_replays", None, Reason.INVALID_DATA),
+        ({"hgmlDeviceGetPcieReplayCounter": err(13)}, "pcie_replays", None, Reason.UNSUPPORTED),
+        # Energy in mJ, an unsigned long long.
+        ({"hgmlDeviceGetTotalEnergyConsumption": 1}, "energy_joules", 0.001, None),
+        (
+            {"hgmlDeviceGetTotalEnergyConsumption": 0xFFFFFFFFFFFFFFFF},
+            "energy_joules",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        ({"hgmlDeviceGetTotalEnergyConsumption": 2.5}, "energy_joules", None, Reason.INVALID_DATA),
+        (
+            {"hgmlDeviceGetTotalEnergyConsumption": err(3)},
+            "energy_joules",
+            None,
+            Reason.UNSUPPORTED,
+        ),
+        # ECC: NOT_SUPPORTED (ECC off) or a lost card before any counter is every counter's.
+        (
+            {"hgmlDeviceGetTotalEccErrors": err(3)},
+            "ecc_uncorrected_volatile",
+            None,
+            Reason.UNSUPPORTED,
+        ),
+        (
+            {"hgmlDeviceGetTotalEccErrors": err(15)},
+            "ecc_corrected_aggregate",
+            None,
+            Reason.TRANSIENT_DRIVER_ERROR,
+        ),
+        (
+            {"hgmlDeviceGetTotalEccErrors": {"uncorrected_aggregate": 0xFFFFFFFFFFFFFFFE}},
+            "ecc_uncorrected_aggregate",
+            0xFFFFFFFFFFFFFFFE,
+            None,
+        ),
+        (
+            {"hgmlDeviceGetTotalEccErrors": {"uncorrected_aggregate": True}},
+            "ecc_uncorrected_aggregate",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        # The clocks-event mask: all-ones is no mask.
+        (
+            {"hgmlDeviceGetCurrentClocksEventReasons": 0xFFFFFFFFFFFFFFFF},
+            "throttle_reasons",
+            None,
+            Reason.INVALID_DATA,
+        ),
+    ],
+)
+def test_each_ppu_health_figure_is_range_checked_and_says_why_it_is_absent(
+    answers: dict[str, Any], figure: str, value: Any, reason: Reason | None
+) -> None:
+    """(R-X7) Each HGML figure from its own answer, with NVML's units and sentinels: in range
+    it is published in base units; a failure is its code's reason; the type's all-ones value,
+    a negative, a boolean or a fraction of a count is `invalid_data`, never a figure."""
+    (c,) = parse_card(**answers)
+    health = c.health
+    assert health is not None
+    assert (getattr(health, figure), health.reason(figure)) == (value, reason)
+
+
+def test_the_ppus_older_throttle_call_answers_only_where_the_newer_failed() -> None:
+    """(R-X7) The newer clocks-event mask wins when it answered; where it failed, the older
+    throttle call's mask is the figure (0x4 is sw_power_cap)."""
+    both = {"hgmlDeviceGetCurrentClocksThrottleReasons": 0x4}
+    (n,) = parse_card(hgmlDeviceGetCurrentClocksEventReasons=0x100, **both)
+    (o,) = parse_card(hgmlDeviceGetCurrentClocksEventReasons=err(13), **both)
+    assert n.health is not None and n.health.throttle_reasons is not None
+    assert [r for r, on in n.health.throttle_reasons if on] == ["display_clock_setting"]
+    assert o.health is not None and o.health.throttle_reasons is not None
+    assert [r for r, on in o.health.throttle_reasons if on] == ["sw_power_cap"]
+
+
+@pytest.mark.parametrize(
+    ("answers", "celsius"),
+    [
+        ({"hgmlDeviceGetTemperature": 61}, 61.0),
+        # The plain call answered: the versioned one is not looked at.
+        ({"hgmlDeviceGetTemperature": 61, "hgmlDeviceGetTemperatureV": 12}, 61.0),
+        # The plain call gone: the versioned one's signed reading, a negative one included.
+        ({"hgmlDeviceGetTemperature": err(13), "hgmlDeviceGetTemperatureV": 47}, 47.0),
+        ({"hgmlDeviceGetTemperature": err(13), "hgmlDeviceGetTemperatureV": -5}, -5.0),
+        ({"hgmlDeviceGetTemperature": err(13), "hgmlDeviceGetTemperatureV": err(3)}, None),
+        ({"hgmlDeviceGetTemperature": err(13)}, None),
+    ],
+)
+def test_the_versioned_temperature_answers_where_the_plain_call_is_gone(
+    answers: dict[str, Any], celsius: float | None
+) -> None:
+    """(R-X7) hgmlDeviceGetTemperatureV is the temperature only where the plain call failed;
+    its failure leaves the figure absent, never 0."""
+    (c,) = parse_card(**answers)
+    assert c.temperature_celsius == celsius
 
 
 # -- damaged payloads -----------------------------------------------------------------------

@@ -18,11 +18,18 @@
  *   - GPM: support per card, a sample per GPU instance stamped when taken, the SM activity
  *     between two samples of one instance; a per-metric NOT_READY for samples closer than
  *     100 ms (strictness of the fake: a reader must not ask);
- *   - GPU_IS_LOST from every call on a lost card.
+ *   - GPU_IS_LOST from every call on a lost card;
+ *   - the card's health figures (issue 29) in NVML's shapes: total ECC errors (NOT_SUPPORTED
+ *     with `ecc_off`), energy in mJ, the clocks-event mask under both names, clocks in MHz
+ *     (one domain refused by `clock_faults`), the PCIe replay counter; a scenario's all-ones
+ *     values are answered as given, as the headers' "not available";
+ *   - hgmlDeviceGetTemperatureV, versioned (ARGUMENT_VERSION_MISMATCH for a wrong version).
  *
  * Scenario: the NVML-family document of tests/fakelib/nvml_family.py (driver, devices[] of
  * {uuid, name, index, memory, util, temp, power, remapped, retired_pending, mig_mode, gpm,
- * processes[], samples[], migs[]{slot, uuid, gi, memory, sm, faults}}) plus the kit's keys.
+ * ecc{corrected_volatile, …}, ecc_off, energy, throttle, clocks{graphics, sm, memory},
+ * clock_faults{…}, pcie_replays, processes[], samples[], migs[]{slot, uuid, gi, memory, sm,
+ * faults}}) plus the kit's keys.
  */
 #include "fakelib.h"
 #include "hgml.h"
@@ -221,6 +228,86 @@ hgmlReturn_t hgmlDeviceGetPowerUsage(hgmlDevice_t device, unsigned int *power) {
     if (is_mig(device))
         return HGML_ERROR_NOT_SUPPORTED; /* nor power */
     *power = (unsigned int)fl_int(60000, D "power", d);
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlDeviceGetTemperatureV(hgmlDevice_t device, hgmlTemperature_v1_t *temperature) {
+    CARD("hgmlDeviceGetTemperatureV");
+    if (is_mig(device))
+        return HGML_ERROR_NOT_SUPPORTED;
+    if (!temperature)
+        return HGML_ERROR_INVALID_ARGUMENT;
+    if (temperature->version != hgmlTemperature_v1)
+        return HGML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (temperature->sensorType != HGML_TEMPERATURE_GPU)
+        return HGML_ERROR_INVALID_ARGUMENT;
+    temperature->temperature = (int)fl_int(35, D "temp", d);
+    return HGML_SUCCESS;
+}
+
+/* -- the card's error counters, energy, clocks and PCIe replays (issue 29) ------------------ */
+
+hgmlReturn_t hgmlDeviceGetTotalEccErrors(hgmlDevice_t device, hgmlMemoryErrorType_t errorType,
+                                         hgmlEccCounterType_t counterType,
+                                         unsigned long long *eccCounts) {
+    static const char *const kinds[2][2] = {{"corrected_volatile", "corrected_aggregate"},
+                                            {"uncorrected_volatile", "uncorrected_aggregate"}};
+    CARD("hgmlDeviceGetTotalEccErrors");
+    if (!eccCounts || (unsigned)errorType >= HGML_MEMORY_ERROR_TYPE_COUNT ||
+        (unsigned)counterType >= HGML_ECC_COUNTER_TYPE_COUNT)
+        return HGML_ERROR_INVALID_ARGUMENT;
+    if (fl_int(0, D "ecc_off", d))
+        return HGML_ERROR_NOT_SUPPORTED; /* ECC mode disabled */
+    *eccCounts = fl_u64(0, D "ecc.%s", d, kinds[errorType][counterType]);
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlDeviceGetTotalEnergyConsumption(hgmlDevice_t device, unsigned long long *energy) {
+    CARD("hgmlDeviceGetTotalEnergyConsumption");
+    if (!energy)
+        return HGML_ERROR_INVALID_ARGUMENT;
+    *energy = fl_u64(0, D "energy", d); /* mJ since the driver loaded */
+    return HGML_SUCCESS;
+}
+
+static hgmlReturn_t clocks_event_reasons(hgmlDevice_t device, const char *entry,
+                                         unsigned long long *reasons) {
+    CARD(entry);
+    if (!reasons)
+        return HGML_ERROR_INVALID_ARGUMENT;
+    *reasons = fl_u64(0, D "throttle", d); /* the hgmlClocksEventReason* bits */
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlDeviceGetCurrentClocksEventReasons(hgmlDevice_t device,
+                                                    unsigned long long *reasons) {
+    return clocks_event_reasons(device, "hgmlDeviceGetCurrentClocksEventReasons", reasons);
+}
+
+hgmlReturn_t hgmlDeviceGetCurrentClocksThrottleReasons(hgmlDevice_t device,
+                                                       unsigned long long *reasons) {
+    return clocks_event_reasons(device, "hgmlDeviceGetCurrentClocksThrottleReasons", reasons);
+}
+
+hgmlReturn_t hgmlDeviceGetClockInfo(hgmlDevice_t device, hgmlClockType_t type,
+                                    unsigned int *clock) {
+    static const char *const names[] = {"graphics", "sm", "memory", "video"};
+    static const long long defaults[] = {1500, 1500, 1600, 1200}; /* MHz, assumed for a PPU */
+    const char *fault;
+    CARD("hgmlDeviceGetClockInfo");
+    if (!clock || (unsigned)type >= HGML_CLOCK_COUNT)
+        return HGML_ERROR_INVALID_ARGUMENT;
+    if ((fault = fl_get(D "clock_faults.%s", d, names[type])) != NULL)
+        return (hgmlReturn_t)atoi(fault); /* one clock domain not served */
+    *clock = (unsigned int)fl_u64((unsigned long long)defaults[type], D "clocks.%s", d, names[type]);
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlDeviceGetPcieReplayCounter(hgmlDevice_t device, unsigned int *value) {
+    CARD("hgmlDeviceGetPcieReplayCounter");
+    if (!value)
+        return HGML_ERROR_INVALID_ARGUMENT;
+    *value = (unsigned int)fl_u64(0, D "pcie_replays", d);
     return HGML_SUCCESS;
 }
 

@@ -41,6 +41,36 @@ typedef struct {
 typedef enum { HGML_TEMPERATURE_GPU = 0 } hgmlTemperatureSensors_t;
 typedef enum { HGML_FEATURE_DISABLED = 0, HGML_FEATURE_ENABLED = 1 } hgmlEnableState_t;
 
+/* The versioned temperature reading of hgmlDeviceGetTemperatureV. */
+typedef struct {
+    unsigned int version;
+    hgmlTemperatureSensors_t sensorType;
+    int temperature; /* degrees C, signed */
+} hgmlTemperature_v1_t;
+
+#define hgmlTemperature_v1 HGML_STRUCT_VERSION(Temperature, 1)
+
+/* The card's health figures (issue 29): NVML's enums under HGML's prefix. */
+typedef enum {
+    HGML_MEMORY_ERROR_TYPE_CORRECTED = 0,
+    HGML_MEMORY_ERROR_TYPE_UNCORRECTED = 1,
+    HGML_MEMORY_ERROR_TYPE_COUNT
+} hgmlMemoryErrorType_t;
+
+typedef enum {
+    HGML_VOLATILE_ECC = 0,
+    HGML_AGGREGATE_ECC = 1,
+    HGML_ECC_COUNTER_TYPE_COUNT
+} hgmlEccCounterType_t;
+
+typedef enum {
+    HGML_CLOCK_GRAPHICS = 0,
+    HGML_CLOCK_SM = 1,
+    HGML_CLOCK_MEM = 2,
+    HGML_CLOCK_VIDEO = 3,
+    HGML_CLOCK_COUNT
+} hgmlClockType_t;
+
 typedef struct {
     unsigned int gpu;
     unsigned int memory;
@@ -123,6 +153,17 @@ hgmlReturn_t hgmlDeviceGetUtilizationRates(hgmlDevice_t device, hgmlUtilization_
 hgmlReturn_t hgmlDeviceGetTemperature(hgmlDevice_t device, hgmlTemperatureSensors_t sensorType,
                                       unsigned int *temp);
 hgmlReturn_t hgmlDeviceGetPowerUsage(hgmlDevice_t device, unsigned int *power);
+hgmlReturn_t hgmlDeviceGetTemperatureV(hgmlDevice_t device, hgmlTemperature_v1_t *temperature);
+hgmlReturn_t hgmlDeviceGetTotalEccErrors(hgmlDevice_t device, hgmlMemoryErrorType_t errorType,
+                                         hgmlEccCounterType_t counterType,
+                                         unsigned long long *eccCounts);
+hgmlReturn_t hgmlDeviceGetTotalEnergyConsumption(hgmlDevice_t device, unsigned long long *energy);
+hgmlReturn_t hgmlDeviceGetCurrentClocksEventReasons(hgmlDevice_t device,
+                                                    unsigned long long *reasons);
+hgmlReturn_t hgmlDeviceGetCurrentClocksThrottleReasons(hgmlDevice_t device,
+                                                       unsigned long long *reasons);
+hgmlReturn_t hgmlDeviceGetClockInfo(hgmlDevice_t device, hgmlClockType_t type, unsigned int *clock);
+hgmlReturn_t hgmlDeviceGetPcieReplayCounter(hgmlDevice_t device, unsigned int *value);
 hgmlReturn_t hgmlDeviceGetRemappedRows(hgmlDevice_t device, unsigned int *corrRows,
                                        unsigned int *uncRows, unsigned int *isPending,
                                        unsigned int *failureOccurred);

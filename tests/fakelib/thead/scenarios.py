@@ -14,6 +14,9 @@ DRIVER_NOT_LOADED = 9
 NOT_SUPPORTED = 3
 NO_PERMISSION = 4
 GPU_IS_LOST = 15
+FUNCTION_NOT_FOUND = 13
+U32_MAX = 0xFFFFFFFF
+U64_MAX = 0xFFFFFFFFFFFFFFFF
 # Microsecond time stamps of three samples of one PID, returned out of order.
 T1, T2, T3 = 1_764_000_000_000_001, 1_764_000_000_500_002, 1_764_000_001_000_003
 
@@ -86,3 +89,53 @@ def lost_one_of_four() -> list[dict[str, Any]]:
 def memory_sentinel() -> list[dict[str, Any]]:
     """A process whose memory HGML reports as HGML_VALUE_NOT_AVAILABLE."""
     return [whole(41, processes=[(8101, 4 * GIB), (8201, "na")], samples=[(8101, T1, 10, 2)])]
+
+
+def ppu_health() -> list[dict[str, Any]]:
+    """Issue 29's figures on three PPUs. Card 0 answers every one: ECC counts, remapped rows
+    (one pending), 98,765,432 mJ, SW power cap and HW slowdown active, its clocks, 3 PCIe
+    replays. Card 1 answers none: ECC off, NOT_SUPPORTED from the rest (the clocks-event call
+    missing, the older throttle call refused, one clock domain refused), and a driver without
+    the plain temperature call, whose versioned call answers 44 °C. Card 2 answers the types'
+    all-ones "not available" for energy, replays, its SM clock and one ECC counter, and only
+    the older throttle call."""
+    return [
+        whole(
+            40,
+            ecc={
+                "corrected_volatile": 5,
+                "uncorrected_volatile": 1,
+                "corrected_aggregate": 210,
+                "uncorrected_aggregate": 3,
+            },
+            remapped=(2, 1, 1, 0),
+            energy=98_765_432,
+            throttle=0x4 | 0x8,
+            clocks={"graphics": 1450, "sm": 1450, "memory": 1600},
+            pcie_replays=3,
+            temp=52,
+        ),
+        whole(
+            41,
+            ecc_off=1,
+            temp=44,
+            errors={
+                "hgmlDeviceGetTemperature": FUNCTION_NOT_FOUND,
+                "hgmlDeviceGetRemappedRows": NOT_SUPPORTED,
+                "hgmlDeviceGetTotalEnergyConsumption": NOT_SUPPORTED,
+                "hgmlDeviceGetCurrentClocksEventReasons": FUNCTION_NOT_FOUND,
+                "hgmlDeviceGetCurrentClocksThrottleReasons": NOT_SUPPORTED,
+                "hgmlDeviceGetPcieReplayCounter": NOT_SUPPORTED,
+            },
+            clock_faults={"memory": NOT_SUPPORTED},
+        ),
+        whole(
+            42,
+            ecc={"corrected_volatile": U64_MAX},
+            energy=U64_MAX,
+            pcie_replays=U32_MAX,
+            clocks={"sm": U32_MAX},
+            throttle=0x1,
+            errors={"hgmlDeviceGetCurrentClocksEventReasons": FUNCTION_NOT_FOUND},
+        ),
+    ]
