@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from ctypes import (
     POINTER,
     Structure,
+    c_bool,
     c_char,
     c_char_p,
     c_float,
@@ -72,6 +73,14 @@ RSMI_TEMP_TYPE_JUNCTION = 1
 RSMI_TEMP_CURRENT = 0
 RSMI_SW_COMP_DRIVER = 0
 RSMI_GPU_BLOCK_UMC = 0x1
+# rsmi_clk_type_t: the system (graphics) clock and the memory clock.
+RSMI_CLK_TYPE_SYS = 0
+RSMI_CLK_TYPE_MEM = 4
+RSMI_MAX_NUM_FREQUENCIES = 33
+# rsmi_memory_page_status_t of a retired page.
+RSMI_MEM_PAGE_STATUS_RESERVED = 0
+RSMI_MEM_PAGE_STATUS_PENDING = 1
+RSMI_MEM_PAGE_STATUS_UNRESERVABLE = 2
 CU_OCCUPANCY_INVALID = 0xFFFFFFFF  # the kernel gives no cu_occupancy for this GFX revision
 
 
@@ -117,6 +126,24 @@ class ErrorCount(Structure):
     )
 
 
+class Frequencies(Structure):
+    """rsmi_frequencies_t as Hygon's fork lays it out (upstream's newer one): a deep-sleep flag,
+    the count of supported levels, the current level's index, the levels in Hz (280 bytes)."""
+
+    _fields_ = (
+        ("has_deep_sleep", c_bool),
+        ("num_supported", c_uint32),
+        ("current", c_uint32),
+        ("frequency", c_uint64 * RSMI_MAX_NUM_FREQUENCIES),
+    )
+
+
+class RetiredPage(Structure):
+    """rsmi_retired_page_record_t: a retired (bad) page's address, size and state (24 bytes)."""
+
+    _fields_ = (("page_address", c_uint64), ("page_size", c_uint64), ("status", c_uint32))
+
+
 _U32P = POINTER(c_uint32)
 _U64P = POINTER(c_uint64)
 
@@ -138,6 +165,11 @@ RSMI_PROTOTYPES: Mapping[str, Sequence[Any]] = {
     "rsmi_dev_power_ave_get": (c_uint32, c_uint32, _U64P),
     # rsmi_gpu_block_t holds 1 << 63, so the compiler makes it 8 bytes wide.
     "rsmi_dev_ecc_count_get": (c_uint32, c_uint64, POINTER(ErrorCount)),
+    # The card's health figures (issue 29).
+    "rsmi_dev_energy_count_get": (c_uint32, _U64P, POINTER(c_float), _U64P),
+    "rsmi_dev_gpu_clk_freq_get": (c_uint32, c_uint32, POINTER(Frequencies)),
+    "rsmi_dev_pci_replay_counter_get": (c_uint32, _U64P),
+    "rsmi_dev_memory_reserved_pages_get": (c_uint32, _U32P, POINTER(RetiredPage)),
     "rsmi_compute_process_info_get": (POINTER(ProcessInfo), _U32P),
     "rsmi_compute_process_gpus_get": (c_uint32, _U32P, _U32P),
     "rsmi_compute_process_info_by_device_get": (c_uint32, c_uint32, POINTER(ProcessInfo)),

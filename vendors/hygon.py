@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from ctypes import byref, c_char, c_int64, c_uint32, c_uint64
+from ctypes import byref, c_char, c_float, c_int64, c_uint32, c_uint64
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -36,6 +36,7 @@ from devicemanager.backend import BackendUnavailable, Library
 from devicemanager.model import (
     MIB,
     Card,
+    CardHealth,
     DeviceProcesses,
     PartitionReading,
     Payload,
@@ -200,6 +201,131 @@ def _power(device: Mapping[str, Any]) -> float | None:
     return None if value is None else round(value / 1e6, 3)
 
 
+UINT64_MAX = 0xFFFFFFFFFFFFFFFF
+MAX_CLOCK_HZ = 100_000_000_000  # 100 GHz: no accelerator's clock is near it
+MAX_RETIRED_PAGES = 4096  # retired-page records one read takes; more is `truncated`
+# CardHealth's clocks by ROCm SMI's clock domain: the system clock is the one compute runs on
+# (graphics); ROCm SMI has no separate SM domain, so `clock_sm_hz` is `unsupported` here.
+HYGON_CLOCKS = (
+    ("clock_graphics_hz", "sys", lib.RSMI_CLK_TYPE_SYS),
+    ("clock_memory_hz", "mem", lib.RSMI_CLK_TYPE_MEM),
+)
+# The entry points whose answers make a card's CardHealth; a payload recorded before they were
+# read has none of them, and its cards have no CardHealth (absent, as before).
+HEALTH_KEYS = (
+    "rsmi_dev_energy_count_get",
+    "rsmi_dev_gpu_clk_freq_get",
+    "rsmi_dev_pci_replay_counter_get",
+    "rsmi_dev_memory_reserved_pages_get",
+)
+# Figures no call of Hygon's ROCm SMI answers (the throttle status is only a field of the
+# versioned gpu_metrics table, with AMD's own bits): absent with `unsupported`.
+HYGON_UNSUPPORTED = (
+    "ecc_corrected_aggregate",
+    "ecc_uncorrected_aggregate",
+    "remapped_rows_correctable",
+    "throttle_reasons",
+    "clock_sm_hz",
+)
+
+
+def _count(value: Any, ceiling: int = UINT64_MAX) -> tuple[int | None, Reason | None]:
+    """An unsigned count ROCm SMI answered, or why it is absent: a failure's reason; the type's
+    all-ones value, a negative, a boolean or a fraction is `invalid_data`."""
+    if (code := _error(value)) is not None:
+        return None, rsmi_reason(code)
+    number = as_int(value)
+    if number is None or not 0 <= number < ceiling:
+        return None, Reason.INVALID_DATA
+    return number, None
+
+
+def _clock(answer: Any) -> tuple[int | None, Reason | None]:
+    """The current level of one rsmi_frequencies_t, Hz: its index must name one of the levels
+    it lists (all ones is "none current"), and the level must be a plausible clock."""
+    if (code := _error(answer)) is not None:
+        return None, rsmi_reason(code)
+    if not isinstance(answer, Mapping):
+        return None, Reason.INVALID_DATA
+    levels = answer.get("frequency")
+    supported = as_int(answer.get("num_supported"))
+    current = as_int(answer.get("current"))
+    if not isinstance(levels, list) or supported is None or current is None:
+        return None, Reason.INVALID_DATA
+    if not 0 <= current < min(supported, len(levels)):
+        return None, Reason.INVALID_DATA
+    hz = as_int(levels[current])
+    if hz is None or not 0 <= hz <= MAX_CLOCK_HZ:
+        return None, Reason.INVALID_DATA
+    return hz, None
+
+
+def _retired_pages(answer: Any) -> dict[str, tuple[int | None, Reason | None]]:
+    """Retired (bad) pages as memory repair: pages retired count as rows remapped for
+    uncorrectable errors; `pending` and `failed` are flags, as NVML's: 1 when a page waits
+    to be retired, or could not be."""
+    names = ("remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failed")
+    if (code := _error(answer)) is not None:
+        return dict.fromkeys(names, (None, rsmi_reason(code)))
+    statuses = [as_int(s) for s in answer] if isinstance(answer, list) else None
+    known = (
+        lib.RSMI_MEM_PAGE_STATUS_RESERVED,
+        lib.RSMI_MEM_PAGE_STATUS_PENDING,
+        lib.RSMI_MEM_PAGE_STATUS_UNRESERVABLE,
+    )
+    if statuses is None or any(s not in known for s in statuses):
+        return dict.fromkeys(names, (None, Reason.INVALID_DATA))
+    return {
+        "remapped_rows_uncorrectable": (statuses.count(lib.RSMI_MEM_PAGE_STATUS_RESERVED), None),
+        "remapped_rows_pending": (int(lib.RSMI_MEM_PAGE_STATUS_PENDING in statuses), None),
+        "remapped_rows_failed": (int(lib.RSMI_MEM_PAGE_STATUS_UNRESERVABLE in statuses), None),
+    }
+
+
+def parse_health(device: Mapping[str, Any]) -> CardHealth | None:
+    """A card's ECC counts, retired pages, energy, clocks and PCIe replays (R-X7), in base
+    units, each absent with its reason; None where the payload was recorded before they were
+    read. ECC is the memory (UMC) block's, counted since the driver loaded (volatile)."""
+    if not any(key in device for key in HEALTH_KEYS):
+        return None
+    found: dict[str, tuple[Any, Reason | None]] = {}
+    ecc = device.get("rsmi_dev_ecc_count_get")
+    if ecc is not None:
+        for figure, key in (
+            ("ecc_corrected_volatile", "correctable_err"),
+            ("ecc_uncorrected_volatile", "uncorrectable_err"),
+        ):
+            found[figure] = _count(
+                ecc.get(key) if isinstance(ecc, Mapping) and _error(ecc) is None else ecc
+            )
+    if "rsmi_dev_memory_reserved_pages_get" in device:
+        found.update(_retired_pages(device["rsmi_dev_memory_reserved_pages_get"]))
+    energy = device.get("rsmi_dev_energy_count_get")
+    if energy is not None:
+        answered = isinstance(energy, Mapping) and _error(energy) is None
+        counts, reason = _count(energy.get("counter") if answered else energy)
+        resolution = finite(energy.get("resolution")) if answered else None
+        if counts is not None and (resolution is None or resolution <= 0):
+            counts, reason = None, Reason.INVALID_DATA
+        joules = None if counts is None or resolution is None else counts * resolution / 1e6
+        found["energy_joules"] = (None if joules is None else round(joules, 6), reason)
+    clocks = device.get("rsmi_dev_gpu_clk_freq_get")
+    if clocks is not None:
+        for figure, key, _ in HYGON_CLOCKS:
+            found[figure] = _clock(
+                clocks.get(key)
+                if isinstance(clocks, Mapping) and _error(clocks) is None
+                else clocks
+            )
+    if "rsmi_dev_pci_replay_counter_get" in device:
+        found["pcie_replays"] = _count(device["rsmi_dev_pci_replay_counter_get"])
+    for figure in HYGON_UNSUPPORTED:
+        found[figure] = (None, Reason.UNSUPPORTED)
+    figures = {name: value for name, (value, why) in found.items() if why is None}
+    why = tuple((name, r) for name, (_, r) in found.items() if r is not None)
+    return CardHealth(**figures, reasons=why)
+
+
 def parse_card(device: Mapping[str, Any], ids: tuple[str, ...]) -> Card:
     _, _, name, _ = _identity(device)
     busy = device.get("rsmi_dev_busy_percent_get")
@@ -216,6 +342,7 @@ def parse_card(device: Mapping[str, Any], ids: tuple[str, ...]) -> Card:
         unhealthy=reason is not None,
         unhealthy_reason=reason,
         aliases=ids[1:],
+        health=parse_health(device),
     )
 
 
@@ -503,6 +630,58 @@ class HygonBackend:
             return failed(lib.rsmi_status_name(rc), rc)
         return lib.c_text(buffer)
 
+    def _failed(self, rc: int | None) -> dict[str, Any]:
+        """How a failed call is recorded; a call the library does not export is NOT_SUPPORTED."""
+        code = lib.RSMI_NOT_SUPPORTED if rc is None else rc
+        return failed(NOT_EXPORTED if rc is None else lib.rsmi_status_name(code), code)
+
+    def _health(self, index: int, d: dict[str, Any]) -> None:
+        """The answers CardHealth is parsed from (R-X7), keyed by entry point."""
+        counter, resolution, at = c_uint64(), c_float(), c_uint64()
+        rc = self._rsmi_call(
+            "rsmi_dev_energy_count_get", index, byref(counter), byref(resolution), byref(at)
+        )
+        d["rsmi_dev_energy_count_get"] = (
+            {"counter": counter.value, "resolution": resolution.value, "timestamp": at.value}
+            if rc == lib.RSMI_SUCCESS
+            else self._failed(rc)
+        )  # counts of `resolution` µJ; the time stamp in ns
+        clocks: dict[str, Any] = {}
+        for _, key, kind in HYGON_CLOCKS:
+            levels = lib.Frequencies()
+            rc = self._rsmi_call("rsmi_dev_gpu_clk_freq_get", index, kind, byref(levels))
+            if rc != lib.RSMI_SUCCESS:
+                clocks[key] = self._failed(rc)
+                continue
+            n = min(levels.num_supported, lib.RSMI_MAX_NUM_FREQUENCIES)
+            clocks[key] = {
+                "num_supported": levels.num_supported,
+                "current": levels.current,
+                "frequency": list(levels.frequency[:n]),  # Hz
+            }
+        d["rsmi_dev_gpu_clk_freq_get"] = clocks
+        d["rsmi_dev_pci_replay_counter_get"] = self._rsmi_out(
+            "rsmi_dev_pci_replay_counter_get", c_uint64, index
+        )
+        count = c_uint32(0)
+        rc = self._rsmi_call("rsmi_dev_memory_reserved_pages_get", index, byref(count), None)
+        if rc != lib.RSMI_SUCCESS:
+            d["rsmi_dev_memory_reserved_pages_get"] = self._failed(rc)
+            return
+        if count.value > MAX_RETIRED_PAGES:
+            d["rsmi_dev_memory_reserved_pages_get"] = failed(
+                lib.rsmi_status_name(lib.RSMI_INSUFFICIENT_SIZE), lib.RSMI_INSUFFICIENT_SIZE
+            )
+            return
+        records = (lib.RetiredPage * max(count.value, 1))()
+        capacity = c_uint32(count.value)
+        rc = self._rsmi_call("rsmi_dev_memory_reserved_pages_get", index, byref(capacity), records)
+        d["rsmi_dev_memory_reserved_pages_get"] = (
+            [int(r.status) for r in records[: min(capacity.value, count.value)]]
+            if rc == lib.RSMI_SUCCESS
+            else self._failed(rc)
+        )
+
     def _device(self, index: int) -> dict[str, Any]:
         d: dict[str, Any] = {"index": index}
         d["rsmi_dev_unique_id_get"] = self._rsmi_out("rsmi_dev_unique_id_get", c_uint64, index)
@@ -562,6 +741,7 @@ class HygonBackend:
             d["rsmi_dev_ecc_count_get"] = failed(
                 NOT_EXPORTED if rc is None else lib.rsmi_status_name(code), code
             )
+        self._health(index, d)
         return d
 
     def _remember(self, index: int, device: dict[str, Any]) -> None:

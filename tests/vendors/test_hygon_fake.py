@@ -7,6 +7,7 @@ process with the fake libnvidia-ml without either answering for the other.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -133,6 +134,115 @@ def test_card_figures_and_identities_through_our_ctypes(libs: dict[str, str], sc
     assert reading.driver_version == "6.3.8-V1.11.0"
     # No carved card, no partition asked for: no per-process, vDCU or MIG call at all (R-V3).
     assert not {"processes", "vdcu", "mig"} & payload.keys()
+
+
+# -- the card's health beyond one bit (R-X7) ---------------------------------------------------
+
+
+def test_card_health_through_our_ctypes(libs: dict[str, str], scenario) -> None:  # type: ignore[no-untyped-def]
+    """(R-X7) ECC, retired pages, energy, clocks and PCIe replays as Hygon's ROCm SMI answers
+    them through our declarations (rsmi_frequencies_t with its deep-sleep flag, retired-page
+    records after a NULL probe): in base units; each NOT_SUPPORTED answer is that figure
+    absent with `unsupported`; all ones and a missing current clock level are
+    `invalid_data`; throttle reasons, aggregate ECC and the SM clock are `unsupported`."""
+    scenario(scenarios.k100ai_health())
+    payload = read(libs, ReadRequest())
+    full, blind, odd = (c.health for c in HygonBackend().parse(payload).cards)
+    assert full is not None and blind is not None and odd is not None
+    assert (full.ecc_corrected_volatile, full.ecc_uncorrected_volatile) == (4, 1)
+    assert (
+        full.remapped_rows_uncorrectable,
+        full.remapped_rows_pending,
+        full.remapped_rows_failed,
+    ) == (2, 1, 0)
+    assert full.energy_joules is not None and round(full.energy_joules, 3) == 15.3
+    assert (full.clock_graphics_hz, full.clock_memory_hz, full.pcie_replays) == (
+        1_500_000_000,
+        1_600_000_000,
+        9,
+    )
+    always = {
+        "ecc_corrected_aggregate",
+        "ecc_uncorrected_aggregate",
+        "remapped_rows_correctable",
+        "throttle_reasons",
+        "clock_sm_hz",
+    }
+    assert dict(full.reasons) == dict.fromkeys(always, Reason.UNSUPPORTED)
+    assert dict(blind.reasons) == {
+        **dict.fromkeys(always, Reason.UNSUPPORTED),
+        **dict.fromkeys(
+            (
+                "ecc_corrected_volatile",
+                "ecc_uncorrected_volatile",
+                "remapped_rows_uncorrectable",
+                "remapped_rows_pending",
+                "remapped_rows_failed",
+                "energy_joules",
+                "clock_memory_hz",
+                "pcie_replays",
+            ),
+            Reason.UNSUPPORTED,
+        ),
+    }
+    assert blind.clock_graphics_hz == 1_500_000_000  # the fake's default top level
+    assert {k: v for k, v in odd.reasons if v is not Reason.UNSUPPORTED} == {
+        "ecc_corrected_volatile": Reason.INVALID_DATA,
+        "clock_graphics_hz": Reason.INVALID_DATA,
+        "pcie_replays": Reason.INVALID_DATA,
+    }
+    assert (odd.remapped_rows_uncorrectable, odd.remapped_rows_failed) == (0, 1)
+    # The levels as the library listed them, only the ones it filled.
+    clocks = payload["devices"][0]["rsmi_dev_gpu_clk_freq_get"]
+    assert clocks["sys"] == {
+        "num_supported": 3,
+        "current": 2,
+        "frequency": [300_000_000, 1_000_000_000, 1_500_000_000],
+    }
+
+
+def test_the_whole_agent_publishes_dcu_health(
+    libs: dict[str, str], scenario, tmp_path: Path, launch
+) -> None:  # type: ignore[no-untyped-def]
+    """(R-X7) Over real HTTPS on a K100_AI node: energy, ECC and replays as counters in base
+    units, an unsupported figure with no sample and its capability saying why, and promtool
+    taking the text with nothing to say."""
+    env = scenario(scenarios.k100ai_health())
+    agent = serve(launch, libs, env, tmp_path, [])
+    with agent.client() as client:
+        text = client.get("/metrics").content
+        doc = client.get("/monitor/snapshot").json()
+    lines = text.decode().splitlines()
+    for name in ("ecc_errors", "energy_joules", "pcie_replays"):
+        assert f"# TYPE gpustack_accelerator_{name}_total counter" in lines
+    got = series(text)
+
+    def by_card(name: str, **match: str) -> dict[str, float]:
+        return {
+            ls["id"]: v
+            for ls, v in got.get(name, [])
+            if all(ls.get(k) == want for k, want in match.items())
+        }
+
+    pre = "gpustack_accelerator_"
+    assert by_card(f"{pre}pcie_replays") == {dcu(0): 9.0}
+    assert by_card(f"{pre}ecc_errors", error="uncorrected", counter="volatile") == {
+        dcu(0): 1.0,
+        dcu(2): 0.0,
+    }
+    assert by_card(f"{pre}ecc_errors", counter="aggregate") == {}
+    assert by_card(f"{pre}clock_hertz", clock="memory") == {dcu(0): 1.6e9, dcu(2): 1.8e9}
+    assert by_card(f"{pre}figure_capability", figure="throttle_reasons", reason="unsupported") == {
+        dcu(n): 0.0 for n in range(3)
+    }
+    promtool = shutil.which("promtool")
+    if promtool is not None:
+        result = subprocess.run(
+            [promtool, "check", "metrics"], input=text, capture_output=True, check=False
+        )
+        assert result.returncode == 0 and result.stdout + result.stderr == b"", result
+    health = doc["groups"][0]["accelerators"][1]["health"]
+    assert health["absentReasons"]["energy_joules"] == "unsupported"
 
 
 # -- per-process --------------------------------------------------------------------------------

@@ -86,6 +86,48 @@ TABLE: dict[
             },
         },
     ),
+    "k100ai-health": (
+        scenarios.k100ai_health,
+        ReadRequest(),
+        NO_REGISTRY,
+        {
+            "cards": 3,
+            "health": {
+                dcu(0): {
+                    "ecc_corrected_volatile": 4,
+                    "ecc_uncorrected_volatile": 1,
+                    "ecc_corrected_aggregate": Reason.UNSUPPORTED,
+                    "ecc_uncorrected_aggregate": Reason.UNSUPPORTED,
+                    "remapped_rows_correctable": Reason.UNSUPPORTED,
+                    "remapped_rows_uncorrectable": 2,
+                    "remapped_rows_pending": 1,
+                    "remapped_rows_failed": 0,
+                    "energy_joules": 15.3,  # 1,000,000 counts x 15.3 µJ
+                    "throttle_reasons": Reason.UNSUPPORTED,
+                    "clock_graphics_hz": 1_500_000_000,
+                    "clock_memory_hz": 1_600_000_000,
+                    "clock_sm_hz": Reason.UNSUPPORTED,
+                    "pcie_replays": 9,
+                },
+                dcu(1): {
+                    "ecc_corrected_volatile": Reason.UNSUPPORTED,
+                    "remapped_rows_pending": Reason.UNSUPPORTED,
+                    "energy_joules": Reason.UNSUPPORTED,
+                    "clock_graphics_hz": 1_500_000_000,  # the fake's default top level
+                    "clock_memory_hz": Reason.UNSUPPORTED,
+                    "pcie_replays": Reason.UNSUPPORTED,
+                },
+                dcu(2): {
+                    "ecc_corrected_volatile": Reason.INVALID_DATA,
+                    "ecc_uncorrected_volatile": 0,
+                    "remapped_rows_uncorrectable": 0,
+                    "remapped_rows_failed": 1,
+                    "clock_graphics_hz": Reason.INVALID_DATA,
+                    "pcie_replays": Reason.INVALID_DATA,
+                },
+            },
+        },
+    ),
 }
 
 
@@ -110,6 +152,17 @@ def test_parse_over_the_fixture(name: str) -> None:
             for p in reading.partitions
         }
         assert got == facts["partitions"]
+    for card in reading.cards:
+        want = facts.get("health", {}).get(card.id)
+        if want is None:
+            continue
+        assert card.health is not None, card.id
+        for figure, value in want.items():
+            pair = (None, value) if isinstance(value, Reason) else (value, None)
+            got_pair = (getattr(card.health, figure), card.health.reason(figure))
+            if figure == "energy_joules" and got_pair[0] is not None:
+                got_pair = (round(got_pair[0], 3), got_pair[1])  # a float32 resolution
+            assert got_pair == pair, (card.id, figure)
 
 
 @pytest.mark.parametrize("name", sorted(TABLE))

@@ -70,6 +70,11 @@ STRUCTS: dict[str, tuple[Any, list[str]]] = {
         lib.ErrorCount,
         ["correctable_err", "uncorrectable_err", "deferred_err", "reserved"],
     ),
+    "rsmi_frequencies_t": (
+        lib.Frequencies,
+        ["has_deep_sleep", "num_supported", "current", "frequency"],
+    ),
+    "rsmi_retired_page_record_t": (lib.RetiredPage, ["page_address", "page_size", "status"]),
     "dmiDeviceInfo": (
         lib.DmiDeviceInfo,
         [
@@ -106,6 +111,8 @@ def test_every_struct_is_laid_out_as_our_headers_say(tmp_path: Path) -> None:
         "rsmi_process_info_t": 32,
         "rsmi_process_info_v2_t": 152,
         "rsmi_error_count_t": 64,  # upstream's is 16: Hygon's fork adds deferred + reserved
+        "rsmi_frequencies_t": 280,  # a deep-sleep flag, two counts, 33 levels (R-X7)
+        "rsmi_retired_page_record_t": 24,
         "dmiDeviceInfo": 296,
         "nvmlPciInfo": 48,
         "nvmlMemory_t": 24,

@@ -466,3 +466,163 @@ def test_no_damaged_mig_or_vdcu_answer_makes_parse_raise(card: Any, instance: An
         vdcu=[v, {"index": 1, "dmiGetVDeviceInfo": v, "dmiGetVDevBusyPercent": v}],
     )
     hygon.parse(p)
+
+
+# -- the card's health beyond one bit (R-X7) ---------------------------------------------------
+
+LEVELS = {"num_supported": 3, "current": 2, "frequency": [300_000_000, 10**9, 1_500_000_000]}
+
+
+def health(**fields: Any) -> Any:
+    (c,) = hygon.parse(payload(device(**fields))).cards
+    return c.health
+
+
+def test_a_hygon_payload_recorded_before_the_health_reads_has_no_health() -> None:
+    """(R-X7) The ECC count alone (read for `unhealthy` since before) makes no health figures:
+    a recording without the new entry points parses to the card it parsed to before."""
+    assert health() is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "figure", "value", "reason"),
+    [
+        # Energy: the counter times its resolution in µJ, in J.
+        (
+            {"rsmi_dev_energy_count_get": {"counter": 2_000_000, "resolution": 1.5}},
+            "energy_joules",
+            3.0,
+            None,
+        ),
+        (
+            {"rsmi_dev_energy_count_get": {"counter": 0, "resolution": 15.3}},
+            "energy_joules",
+            0.0,
+            None,
+        ),
+        (
+            {"rsmi_dev_energy_count_get": {"counter": 5, "resolution": 0.0}},
+            "energy_joules",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (
+            {"rsmi_dev_energy_count_get": {"counter": 2**64 - 1, "resolution": 15.3}},
+            "energy_joules",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (
+            {"rsmi_dev_energy_count_get": err("RSMI_STATUS_NOT_SUPPORTED", 2)},
+            "energy_joules",
+            None,
+            Reason.UNSUPPORTED,
+        ),
+        # Clocks: the current level of the list, Hz; 100 GHz is the last plausible one.
+        ({"rsmi_dev_gpu_clk_freq_get": {"sys": LEVELS}}, "clock_graphics_hz", 1_500_000_000, None),
+        (
+            {"rsmi_dev_gpu_clk_freq_get": {"mem": {**LEVELS, "frequency": [0, 0, 10**11]}}},
+            "clock_memory_hz",
+            10**11,
+            None,
+        ),
+        (
+            {"rsmi_dev_gpu_clk_freq_get": {"mem": {**LEVELS, "frequency": [0, 0, 10**11 + 1]}}},
+            "clock_memory_hz",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (  # no current level (all ones)
+            {"rsmi_dev_gpu_clk_freq_get": {"sys": {**LEVELS, "current": 0xFFFFFFFF}}},
+            "clock_graphics_hz",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (  # an index past the levels the library says it filled
+            {"rsmi_dev_gpu_clk_freq_get": {"sys": {**LEVELS, "num_supported": 2}}},
+            "clock_graphics_hz",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (
+            {"rsmi_dev_gpu_clk_freq_get": {"sys": err("RSMI_STATUS_PERMISSION", 4)}},
+            "clock_graphics_hz",
+            None,
+            Reason.PERMISSION,
+        ),
+        ({"rsmi_dev_gpu_clk_freq_get": {"sys": LEVELS}}, "clock_sm_hz", None, Reason.UNSUPPORTED),
+        # PCIe replays: a uint64 counter; all ones is "not available".
+        ({"rsmi_dev_pci_replay_counter_get": 2**64 - 2}, "pcie_replays", 2**64 - 2, None),
+        ({"rsmi_dev_pci_replay_counter_get": 2**64 - 1}, "pcie_replays", None, Reason.INVALID_DATA),
+        ({"rsmi_dev_pci_replay_counter_get": -3}, "pcie_replays", None, Reason.INVALID_DATA),
+        (
+            {"rsmi_dev_pci_replay_counter_get": err("NOT_EXPORTED", 2)},
+            "pcie_replays",
+            None,
+            Reason.UNSUPPORTED,
+        ),
+        # ECC (UMC): counts since the driver loaded; no aggregate call.
+        ({"rsmi_dev_pci_replay_counter_get": 0}, "ecc_corrected_volatile", 3, None),
+        ({"rsmi_dev_pci_replay_counter_get": 0}, "ecc_uncorrected_volatile", 0, None),
+        (
+            {"rsmi_dev_pci_replay_counter_get": 0},
+            "ecc_uncorrected_aggregate",
+            None,
+            Reason.UNSUPPORTED,
+        ),
+        (
+            {
+                "rsmi_dev_pci_replay_counter_get": 0,
+                "rsmi_dev_ecc_count_get": err("RSMI_STATUS_NOT_SUPPORTED", 2),
+            },
+            "ecc_uncorrected_volatile",
+            None,
+            Reason.UNSUPPORTED,
+        ),
+        (
+            {
+                "rsmi_dev_pci_replay_counter_get": 0,
+                "rsmi_dev_ecc_count_get": {"correctable_err": 2**64 - 1, "uncorrectable_err": 0},
+            },
+            "ecc_corrected_volatile",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        # Retired pages: reserved ones count, pending and unreservable are flags.
+        ({"rsmi_dev_memory_reserved_pages_get": [0, 0, 1]}, "remapped_rows_uncorrectable", 2, None),
+        ({"rsmi_dev_memory_reserved_pages_get": [0, 0, 1]}, "remapped_rows_pending", 1, None),
+        ({"rsmi_dev_memory_reserved_pages_get": [0, 1, 1]}, "remapped_rows_pending", 1, None),
+        ({"rsmi_dev_memory_reserved_pages_get": []}, "remapped_rows_failed", 0, None),
+        ({"rsmi_dev_memory_reserved_pages_get": [2]}, "remapped_rows_failed", 1, None),
+        (
+            {"rsmi_dev_memory_reserved_pages_get": [0, 7]},
+            "remapped_rows_uncorrectable",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (
+            {"rsmi_dev_memory_reserved_pages_get": err("RSMI_STATUS_INSUFFICIENT_SIZE", 11)},
+            "remapped_rows_pending",
+            None,
+            Reason.TRUNCATED,
+        ),
+        (
+            {"rsmi_dev_memory_reserved_pages_get": []},
+            "remapped_rows_correctable",
+            None,
+            Reason.UNSUPPORTED,
+        ),
+        # No call of ROCm SMI answers the throttle reasons.
+        ({"rsmi_dev_pci_replay_counter_get": 0}, "throttle_reasons", None, Reason.UNSUPPORTED),
+    ],
+)
+def test_each_hygon_health_figure_is_range_checked_and_says_why_it_is_absent(
+    fields: dict[str, Any], figure: str, value: Any, reason: Reason | None
+) -> None:
+    """(R-X7) Each figure from its own ROCm SMI answer, with the header's units (energy
+    counts x µJ, clocks in Hz, a uint64 replay counter) and sentinels: in range it is
+    published; a failure is its status's reason; all ones, a negative, a level the list does
+    not hold or above 100 GHz is `invalid_data`; a figure no call answers is `unsupported`."""
+    got = health(**fields)
+    assert got is not None
+    assert (getattr(got, figure), got.reason(figure)) == (value, reason)

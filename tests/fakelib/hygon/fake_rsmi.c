@@ -12,11 +12,18 @@
  *   - per-process device lists (NULL probe, then read) and per-device rows, VRAM in bytes,
  *     cu_occupancy in percent or CU_OCCUPANCY_INVALID; Hygon's _v2 row, VRAM in MiB;
  *   - NOT_FOUND for a process that is not (or no longer) there; a lost card answering
- *     `lost_code` (FILE_ERROR by default: its sysfs files are gone) from every device call.
+ *     `lost_code` (FILE_ERROR by default: its sysfs files are gone) from every device call;
+ *   - the health figures (issue 29): the energy counter and its resolution, each clock domain's
+ *     levels and current index (NOT_SUPPORTED for domains other than sys and mem), the PCIe
+ *     replay counter, retired pages (a NULL buffer answers the count; a short one
+ *     INSUFFICIENT_SIZE); all-ones values answered as the scenario gives them.
  *
  * Scenario (see tests/fakelib/hygon/__init__.py): init, driver, probe_code, grow, grow_always,
  * devices[] of {unique_id, bdf, name, serial, vram_total, vram_used (bytes), busy, temp_edge,
- * temp_junction (millidegrees), power (microwatts), power_type, ecc_corr, ecc_unc, lost_code},
+ * temp_junction (millidegrees), power (microwatts), power_type, ecc_corr, ecc_unc, lost_code,
+ * energy (counts), energy_resolution (microjoules per count), clocks{sys, mem}{levels[] (Hz),
+ * current (index; all ones: none)}, clock_faults{sys, mem}, pcie_replays, pages[] (retired
+ * page states: 0 reserved, 1 pending, 2 unreservable)},
  * processes[] of {pid, pasid, vram, sdma, cu, devices[] of {dev, vram, cu}, v2{vram_mib,
  * rates[]}, faults{}} plus the kit's fault keys.
  */
@@ -196,6 +203,84 @@ rsmi_status_t rsmi_dev_ecc_count_get(uint32_t dv_ind, rsmi_gpu_block_t block,
     ec->correctable_err = fl_u64(0, D "ecc_corr", d);
     ec->uncorrectable_err = fl_u64(0, D "ecc_unc", d);
     ec->reserved[4] = 0xA5A5A5A5A5A5A5A5ULL; /* written so a short struct would be overrun */
+    return RSMI_STATUS_SUCCESS;
+}
+
+/* -- the card's energy, clocks, PCIe replays and retired pages (issue 29) ------------------ */
+
+rsmi_status_t rsmi_dev_energy_count_get(uint32_t dv_ind, uint64_t *power, float *counter_resolution,
+                                        uint64_t *timestamp) {
+    DEVICE("rsmi_dev_energy_count_get");
+    if (!power || !counter_resolution || !timestamp)
+        return RSMI_STATUS_INVALID_ARGS;
+    *power = fl_u64(0, D "energy", d); /* counts of counter_resolution microjoules */
+    *counter_resolution = (float)fl_double(15.3, D "energy_resolution", d);
+    *timestamp = fl_u64(1764000000000000000ULL, D "energy_at", d); /* ns */
+    return RSMI_STATUS_SUCCESS;
+}
+
+rsmi_status_t rsmi_dev_gpu_clk_freq_get(uint32_t dv_ind, rsmi_clk_type_t clk_type,
+                                        rsmi_frequencies_t *f) {
+    const char *domain = clk_type == RSMI_CLK_TYPE_SYS ? "sys"
+                         : clk_type == RSMI_CLK_TYPE_MEM ? "mem"
+                                                         : NULL;
+    const char *fault;
+    int n;
+    DEVICE("rsmi_dev_gpu_clk_freq_get");
+    if (!f)
+        return RSMI_STATUS_INVALID_ARGS;
+    if (!domain)
+        return RSMI_STATUS_NOT_SUPPORTED;
+    if ((fault = fl_get(D "clock_faults.%s", d, domain)) != NULL)
+        return (rsmi_status_t)atoi(fault); /* one clock domain not served */
+    memset(f, 0, sizeof *f);
+    n = fl_count(D "clocks.%s.levels", d, domain);
+    if (n == 0) { /* the fake's default levels, Hz */
+        static const uint64_t sys[] = {300000000ULL, 1000000000ULL, 1500000000ULL};
+        static const uint64_t mem[] = {1800000000ULL};
+        const uint64_t *levels = clk_type == RSMI_CLK_TYPE_SYS ? sys : mem;
+        n = clk_type == RSMI_CLK_TYPE_SYS ? 3 : 1;
+        for (int i = 0; i < n; i++)
+            f->frequency[i] = levels[i];
+        f->current = (uint32_t)(n - 1);
+    } else {
+        for (int i = 0; i < n && i < RSMI_MAX_NUM_FREQUENCIES; i++)
+            f->frequency[i] = fl_u64(0, D "clocks.%s.levels.%d", d, domain, i);
+        f->current = (uint32_t)fl_u64(0, D "clocks.%s.current", d, domain);
+    }
+    f->num_supported = (uint32_t)(n < RSMI_MAX_NUM_FREQUENCIES ? n : RSMI_MAX_NUM_FREQUENCIES);
+    return RSMI_STATUS_SUCCESS;
+}
+
+rsmi_status_t rsmi_dev_pci_replay_counter_get(uint32_t dv_ind, uint64_t *counter) {
+    DEVICE("rsmi_dev_pci_replay_counter_get");
+    if (!counter)
+        return RSMI_STATUS_INVALID_ARGS;
+    *counter = fl_u64(0, D "pcie_replays", d);
+    return RSMI_STATUS_SUCCESS;
+}
+
+rsmi_status_t rsmi_dev_memory_reserved_pages_get(uint32_t dv_ind, uint32_t *num_pages,
+                                                 rsmi_retired_page_record_t *records) {
+    uint32_t n;
+    DEVICE("rsmi_dev_memory_reserved_pages_get");
+    if (!num_pages)
+        return RSMI_STATUS_INVALID_ARGS;
+    n = (uint32_t)fl_count(D "pages", d);
+    if (!records) { /* the probe: how many records there are */
+        *num_pages = n;
+        return RSMI_STATUS_SUCCESS;
+    }
+    for (uint32_t i = 0; i < n && i < *num_pages; i++) {
+        records[i].page_address = 0x100000000ULL + (uint64_t)i * 4096;
+        records[i].page_size = 4096;
+        records[i].status = (rsmi_memory_page_status_t)fl_int(0, D "pages.%d", d, (int)i);
+    }
+    if (*num_pages < n) {
+        *num_pages = n;
+        return RSMI_STATUS_INSUFFICIENT_SIZE;
+    }
+    *num_pages = n;
     return RSMI_STATUS_SUCCESS;
 }
 

@@ -173,3 +173,50 @@ def lost_card() -> dict[str, Any]:
     cards = [k100(n, used=GIB * n, busy=n) for n in range(4)]
     cards[2]["lost_after"] = 1
     return node(cards)
+
+
+U64_MAX = 0xFFFFFFFFFFFFFFFF
+NONE_CURRENT = 0xFFFFFFFF  # rsmi_frequencies_t.current when no level is current
+
+
+def k100ai_health() -> dict[str, Any]:
+    """Issue 29's figures on three K100_AI. Card 0 answers every one: UMC ECC 4 corrected and
+    1 uncorrected, retired pages (two reserved, one pending), an energy counter of 1,000,000
+    counts of 15.3 µJ, its system clock at the top of three levels, memory at 1.6 GHz, 9 PCIe
+    replays. Card 1 answers none: NOT_SUPPORTED from ECC, retired pages, energy, replays and
+    the memory clock. Card 2 answers the all-ones "not available" for replays and ECC, no
+    current system clock level, and a page that could not be retired."""
+    return node(
+        [
+            k100(
+                0,
+                ecc_corr=4,
+                ecc_unc=1,
+                pages=[0, 0, 1],
+                energy=1_000_000,
+                energy_resolution=15.3,
+                clocks={
+                    "sys": {"levels": [300_000_000, 1_000_000_000, 1_500_000_000], "current": 2},
+                    "mem": {"levels": [1_600_000_000], "current": 0},
+                },
+                pcie_replays=9,
+            ),
+            k100(
+                1,
+                errors={
+                    "rsmi_dev_ecc_count_get": RSMI_NOT_SUPPORTED,
+                    "rsmi_dev_memory_reserved_pages_get": RSMI_NOT_SUPPORTED,
+                    "rsmi_dev_energy_count_get": RSMI_NOT_SUPPORTED,
+                    "rsmi_dev_pci_replay_counter_get": RSMI_NOT_SUPPORTED,
+                },
+                clock_faults={"mem": RSMI_NOT_SUPPORTED},
+            ),
+            k100(
+                2,
+                ecc_corr=U64_MAX,
+                pages=[2],
+                pcie_replays=U64_MAX,
+                clocks={"sys": {"levels": [1_500_000_000], "current": NONE_CURRENT}},
+            ),
+        ]
+    )

@@ -87,6 +87,41 @@ typedef struct {
 
 #define CU_OCCUPANCY_INVALID 0xFFFFFFFF
 
+/* The card's health figures (issue 29). Clock domains: the system (graphics) clock first, the
+ * memory clock fifth; a domain's frequencies in Hz, the current one by its index (-1, all
+ * ones, when none is current). Hygon's fork carries upstream's newer struct, with the deep
+ * sleep flag first and room for 33 frequencies. */
+typedef enum {
+    RSMI_CLK_TYPE_SYS = 0x0,
+    RSMI_CLK_TYPE_DF,
+    RSMI_CLK_TYPE_DCEF,
+    RSMI_CLK_TYPE_SOC,
+    RSMI_CLK_TYPE_MEM,
+    RSMI_CLK_TYPE_PCIE
+} rsmi_clk_type_t;
+
+#define RSMI_MAX_NUM_FREQUENCIES 33
+
+typedef struct {
+    _Bool has_deep_sleep;
+    uint32_t num_supported;
+    uint32_t current;
+    uint64_t frequency[RSMI_MAX_NUM_FREQUENCIES];
+} rsmi_frequencies_t;
+
+/* A retired (bad) memory page and its state. */
+typedef enum {
+    RSMI_MEM_PAGE_STATUS_RESERVED = 0,
+    RSMI_MEM_PAGE_STATUS_PENDING,
+    RSMI_MEM_PAGE_STATUS_UNRESERVABLE
+} rsmi_memory_page_status_t;
+
+typedef struct {
+    uint64_t page_address;
+    uint64_t page_size;
+    rsmi_memory_page_status_t status;
+} rsmi_retired_page_record_t;
+
 rsmi_status_t rsmi_init(uint64_t init_flags);
 rsmi_status_t rsmi_shut_down(void);
 rsmi_status_t rsmi_num_monitor_devices(uint32_t *num_devices);
@@ -106,6 +141,13 @@ rsmi_status_t rsmi_dev_power_get(uint32_t dv_ind, uint64_t *power, RSMI_POWER_TY
 rsmi_status_t rsmi_dev_power_ave_get(uint32_t dv_ind, uint32_t sensor_ind, uint64_t *power);
 rsmi_status_t rsmi_dev_ecc_count_get(uint32_t dv_ind, rsmi_gpu_block_t block,
                                      rsmi_error_count_t *ec);
+rsmi_status_t rsmi_dev_energy_count_get(uint32_t dv_ind, uint64_t *power, float *counter_resolution,
+                                        uint64_t *timestamp);
+rsmi_status_t rsmi_dev_gpu_clk_freq_get(uint32_t dv_ind, rsmi_clk_type_t clk_type,
+                                        rsmi_frequencies_t *f);
+rsmi_status_t rsmi_dev_pci_replay_counter_get(uint32_t dv_ind, uint64_t *counter);
+rsmi_status_t rsmi_dev_memory_reserved_pages_get(uint32_t dv_ind, uint32_t *num_pages,
+                                                 rsmi_retired_page_record_t *records);
 rsmi_status_t rsmi_compute_process_info_get(rsmi_process_info_t *procs, uint32_t *num_items);
 rsmi_status_t rsmi_compute_process_gpus_get(uint32_t pid, uint32_t *dv_indices,
                                             uint32_t *num_devices);
