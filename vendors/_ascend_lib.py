@@ -52,6 +52,13 @@ DRIVER_VERSION_LEN = 64
 NPU_TYPE = 0  # enum dcmi_unit_type: NPU 0, MCU 1, CPU 2
 VDIE = 1  # enum dcmi_die_type: NDIE 0, VDIE 1 (the chip's own identity)
 INPUT_TYPE_AICORE = 2  # dcmi_get_device_utilization_rate's input_type for AI cores
+# enum dcmi_device_type of dcmi_get_device_ecc_info: which memory's ECC.
+ECC_DDR = 0
+ECC_HBM = 2
+# enum dcmi_freq_type of dcmi_get_device_frequency (MHz): DDR, HBM, the AI cores' current.
+FREQ_DDR = 1
+FREQ_HBM = 6
+FREQ_AICORE_CURRENT = 7
 MAIN_CMD_VDEV_MNG = 52  # enum dcmi_main_cmd: DCMI_MAIN_CMD_VDEV_MNG
 VDEV_SUB_RESOURCE = 0  # one vNPU's template and resources (dcmi_vdev_query_stru)
 VDEV_SUB_TOTAL = 1  # the vNPUs an NPU is split into (dcmi_soc_total_resource)
@@ -79,6 +86,23 @@ class ChipInfo(Structure):
 
 class DieId(Structure):
     _fields_ = (("soc_die", c_uint * DIE_ID_COUNT),)
+
+
+class EccInfo(Structure):
+    """struct dcmi_ecc_info: whether ECC is on, single- and double-bit error counts (now and in
+    total), pages isolated for each and pages to be isolated next (36 bytes)."""
+
+    _fields_ = (
+        ("enable_flag", c_int),
+        ("single_bit_error_cnt", c_uint),
+        ("double_bit_error_cnt", c_uint),
+        ("total_single_bit_error_cnt", c_uint),
+        ("total_double_bit_error_cnt", c_uint),
+        ("single_bit_isolated_pages_cnt", c_uint),
+        ("double_bit_isolated_pages_cnt", c_uint),
+        ("single_bit_next_isolated_pages_cnt", c_uint),
+        ("double_bit_next_isolated_pages_cnt", c_uint),
+    )
 
 
 class HbmInfo(Structure):
@@ -214,6 +238,8 @@ PROTOTYPES: Mapping[str, tuple[Any, ...]] = {
     "dcmi_get_device_temperature": (c_int, c_int, P(c_int)),
     "dcmi_get_device_power_info": (c_int, c_int, P(c_int)),
     "dcmi_get_device_health": (c_int, c_int, P(c_uint)),
+    "dcmi_get_device_ecc_info": (c_int, c_int, c_int, P(EccInfo)),
+    "dcmi_get_device_frequency": (c_int, c_int, c_int, P(c_uint)),
     "dcmi_get_device_resource_info": (c_int, c_int, P(ProcMemInfo), P(c_int)),
     "dcmi_get_device_info": (c_int, c_int, c_int, c_uint, c_void_p, P(c_uint)),
 }
@@ -369,6 +395,16 @@ class Dcmi:
 
     def health(self, card: int, device: int) -> tuple[int, int | None]:
         return self._int_out("dcmi_get_device_health", card, device, unsigned=True)
+
+    def ecc_info(self, card: int, device: int, kind: int) -> tuple[int, dict[str, Any] | None]:
+        info = EccInfo()
+        code = self._call("dcmi_get_device_ecc_info", card, device, kind, byref(info))
+        if code != SUCCESS:
+            return code, None
+        return code, {name: int(getattr(info, name)) for name, _ in EccInfo._fields_}
+
+    def frequency(self, card: int, device: int, kind: int) -> tuple[int, int | None]:
+        return self._int_out("dcmi_get_device_frequency", card, device, kind, unsigned=True)  # MHz
 
     # -- per process ---------------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from devicemanager.model import (
     MIB,
     Address,
     Card,
+    CardHealth,
     DeviceProcesses,
     PartitionReading,
     Payload,
@@ -44,7 +45,15 @@ from devicemanager.model import (
     as_int,
     mib_from_bytes,
 )
-from vendors._ascend_lib import DCMI, Dcmi
+from vendors._ascend_lib import (
+    DCMI,
+    ECC_DDR,
+    ECC_HBM,
+    FREQ_AICORE_CURRENT,
+    FREQ_DDR,
+    FREQ_HBM,
+    Dcmi,
+)
 from vendors._common import error_code as _error
 from vendors._common import failed, listing, reasons
 
@@ -318,6 +327,87 @@ def _unhealthy(device: Mapping[str, Any]) -> str | None:
     return HEALTH_REASONS.get(health, f"health_{health}")
 
 
+ECC = "dcmi_get_device_ecc_info"
+FREQUENCY = "dcmi_get_device_frequency"
+UINT32_MAX = 0xFFFFFFFF
+MAX_CLOCK_MHZ = 100_000  # 100 GHz: no clock is near it
+# struct dcmi_ecc_info's fields by CardHealth figure: the error counts now and in total, the
+# pages isolated for single-bit (correctable) and double-bit (uncorrectable) errors.
+ECC_FIGURES = (
+    ("ecc_corrected_volatile", "single_bit_error_cnt"),
+    ("ecc_uncorrected_volatile", "double_bit_error_cnt"),
+    ("ecc_corrected_aggregate", "total_single_bit_error_cnt"),
+    ("ecc_uncorrected_aggregate", "total_double_bit_error_cnt"),
+    ("remapped_rows_correctable", "single_bit_isolated_pages_cnt"),
+    ("remapped_rows_uncorrectable", "double_bit_isolated_pages_cnt"),
+)
+NEXT_ISOLATED = ("single_bit_next_isolated_pages_cnt", "double_bit_next_isolated_pages_cnt")
+# Figures no DCMI call answers (no energy counter, throttle reasons, PCIe replay counter or
+# graphics clock is declared; a failed isolation is not reported): absent, `unsupported`.
+ASCEND_UNSUPPORTED = (
+    "remapped_rows_failed",
+    "energy_joules",
+    "throttle_reasons",
+    "clock_graphics_hz",
+    "pcie_replays",
+)
+
+
+def _count(value: Any) -> tuple[int | None, Reason | None]:
+    """An unsigned int DCMI answered, or why it is absent; all ones is `invalid_data`."""
+    if (code := _error(value)) is not None:
+        return None, reason_for(code)
+    number = _int(value)
+    if number is None or not 0 <= number < UINT32_MAX:
+        return None, Reason.INVALID_DATA
+    return number, None
+
+
+def _first_answer(answers: Any, kinds: Sequence[str]) -> Any:
+    """Of one call asked per memory kind (HBM, then DDR where HBM is not served), the first
+    answer; the first failure where none answered."""
+    if not isinstance(answers, Mapping):
+        return answers
+    asked = [answers[k] for k in kinds if k in answers]
+    return next((a for a in asked if _error(a) is None), asked[0] if asked else None)
+
+
+def parse_health(device: Mapping[str, Any]) -> CardHealth | None:
+    """The NPU's ECC counts, isolated pages and frequencies (R-X7), in base units, each absent
+    with its reason; None where the payload was recorded before they were read."""
+    if ECC not in device and FREQUENCY not in device:
+        return None
+    found: dict[str, tuple[Any, Reason | None]] = {}
+    ecc = _first_answer(device.get(ECC), ("hbm", "ddr"))
+    names = [figure for figure, _ in ECC_FIGURES] + ["remapped_rows_pending"]
+    if ecc is not None:
+        if (code := _error(ecc)) is not None:
+            found.update(dict.fromkeys(names, (None, reason_for(code))))
+        elif not isinstance(ecc, Mapping):
+            found.update(dict.fromkeys(names, (None, Reason.INVALID_DATA)))
+        elif _int(ecc.get("enable_flag")) == 0:
+            found.update(dict.fromkeys(names, (None, Reason.UNSUPPORTED)))  # ECC is off
+        else:
+            for figure, key in ECC_FIGURES:
+                found[figure] = _count(ecc.get(key))
+            pending = [_count(ecc.get(key)) for key in NEXT_ISOLATED]
+            bad = next((r for _, r in pending if r is not None), None)
+            flag = None if bad else int(any(n for n, _ in pending))
+            found["remapped_rows_pending"] = (flag, bad)  # 1: pages wait to be isolated
+    freq = device.get(FREQUENCY)
+    if freq is not None:
+        for figure, kinds in (("clock_sm_hz", ("aicore",)), ("clock_memory_hz", ("hbm", "ddr"))):
+            mhz, reason = _count(_first_answer(freq, kinds))
+            if mhz is not None and mhz > MAX_CLOCK_MHZ:
+                mhz, reason = None, Reason.INVALID_DATA
+            found[figure] = (None if mhz is None else mhz * 1_000_000, reason)
+    for figure in ASCEND_UNSUPPORTED:
+        found[figure] = (None, Reason.UNSUPPORTED)
+    figures = {name: value for name, (value, why) in found.items() if why is None}
+    why = tuple((name, r) for name, (_, r) in found.items() if r is not None)
+    return CardHealth(**figures, reasons=why)
+
+
 def parse_card(device: Mapping[str, Any]) -> Card | None:
     named = identity(device)
     if named is None:
@@ -343,6 +433,7 @@ def parse_card(device: Mapping[str, Any]) -> Card | None:
         unhealthy_reason=reason,
         aliases=ids[1:],
         address=address,
+        health=parse_health(device),
     )
 
 
@@ -667,6 +758,23 @@ class AscendBackend:
         out["vnpus"] = entries
         return out
 
+    def _health(self, card: int, dev: int) -> dict[str, Any]:
+        """The answers CardHealth is parsed from (R-X7): ECC and frequencies, each of HBM and,
+        where HBM is not served (a DDR part such as the 310P), of DDR."""
+        dcmi = self._lib
+        code, hbm = dcmi.ecc_info(card, dev, ECC_HBM)
+        ecc: dict[str, Any] = {"hbm": self._answer(ECC, code, hbm)}
+        if code in UNSUPPORTED_CODES:
+            ecc["ddr"] = self._answer(ECC, *dcmi.ecc_info(card, dev, ECC_DDR))
+        freq: dict[str, Any] = {
+            "aicore": self._answer(FREQUENCY, *dcmi.frequency(card, dev, FREQ_AICORE_CURRENT))
+        }
+        code, mhz = dcmi.frequency(card, dev, FREQ_HBM)
+        freq["hbm"] = self._answer(FREQUENCY, code, mhz)
+        if code in UNSUPPORTED_CODES:
+            freq["ddr"] = self._answer(FREQUENCY, *dcmi.frequency(card, dev, FREQ_DDR))
+        return {ECC: ecc, FREQUENCY: freq}  # frequencies in MHz
+
     def _device(self, card: int, dev: int, request: ReadRequest) -> dict[str, Any]:
         dcmi = self._lib
         device: dict[str, Any] = {"card": card, "device": dev}
@@ -683,6 +791,7 @@ class AscendBackend:
             ("dcmi_get_device_health", dcmi.health(card, dev)),
         ):
             device[name] = self._answer(name, code, value)
+        device.update(self._health(card, dev))
         named = identity(device)
         ids = set(named[0]) if named is not None else set()
         if ids & request.carved_device_ids:

@@ -5,6 +5,8 @@ run the monitor round in-process (grants, attribution, slices, /metrics); one ru
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -459,6 +461,109 @@ def test_an_overrun_leaves_every_slice_of_the_npu_without_memory(
 
 
 # -- the whole agent ------------------------------------------------------------------------------
+
+
+# -- the NPU's health beyond one bit (R-X7) ----------------------------------------------------
+
+
+def test_npu_health_through_our_ctypes(libdcmi: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    """(R-X7) ECC counts and isolated pages (struct dcmi_ecc_info) and frequencies as DCMI
+    answers them through our declarations: in base units (MHz to Hz); ECC off and a refused
+    frequency are `unsupported`; all ones and above 100 GHz are `invalid_data`; a DDR part
+    answers ECC and memory frequency from its DDR where HBM is not served."""
+    scenario(scenarios.health_910b2())
+    full, off, odd = (c.health for c in reading(libdcmi).cards)
+    assert full is not None and off is not None and odd is not None
+    assert (
+        full.ecc_corrected_volatile,
+        full.ecc_uncorrected_volatile,
+        full.ecc_corrected_aggregate,
+        full.ecc_uncorrected_aggregate,
+    ) == (3, 1, 40, 2)
+    assert (
+        full.remapped_rows_correctable,
+        full.remapped_rows_uncorrectable,
+        full.remapped_rows_pending,
+    ) == (2, 1, 1)
+    assert (full.clock_sm_hz, full.clock_memory_hz) == (1_650_000_000, 1_600_000_000)
+    never = {
+        "remapped_rows_failed",
+        "energy_joules",
+        "throttle_reasons",
+        "clock_graphics_hz",
+        "pcie_replays",
+    }
+    assert dict(full.reasons) == dict.fromkeys(never, Reason.UNSUPPORTED)
+    assert {k for k, r in off.reasons if r is Reason.UNSUPPORTED} == never | {
+        "ecc_corrected_volatile",
+        "ecc_uncorrected_volatile",
+        "ecc_corrected_aggregate",
+        "ecc_uncorrected_aggregate",
+        "remapped_rows_correctable",
+        "remapped_rows_uncorrectable",
+        "remapped_rows_pending",
+        "clock_sm_hz",
+        "clock_memory_hz",
+    }
+    assert {k: r for k, r in odd.reasons if r is not Reason.UNSUPPORTED} == {
+        "ecc_corrected_aggregate": Reason.INVALID_DATA,
+        "clock_sm_hz": Reason.INVALID_DATA,
+        "clock_memory_hz": Reason.INVALID_DATA,
+    }
+    scenario(scenarios.two_devices_on_one_card())
+    duo = reading(libdcmi).cards[0].health
+    assert duo is not None and (duo.clock_memory_hz, duo.ecc_corrected_volatile) == (3.2e9, 0)
+
+
+def test_the_whole_agent_publishes_npu_health(
+    libdcmi: Path, scenario, tmp_path: Path, launch
+) -> None:  # type: ignore[no-untyped-def]
+    """(R-X7) Over real HTTPS on a 910B2 node: ECC counters in `_total`, isolated pages under
+    the remapped-rows family, clocks in Hz, energy with no sample and its capability saying
+    `unsupported`; promtool takes the text with nothing to say."""
+    path = scenario(scenarios.health_910b2())
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "pods.json").write_text(json.dumps({"kind": "PodList", "items": []}))
+    agent: Agent = launch(
+        "--manufacturer",
+        "ascend",
+        "--vendor-library",
+        f"ascend={libdcmi}",
+        "--pods-file",
+        str(tmp_path / "pods.json"),
+        "--proc-root",
+        str(tmp_path / "proc"),
+        "--monitor-period",
+        "0.5",
+        env={fake_dcmi.SCENARIO_ENV: str(path)},
+    )
+    agent.wait_for("/readyz", 200)
+    with agent.client() as client:
+        text = client.get("/metrics").content
+    assert "# TYPE gpustack_accelerator_ecc_errors_total counter" in text.decode().splitlines()
+    got = series(text)
+
+    def by_card(name: str, **match: str) -> dict[str, float]:
+        return {
+            ls["id"]: v
+            for ls, v in got.get(name, [])
+            if all(ls.get(k) == want for k, want in match.items())
+        }
+
+    pre = "gpustack_accelerator_"
+    assert by_card(f"{pre}ecc_errors", error="corrected", counter="aggregate") == {npu(0): 40.0}
+    assert by_card(f"{pre}remapped_rows", state="uncorrectable") == {npu(0): 1.0, npu(2): 0.0}
+    assert by_card(f"{pre}clock_hertz", clock="sm") == {npu(0): 1.65e9}
+    assert by_card(f"{pre}energy_joules") == {}
+    assert by_card(f"{pre}figure_capability", figure="energy_joules", reason="unsupported") == {
+        npu(n): 0.0 for n in range(3)
+    }
+    promtool = shutil.which("promtool")
+    if promtool is not None:
+        result = subprocess.run(
+            [promtool, "check", "metrics"], input=text, capture_output=True, check=False
+        )
+        assert result.returncode == 0 and result.stdout + result.stderr == b"", result
 
 
 def test_the_whole_agent_on_the_fake_dcmi(libdcmi: Path, scenario, tmp_path: Path, launch) -> None:  # type: ignore[no-untyped-def]

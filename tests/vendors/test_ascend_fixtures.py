@@ -100,6 +100,45 @@ TABLE: dict[str, tuple[Callable[[], list[dict[str, Any]]], ReadRequest, int, dic
         2,
         {"cards": 8, "memory": (65536, 3432), "unhealthy": [(5, "device_lost")]},
     ),
+    "910b2-health": (
+        scenarios.health_910b2,
+        ReadRequest(),
+        1,
+        {
+            "cards": 3,
+            "health": {
+                0: {
+                    "ecc_corrected_volatile": 3,
+                    "ecc_uncorrected_volatile": 1,
+                    "ecc_corrected_aggregate": 40,
+                    "ecc_uncorrected_aggregate": 2,
+                    "remapped_rows_correctable": 2,
+                    "remapped_rows_uncorrectable": 1,
+                    "remapped_rows_pending": 1,
+                    "remapped_rows_failed": Reason.UNSUPPORTED,
+                    "energy_joules": Reason.UNSUPPORTED,
+                    "throttle_reasons": Reason.UNSUPPORTED,
+                    "clock_sm_hz": 1_650_000_000,
+                    "clock_memory_hz": 1_600_000_000,
+                    "clock_graphics_hz": Reason.UNSUPPORTED,
+                    "pcie_replays": Reason.UNSUPPORTED,
+                },
+                1: {
+                    "ecc_corrected_volatile": Reason.UNSUPPORTED,
+                    "remapped_rows_pending": Reason.UNSUPPORTED,
+                    "clock_sm_hz": Reason.UNSUPPORTED,
+                    "clock_memory_hz": Reason.UNSUPPORTED,
+                },
+                2: {
+                    "ecc_corrected_volatile": 0,
+                    "ecc_corrected_aggregate": Reason.INVALID_DATA,
+                    "remapped_rows_pending": 0,
+                    "clock_sm_hz": Reason.INVALID_DATA,
+                    "clock_memory_hz": Reason.INVALID_DATA,
+                },
+            },
+        },
+    ),
 }
 
 
@@ -130,6 +169,17 @@ def test_parse_over_the_fixture(name: str) -> None:
             for p in reading.partitions
         }
         assert got == facts["partitions"]
+    for card in reading.cards:
+        want = facts.get("health", {}).get(card.index)
+        if want is None:
+            continue
+        assert card.health is not None, card.index
+        for figure, value in want.items():
+            pair = (None, value) if isinstance(value, Reason) else (value, None)
+            assert (getattr(card.health, figure), card.health.reason(figure)) == pair, (
+                card.index,
+                figure,
+            )
 
 
 @pytest.fixture(scope="session")

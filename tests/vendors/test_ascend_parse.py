@@ -376,3 +376,150 @@ def test_no_payload_shape_makes_parse_raise(damage: dict[str, Any], wanted: list
 @given(JSON)
 def test_no_top_level_shape_makes_parse_raise(payload: Any) -> None:
     parsed_or_refused(ascend.parse, payload if isinstance(payload, dict) else {"devices": payload})
+    ascend.parse(payload if isinstance(payload, dict) else {"devices": payload})
+
+
+# -- the NPU's health beyond one bit (R-X7) ----------------------------------------------------
+
+ECC_ON = {
+    "enable_flag": 1,
+    "single_bit_error_cnt": 5,
+    "double_bit_error_cnt": 0,
+    "total_single_bit_error_cnt": 50,
+    "total_double_bit_error_cnt": 1,
+    "single_bit_isolated_pages_cnt": 4,
+    "double_bit_isolated_pages_cnt": 1,
+    "single_bit_next_isolated_pages_cnt": 0,
+    "double_bit_next_isolated_pages_cnt": 0,
+}
+NS = -8255  # device ID / function not supported
+
+
+def npu_health(**fields: Any) -> Any:
+    (card,) = parse(npu(**fields)).cards
+    return card.health
+
+
+def test_an_ascend_payload_recorded_before_the_health_reads_has_no_health() -> None:
+    """(R-X7) A recording without the ECC and frequency calls parses to the NPU it parsed to
+    before: no health figures, no capability rows."""
+    assert npu_health() is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "figure", "value", "reason"),
+    [
+        # ECC of the HBM: counts now and in total, isolated pages for each kind of error.
+        ({"dcmi_get_device_ecc_info": {"hbm": ECC_ON}}, "ecc_corrected_volatile", 5, None),
+        ({"dcmi_get_device_ecc_info": {"hbm": ECC_ON}}, "ecc_uncorrected_aggregate", 1, None),
+        ({"dcmi_get_device_ecc_info": {"hbm": ECC_ON}}, "remapped_rows_correctable", 4, None),
+        ({"dcmi_get_device_ecc_info": {"hbm": ECC_ON}}, "remapped_rows_uncorrectable", 1, None),
+        ({"dcmi_get_device_ecc_info": {"hbm": ECC_ON}}, "remapped_rows_pending", 0, None),
+        (
+            {
+                "dcmi_get_device_ecc_info": {
+                    "hbm": {**ECC_ON, "single_bit_next_isolated_pages_cnt": 3}
+                }
+            },
+            "remapped_rows_pending",
+            1,
+            None,
+        ),
+        (
+            {"dcmi_get_device_ecc_info": {"hbm": {**ECC_ON, "double_bit_error_cnt": 0xFFFFFFFE}}},
+            "ecc_uncorrected_volatile",
+            0xFFFFFFFE,
+            None,
+        ),
+        (
+            {"dcmi_get_device_ecc_info": {"hbm": {**ECC_ON, "double_bit_error_cnt": 0xFFFFFFFF}}},
+            "ecc_uncorrected_volatile",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (
+            {"dcmi_get_device_ecc_info": {"hbm": {**ECC_ON, "single_bit_error_cnt": -1}}},
+            "ecc_corrected_volatile",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (  # ECC off: every ECC figure unsupported, not zero
+            {"dcmi_get_device_ecc_info": {"hbm": {**ECC_ON, "enable_flag": 0}}},
+            "ecc_corrected_volatile",
+            None,
+            Reason.UNSUPPORTED,
+        ),
+        (  # no HBM (a DDR part): the DDR's answer
+            {"dcmi_get_device_ecc_info": {"hbm": err(NS), "ddr": ECC_ON}},
+            "ecc_corrected_aggregate",
+            50,
+            None,
+        ),
+        (
+            {"dcmi_get_device_ecc_info": {"hbm": err(NS), "ddr": err(NS)}},
+            "remapped_rows_uncorrectable",
+            None,
+            Reason.UNSUPPORTED,
+        ),
+        (
+            {"dcmi_get_device_ecc_info": {"hbm": err(-8002)}},
+            "ecc_uncorrected_volatile",
+            None,
+            Reason.PERMISSION,
+        ),
+        (
+            {"dcmi_get_device_ecc_info": {"hbm": ECC_ON}},
+            "remapped_rows_failed",
+            None,
+            Reason.UNSUPPORTED,
+        ),
+        # Frequencies in MHz: the AI cores' as the SM clock, HBM (else DDR) as memory.
+        ({"dcmi_get_device_frequency": {"aicore": 1800}}, "clock_sm_hz", 1_800_000_000, None),
+        ({"dcmi_get_device_frequency": {"aicore": 100_000}}, "clock_sm_hz", 10**11, None),
+        (
+            {"dcmi_get_device_frequency": {"aicore": 100_001}},
+            "clock_sm_hz",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (
+            {"dcmi_get_device_frequency": {"aicore": 0xFFFFFFFF}},
+            "clock_sm_hz",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (
+            {"dcmi_get_device_frequency": {"hbm": err(NS), "ddr": 3200}},
+            "clock_memory_hz",
+            3_200_000_000,
+            None,
+        ),
+        (
+            {"dcmi_get_device_frequency": {"hbm": 1600, "ddr": 3200}},
+            "clock_memory_hz",
+            1_600_000_000,
+            None,
+        ),
+        (
+            {"dcmi_get_device_frequency": {"aicore": err(-99998)}},
+            "clock_sm_hz",
+            None,
+            Reason.UNSUPPORTED,
+        ),
+        # No DCMI call answers these.
+        ({"dcmi_get_device_frequency": {}}, "energy_joules", None, Reason.UNSUPPORTED),
+        ({"dcmi_get_device_frequency": {}}, "throttle_reasons", None, Reason.UNSUPPORTED),
+        ({"dcmi_get_device_frequency": {}}, "pcie_replays", None, Reason.UNSUPPORTED),
+        ({"dcmi_get_device_frequency": {}}, "clock_graphics_hz", None, Reason.UNSUPPORTED),
+    ],
+)
+def test_each_ascend_health_figure_is_range_checked_and_says_why_it_is_absent(
+    fields: dict[str, Any], figure: str, value: Any, reason: Reason | None
+) -> None:
+    """(R-X7) Each figure from its DCMI answer, with the header's units (MHz) and sentinels:
+    in range it is published in base units; a failure is its code's reason; all ones, a
+    negative or above 100 GHz is `invalid_data`; ECC off and a figure no call answers are
+    `unsupported`, never 0."""
+    health = npu_health(**fields)
+    assert health is not None
+    assert (getattr(health, figure), health.reason(figure)) == (value, reason)

@@ -39,6 +39,26 @@ struct dcmi_die_id {
     unsigned int soc_die[DCMI_DIE_ID_COUNT];
 };
 
+/* ECC of one memory (enum dcmi_device_type: DDR 0, SRAM 1, HBM 2, NPU 3). */
+struct dcmi_ecc_info {
+    int enable_flag;
+    unsigned int single_bit_error_cnt;
+    unsigned int double_bit_error_cnt;
+    unsigned int total_single_bit_error_cnt;
+    unsigned int total_double_bit_error_cnt;
+    unsigned int single_bit_isolated_pages_cnt;
+    unsigned int double_bit_isolated_pages_cnt;
+    unsigned int single_bit_next_isolated_pages_cnt;
+    unsigned int double_bit_next_isolated_pages_cnt;
+};
+
+#define DCMI_DEVICE_TYPE_DDR 0
+#define DCMI_DEVICE_TYPE_HBM 2
+/* enum dcmi_freq_type, MHz */
+#define DCMI_FREQ_DDR 1
+#define DCMI_FREQ_HBM 6
+#define DCMI_FREQ_AICORE_CURRENT 7
+
 struct dcmi_hbm_info {
     unsigned long long memory_size; /* MB */
     unsigned int freq;
@@ -154,6 +174,9 @@ int dcmi_get_device_utilization_rate(int card_id, int device_id, int input_type,
 int dcmi_get_device_temperature(int card_id, int device_id, int *temperature);
 int dcmi_get_device_power_info(int card_id, int device_id, int *power);
 int dcmi_get_device_health(int card_id, int device_id, unsigned int *health);
+int dcmi_get_device_ecc_info(int card_id, int device_id, int input_type,
+                             struct dcmi_ecc_info *device_ecc_info);
+int dcmi_get_device_frequency(int card_id, int device_id, int input_type, unsigned int *frequency);
 int dcmi_get_device_resource_info(int card_id, int device_id, struct dcmi_proc_mem_info *proc_info,
                                   int *proc_num);
 int dcmi_get_device_info(int card_id, int device_id, int main_cmd, unsigned int sub_cmd, void *buf,

@@ -252,6 +252,60 @@ int dcmi_get_device_health(int card_id, int device_id, unsigned int *health) {
     return DCMI_OK;
 }
 
+/* -- the NPU's ECC and frequencies (issue 29) ------------------------------------------------ */
+
+int dcmi_get_device_ecc_info(int card_id, int device_id, int input_type,
+                             struct dcmi_ecc_info *device_ecc_info) {
+    const char *kind = input_type == DCMI_DEVICE_TYPE_HBM   ? "hbm"
+                       : input_type == DCMI_DEVICE_TYPE_DDR ? "ddr"
+                                                            : NULL;
+    ENTRY("dcmi_get_device_ecc_info");
+    if (!device_ecc_info)
+        return DCMI_ERR_INVALID_PARAMETER;
+    /* A memory the NPU does not have (a 310P has no HBM, a 910 answers HBM): not supported. */
+    if (!kind || strcmp(kind, fl_str("hbm", D "ecc_memory", d)) != 0)
+        return DCMI_ERR_NOT_SUPPORT;
+    memset(device_ecc_info, 0, sizeof *device_ecc_info);
+    device_ecc_info->enable_flag = (int)fl_int(1, D "ecc.enable", d);
+    device_ecc_info->single_bit_error_cnt = (unsigned int)fl_u64(0, D "ecc.single", d);
+    device_ecc_info->double_bit_error_cnt = (unsigned int)fl_u64(0, D "ecc.double", d);
+    device_ecc_info->total_single_bit_error_cnt = (unsigned int)fl_u64(0, D "ecc.total_single", d);
+    device_ecc_info->total_double_bit_error_cnt = (unsigned int)fl_u64(0, D "ecc.total_double", d);
+    device_ecc_info->single_bit_isolated_pages_cnt =
+        (unsigned int)fl_u64(0, D "ecc.single_isolated", d);
+    device_ecc_info->double_bit_isolated_pages_cnt =
+        (unsigned int)fl_u64(0, D "ecc.double_isolated", d);
+    device_ecc_info->single_bit_next_isolated_pages_cnt =
+        (unsigned int)fl_u64(0, D "ecc.single_next", d);
+    device_ecc_info->double_bit_next_isolated_pages_cnt =
+        (unsigned int)fl_u64(0, D "ecc.double_next", d);
+    return DCMI_OK;
+}
+
+int dcmi_get_device_frequency(int card_id, int device_id, int input_type, unsigned int *frequency) {
+    const char *kind = input_type == DCMI_FREQ_AICORE_CURRENT ? "aicore"
+                       : input_type == DCMI_FREQ_HBM          ? "hbm"
+                       : input_type == DCMI_FREQ_DDR          ? "ddr"
+                                                              : NULL;
+    const char *value;
+    ENTRY("dcmi_get_device_frequency");
+    if (!frequency)
+        return DCMI_ERR_INVALID_PARAMETER;
+    if (!kind)
+        return DCMI_ERR_NOT_SUPPORT;
+    value = fl_get(D "freq.%s", d, kind);
+    if (!value) { /* the fake's defaults, MHz: a 910B's AI cores and HBM; no DDR */
+        if (strcmp(kind, "ddr") == 0)
+            return DCMI_ERR_NOT_SUPPORT;
+        *frequency = strcmp(kind, "aicore") == 0 ? 1800u : 1600u;
+        return DCMI_OK;
+    }
+    if (strcmp(value, "unsupported") == 0)
+        return DCMI_ERR_NOT_SUPPORT;
+    *frequency = (unsigned int)strtoull(value, NULL, 10);
+    return DCMI_OK;
+}
+
 int dcmi_get_device_resource_info(int card_id, int device_id, struct dcmi_proc_mem_info *proc_info,
                                   int *proc_num) {
     int n;

@@ -25,8 +25,10 @@ WORKER_BYTES = 57280 * MIB  # one vLLM worker on a 910B2
 
 def two_devices_on_one_card() -> list[dict[str, Any]]:
     """An Atlas 300I Duo as card 4: two 310P3 NPUs (devices 0 and 1) and the card's MCU
-    (device 2), DDR memory only: the HBM query answers not-supported."""
+    (device 2), DDR memory only: the HBM query answers not-supported, and so do the HBM's ECC
+    and frequency; the DDR's answer instead."""
     no_hbm = {"dcmi_get_device_hbm_info": NOT_SUPPORTED}
+    ddr = {"ecc_memory": "ddr", "freq": {"hbm": "unsupported", "ddr": 3200}}
     return [
         device(
             4,
@@ -39,6 +41,7 @@ def two_devices_on_one_card() -> list[dict[str, Any]]:
             temp=58,
             power=0,
             errors=no_hbm,
+            **ddr,
         ),
         device(
             4,
@@ -51,6 +54,7 @@ def two_devices_on_one_card() -> list[dict[str, Any]]:
             temp=51,
             power=0,
             errors=no_hbm,
+            **ddr,
         ),
         device(4, 2, type=1, n=9),  # the MCU: not an accelerator
     ]
@@ -146,3 +150,45 @@ def lost_one_of_eight(at_start: bool = False) -> list[dict[str, Any]]:
     cards = eight_910b2()
     cards[5]["lost" if at_start else "lost_after"] = 1
     return cards
+
+
+UINT32_MAX = 0xFFFFFFFF
+
+
+def health_910b2() -> list[dict[str, Any]]:
+    """Issue 29's figures on three 910B2. NPU 0 answers every one DCMI declares: HBM ECC (3
+    single-bit and 1 double-bit error now, 40 and 2 in total, 2 and 1 pages isolated, one page
+    to be isolated next), AI cores at 1650 MHz, HBM at 1600 MHz. NPU 1 has ECC off and answers
+    no frequency. NPU 2 answers the all-ones "not available" for one ECC count and the AI core
+    frequency, and a memory frequency above 100 GHz."""
+    return [
+        device(
+            0,
+            n=0,
+            **B2,
+            ecc={
+                "single": 3,
+                "double": 1,
+                "total_single": 40,
+                "total_double": 2,
+                "single_isolated": 2,
+                "double_isolated": 1,
+                "double_next": 1,
+            },
+            freq={"aicore": 1650, "hbm": 1600},
+        ),
+        device(
+            1,
+            n=1,
+            **B2,
+            ecc={"enable": 0},
+            errors={"dcmi_get_device_frequency": NOT_SUPPORTED},
+        ),
+        device(
+            2,
+            n=2,
+            **B2,
+            ecc={"total_single": UINT32_MAX},
+            freq={"aicore": UINT32_MAX, "hbm": 100_001},
+        ),
+    ]
