@@ -47,6 +47,11 @@ TEMPERATURE_HOTSPOT = 0  # the chip's hottest point, in hundredths of a degree
 # mxSmlVersionUnit_t
 VERSION_DRIVER = 1
 INIT_FLAG_REINIT = 1
+# mxSmlClockIp_t of mxSmlGetClocks (MHz): the memory controller and the compute cores of a
+# C-class card; mxSmlGetClocks fills the domain's clocks, the first being the one nvtop shows.
+CLOCK_MC0 = 3
+CLOCK_XCORE = 11
+MAX_CLOCKS = 16  # the header says at most 9 per domain
 
 BDF_LEN = 32
 UUID_LEN = 96
@@ -135,6 +140,19 @@ class SgpuInfo(ctypes.Structure):
     ]
 
 
+class EccErrorCount(ctypes.Structure):
+    """mxSmlEccErrorCount_t: corrected and uncorrected errors of the SRAM and of the DRAM, and
+    the retired pages (20 bytes)."""
+
+    _fields_ = (
+        ("sramCE", c_uint),
+        ("sramUE", c_uint),
+        ("dramCE", c_uint),
+        ("dramUE", c_uint),
+        ("retiredPage", c_uint),
+    )
+
+
 class SgpuMemoryInfo(ctypes.Structure):
     """A slice GPU's memory in bytes."""
 
@@ -169,6 +187,10 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     # Newer libraries: the id MetaX's device plugin registered the sGPU under with the kubelet.
     "mxSmlGetSgpuAnnotationsId": (c_uint, [c_uint, c_uint, c_char_p, _U]),
     "mxSmlGetErrorString": (c_char_p, [c_uint]),
+    # The card's health figures (issue 29).
+    "mxSmlGetTotalEccErrors": (c_uint, [c_uint, POINTER(EccErrorCount)]),
+    "mxSmlGetCurrentClocksThrottleReason": (c_uint, [c_uint, POINTER(ctypes.c_ulonglong)]),
+    "mxSmlGetClocks": (c_uint, [c_uint, c_uint, _U, POINTER(c_uint)]),
 }
 REQUIRED = ("mxSmlInit", "mxSmlGetDeviceCount", "mxSmlGetDeviceInfo")
 

@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 from devicemanager.backend import BackendUnavailable, Library
 from devicemanager.model import (
     Card,
+    CardHealth,
     DeviceProcesses,
     PartitionReading,
     Payload,
@@ -178,6 +179,90 @@ def _temperature(value: Any) -> float | None:
     return None if number is None else round(number / 100.0, 2)  # hundredths of a degree
 
 
+ECC = "mxSmlGetTotalEccErrors"
+THROTTLE = "mxSmlGetCurrentClocksThrottleReason"
+CLOCKS = "mxSmlGetClocks"
+UINT32_MAX = 0xFFFFFFFF
+UINT64_MAX = 0xFFFFFFFFFFFFFFFF
+MAX_CLOCK_MHZ = 100_000  # 100 GHz: no clock is near it
+# mxsmlClocksThrottleReason* bits by the reason names the figures use, where MetaX's own
+# NVML-compatible extension (MxSmlExtension.h) maps one bit to one NVML reason; the reasons it
+# maps only to its catch-all "other" bit (hw_slowdown, hw_thermal_slowdown, sync_boost,
+# display_clock_setting) are not reported.
+METAX_THROTTLE_BITS: tuple[tuple[str, int], ...] = (
+    ("gpu_idle", 0x1),
+    ("applications_clocks_setting", 0x2),
+    ("sw_power_cap", 0x4),
+    ("sw_thermal_slowdown", 0x40),
+    ("hw_power_brake_slowdown", 0x100),
+)
+# Figures no MXSML call answers (no energy counter, PCIe replay counter or graphics clock is
+# declared; "total" ECC counts are not split by lifetime; no pending or failed repair).
+METAX_UNSUPPORTED = (
+    "ecc_corrected_aggregate",
+    "ecc_uncorrected_aggregate",
+    "remapped_rows_correctable",
+    "remapped_rows_pending",
+    "remapped_rows_failed",
+    "energy_joules",
+    "clock_graphics_hz",
+    "pcie_replays",
+)
+
+
+def _unsigned(value: Any, ceiling: int) -> tuple[int | None, Reason | None]:
+    """An unsigned field MXSML answered, or why it is absent; all ones is `invalid_data`."""
+    if (code := error_code(value)) is not None:
+        return None, reason_for(code)
+    number = as_int(value)
+    if number is None or not 0 <= number < ceiling:
+        return None, Reason.INVALID_DATA
+    return number, None
+
+
+def parse_health(device: Mapping[str, Any]) -> CardHealth | None:
+    """The card's ECC counts, retired pages, throttle reasons and clocks (R-X7), in base
+    units, each absent with its reason; None where the payload was recorded before they were
+    read. ECC counts are the SRAM's and the DRAM's together, as NVML's total counts are."""
+    if not any(key in device for key in (ECC, THROTTLE, CLOCKS)):
+        return None
+    found: dict[str, tuple[Any, Reason | None]] = {}
+    ecc = device.get(ECC)
+    if ecc is not None:
+        for figure, keys in (
+            ("ecc_corrected_volatile", ("sramCE", "dramCE")),
+            ("ecc_uncorrected_volatile", ("sramUE", "dramUE")),
+            ("remapped_rows_uncorrectable", ("retiredPage",)),
+        ):
+            parts = [_unsigned(ecc.get(k) if _answer(ecc) else ecc, UINT32_MAX) for k in keys]
+            bad = next((r for _, r in parts if r is not None), None)
+            found[figure] = (None, bad) if bad else (sum(n or 0 for n, _ in parts), None)
+    mask = device.get(THROTTLE)
+    if mask is not None:
+        bits, reason = _unsigned(mask, UINT64_MAX)
+        active = (
+            None if bits is None else tuple((n, bool(bits & b)) for n, b in METAX_THROTTLE_BITS)
+        )
+        found["throttle_reasons"] = (active, reason)
+    clocks = device.get(CLOCKS)
+    if clocks is not None:
+        for figure, key in (("clock_sm_hz", "xcore"), ("clock_memory_hz", "mc0")):
+            answer = clocks.get(key) if _answer(clocks) else clocks
+            if (code := error_code(answer)) is not None:
+                found[figure] = (None, reason_for(code))
+                continue
+            first = answer[0] if isinstance(answer, list) and answer else None
+            mhz, reason = _unsigned(first, UINT32_MAX)
+            if mhz is not None and mhz > MAX_CLOCK_MHZ:
+                mhz, reason = None, Reason.INVALID_DATA
+            found[figure] = (None if mhz is None else mhz * 1_000_000, reason)
+    for figure in METAX_UNSUPPORTED:
+        found[figure] = (None, Reason.UNSUPPORTED)
+    figures = {name: value for name, (value, why) in found.items() if why is None}
+    why = tuple((name, r) for name, (_, r) in found.items() if r is not None)
+    return CardHealth(**figures, reasons=why)
+
+
 def parse_card(device: Mapping[str, Any], node: str | None) -> Card | None:
     """A physical card, or None for a virtual function or a card that never said who it is."""
     index = _count(device.get("deviceId"))
@@ -206,6 +291,7 @@ def parse_card(device: Mapping[str, Any], node: str | None) -> Card | None:
         unhealthy_reason=reason,
         aliases=(hami_alias(node, index),) if node else (),
         address=(("bdf", bdf),) if isinstance(bdf, str) and bdf else (),
+        health=parse_health(device),
     )
 
 
@@ -593,6 +679,29 @@ class MetaxBackend:
         out["sgpus"] = slots
         return out
 
+    def _clocks(self, index: int, domain: int) -> Any:
+        """One clock domain's clocks (MHz), as mxSmlGetClocks fills them."""
+        fn = self._fn(CLOCKS)
+        if fn is None:
+            return error(mx.FUNCTION_NOT_FOUND)
+        clocks = (ctypes.c_uint * mx.MAX_CLOCKS)()
+        size = ctypes.c_uint(mx.MAX_CLOCKS)
+        rc = int(fn(index, domain, ctypes.byref(size), clocks))
+        if rc != mx.SUCCESS:
+            return error(rc)
+        return [int(c) for c in clocks[: min(size.value, mx.MAX_CLOCKS)]]
+
+    def _health(self, index: int) -> dict[str, Any]:
+        """The answers CardHealth is parsed from (R-X7), keyed by entry point."""
+        return {
+            ECC: self._struct(ECC, mx.EccErrorCount, index),
+            THROTTLE: self._int(THROTTLE, index, ctype=ctypes.c_ulonglong),
+            CLOCKS: {
+                "xcore": self._clocks(index, mx.CLOCK_XCORE),
+                "mc0": self._clocks(index, mx.CLOCK_MC0),
+            },
+        }
+
     def _device(self, index: int, carved: frozenset[str], sliced: frozenset[str]) -> dict[str, Any]:
         device: dict[str, Any] = {"deviceId": index}
         info = self._struct("mxSmlGetDeviceInfo", mx.DeviceInfo, index)
@@ -621,6 +730,7 @@ class MetaxBackend:
             "mxSmlGetTemperatureInfo", index, mx.TEMPERATURE_HOTSPOT
         )
         device["mxSmlGetBoardPowerInfo"] = self._power(index)
+        device.update(self._health(index))
         if ids & carved:
             device.update(self._processes(index))
         if ids & (carved | sliced):

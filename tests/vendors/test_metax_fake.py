@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -453,6 +454,112 @@ def test_a_partition_grant_naming_the_sgpu_reads_it_directly(
 
 
 # -- the whole agent --------------------------------------------------------------------------
+
+
+# -- the card's health beyond one bit (R-X7) ---------------------------------------------------
+
+
+def test_card_health_through_our_ctypes(libmxsml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    """(R-X7) ECC (SRAM and DRAM) and retired pages, the throttle mask in MetaX's own bits and
+    the Xcore and memory clocks as MXSML answers them through our declarations: in base units;
+    OperationNotSupport is `unsupported`; all ones is `invalid_data`; energy, PCIe replays,
+    aggregate ECC and the graphics clock have no call (`unsupported`)."""
+    scenario(*scenarios.health())
+    (payload,) = read(libmxsml, ReadRequest())
+    full, blind, odd = (c.health for c in parse(payload).cards)
+    assert full is not None and blind is not None and odd is not None
+    assert (
+        full.ecc_corrected_volatile,
+        full.ecc_uncorrected_volatile,
+        full.remapped_rows_uncorrectable,
+    ) == (7, 1, 3)
+    assert full.throttle_reasons is not None
+    assert [r for r, on in full.throttle_reasons if on] == [
+        "sw_power_cap",
+        "hw_power_brake_slowdown",
+    ]
+    assert (full.clock_sm_hz, full.clock_memory_hz) == (1_500_000_000, 1_800_000_000)
+    never = {
+        "ecc_corrected_aggregate",
+        "ecc_uncorrected_aggregate",
+        "remapped_rows_correctable",
+        "remapped_rows_pending",
+        "remapped_rows_failed",
+        "energy_joules",
+        "clock_graphics_hz",
+        "pcie_replays",
+    }
+    assert dict(full.reasons) == dict.fromkeys(never, Reason.UNSUPPORTED)
+    assert {k for k, r in blind.reasons if r is Reason.UNSUPPORTED} == never | {
+        "ecc_corrected_volatile",
+        "ecc_uncorrected_volatile",
+        "remapped_rows_uncorrectable",
+        "throttle_reasons",
+        "clock_memory_hz",
+    }
+    assert {k: r for k, r in odd.reasons if r is not Reason.UNSUPPORTED} == {
+        "ecc_uncorrected_volatile": Reason.INVALID_DATA,
+        "throttle_reasons": Reason.INVALID_DATA,
+        "clock_sm_hz": Reason.INVALID_DATA,
+    }
+    # The domain's clocks as the library filled them.
+    assert payload["devices"][0]["mxSmlGetClocks"]["xcore"] == [1500, 1500]
+
+
+def test_the_whole_agent_publishes_c500_health(
+    libmxsml: Path, scenario, tmp_path: Path, launch
+) -> None:  # type: ignore[no-untyped-def]
+    """(R-X7) Over real HTTPS on a C500 node: ECC counters in `_total`, retired pages under the
+    remapped-rows family, throttle reasons 0/1, clocks in Hz, energy with no sample and its
+    capability saying `unsupported`; promtool takes the text with nothing to say."""
+    path = scenario(*scenarios.health())
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "pods.json").write_text(json.dumps({"kind": "PodList", "items": []}))
+    agent: Agent = launch(
+        "--manufacturer",
+        "metax",
+        "--vendor-library",
+        f"metax={libmxsml}",
+        "--pods-file",
+        str(tmp_path / "pods.json"),
+        "--proc-root",
+        str(tmp_path / "proc"),
+        "--monitor-period",
+        "0.5",
+        env={fake.SCENARIO_ENV: str(path), "KUBERNETES_NODE_NAME": "n1"},
+    )
+    agent.wait_for("/readyz", 200)
+    with agent.client() as client:
+        text = client.get("/metrics").content
+    assert "# TYPE gpustack_accelerator_ecc_errors_total counter" in text.decode().splitlines()
+    got = series(text)
+
+    def by_card(name: str, **match: str) -> dict[str, float]:
+        return {
+            ls["id"]: v
+            for ls, v in got.get(name, [])
+            if all(ls.get(k) == want for k, want in match.items())
+        }
+
+    pre = "gpustack_accelerator_"
+    assert by_card(f"{pre}ecc_errors", error="corrected", counter="volatile") == {
+        gpu(90): 7.0,
+        gpu(92): 0.0,
+    }
+    assert by_card(f"{pre}remapped_rows", state="uncorrectable") == {gpu(90): 3.0, gpu(92): 0.0}
+    assert by_card(f"{pre}clock_throttle_active", reason="sw_power_cap") == {gpu(90): 1.0}
+    assert by_card(f"{pre}clock_throttle_active", reason="hw_slowdown") == {}
+    assert by_card(f"{pre}clock_hertz", clock="sm") == {gpu(90): 1.5e9, gpu(91): 1.6e9}
+    assert by_card(f"{pre}energy_joules") == {}
+    assert by_card(f"{pre}figure_capability", figure="pcie_replays", reason="unsupported") == {
+        gpu(n): 0.0 for n in (90, 91, 92)
+    }
+    promtool = shutil.which("promtool")
+    if promtool is not None:
+        result = subprocess.run(
+            [promtool, "check", "metrics"], input=text, capture_output=True, check=False
+        )
+        assert result.returncode == 0 and result.stdout + result.stderr == b"", result
 
 
 def test_the_whole_agent_on_the_fake_c500_with_sgpu_slices(

@@ -118,6 +118,40 @@ TABLE: dict[str, Case] = {
         carved(gpu(70)),
         {"rows": {gpu(70): []}, "reasons": {gpu(70): Reason.TRUNCATED}},
     ),
+    "c500-health": Case(
+        scenarios.health,
+        ReadRequest(),
+        {
+            "health": {
+                gpu(90): {
+                    "ecc_corrected_volatile": 7,  # SRAM 2 + DRAM 5
+                    "ecc_uncorrected_volatile": 1,
+                    "ecc_corrected_aggregate": Reason.UNSUPPORTED,
+                    "remapped_rows_uncorrectable": 3,
+                    "remapped_rows_pending": Reason.UNSUPPORTED,
+                    "throttle_active": ["sw_power_cap", "hw_power_brake_slowdown"],
+                    "clock_sm_hz": 1_500_000_000,
+                    "clock_memory_hz": 1_800_000_000,
+                    "clock_graphics_hz": Reason.UNSUPPORTED,
+                    "energy_joules": Reason.UNSUPPORTED,
+                    "pcie_replays": Reason.UNSUPPORTED,
+                },
+                gpu(91): {
+                    "ecc_corrected_volatile": Reason.UNSUPPORTED,
+                    "remapped_rows_uncorrectable": Reason.UNSUPPORTED,
+                    "throttle_reasons": Reason.UNSUPPORTED,
+                    "clock_sm_hz": 1_600_000_000,  # the fake's default
+                    "clock_memory_hz": Reason.UNSUPPORTED,
+                },
+                gpu(92): {
+                    "ecc_corrected_volatile": 0,
+                    "ecc_uncorrected_volatile": Reason.INVALID_DATA,
+                    "throttle_reasons": Reason.INVALID_DATA,
+                    "clock_sm_hz": Reason.INVALID_DATA,
+                },
+            }
+        },
+    ),
 }
 
 
@@ -165,6 +199,19 @@ def test_parse_over_the_fixture(name: str) -> None:
         assert {p.memory_reason for p in reading.partitions} == {facts["partition_reason"]}
     if "via" in facts:
         assert reading.via == facts["via"]
+    for card in reading.cards:
+        want = facts.get("health", {}).get(card.id)
+        if want is None:
+            continue
+        health = card.health
+        assert health is not None, card.id
+        for figure, value in want.items():
+            if figure == "throttle_active":
+                assert health.throttle_reasons is not None, card.id
+                assert [r for r, on in health.throttle_reasons if on] == value, card.id
+                continue
+            pair = (None, value) if isinstance(value, Reason) else (value, None)
+            assert (getattr(health, figure), health.reason(figure)) == pair, (card.id, figure)
 
 
 @pytest.mark.parametrize("name", sorted(TABLE))

@@ -106,6 +106,10 @@ STRUCTS: dict[str, tuple[type[ctypes.Structure], list[str]]] = {
         ],
     ),
     "mxSmlSgpuMemoryInfo_t": (mx.SgpuMemoryInfo, ["total", "used", "free"]),
+    "mxSmlEccErrorCount_t": (
+        mx.EccErrorCount,
+        ["sramCE", "sramUE", "dramCE", "dramUE", "retiredPage"],
+    ),
 }
 
 
@@ -126,6 +130,7 @@ def test_our_ctypes_structs_are_laid_out_as_gcc_lays_out_our_declarations(tmp_pa
         assert got["mxSmlProcessInfo_v2_t"].size == 3656
         assert got["mxSmlProcessInfo_v3_t"].size == 3656
         assert got["mxSmlDeviceInfo_t"].size == 184
+        assert got["mxSmlEccErrorCount_t"].size == 20  # five unsigned counts (R-X7)
 
 
 def test_every_entry_point_we_declare_is_in_our_header_and_exported_by_the_fake(

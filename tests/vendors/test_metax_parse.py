@@ -429,3 +429,132 @@ def test_otherwise_the_holder_has_no_compute_figure(
     result = slices_run(tmp_path, pids, parts)
     assert result.entry("a").cores_utilization_percent is None
     assert result.entry("a").memory_used_mib is not None  # memory is still per process
+
+
+# -- the card's health beyond one bit (R-X7) ---------------------------------------------------
+
+ECC = {"sramCE": 1, "sramUE": 0, "dramCE": 4, "dramUE": 2, "retiredPage": 6}
+
+
+def card_health(**entries: Any) -> Any:
+    (c,) = reading(device(**entries)).cards
+    return c.health
+
+
+def test_a_metax_payload_recorded_before_the_health_reads_has_no_health() -> None:
+    """(R-X7) A recording without the ECC, throttle and clock calls parses to the card it
+    parsed to before: no health figures, no capability rows."""
+    assert card_health() is None
+
+
+@pytest.mark.parametrize(
+    ("entries", "figure", "value", "reason"),
+    [
+        # ECC: the SRAM's and the DRAM's together, as NVML's total counts are.
+        ({"mxSmlGetTotalEccErrors": ECC}, "ecc_corrected_volatile", 5, None),
+        ({"mxSmlGetTotalEccErrors": ECC}, "ecc_uncorrected_volatile", 2, None),
+        ({"mxSmlGetTotalEccErrors": ECC}, "remapped_rows_uncorrectable", 6, None),
+        (
+            {"mxSmlGetTotalEccErrors": {**ECC, "sramUE": 0xFFFFFFFF}},
+            "ecc_uncorrected_volatile",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (
+            {"mxSmlGetTotalEccErrors": {**ECC, "dramCE": 0xFFFFFFFE, "sramCE": 0}},
+            "ecc_corrected_volatile",
+            0xFFFFFFFE,
+            None,
+        ),
+        (
+            {"mxSmlGetTotalEccErrors": {**ECC, "retiredPage": -1}},
+            "remapped_rows_uncorrectable",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (
+            {"mxSmlGetTotalEccErrors": NOT_SUPPORTED},
+            "ecc_corrected_volatile",
+            None,
+            Reason.UNSUPPORTED,
+        ),
+        (
+            {"mxSmlGetTotalEccErrors": {"error": "FunctionNotFound", "code": 999}},
+            "remapped_rows_uncorrectable",
+            None,
+            Reason.UNSUPPORTED,
+        ),
+        ({"mxSmlGetTotalEccErrors": ECC}, "ecc_uncorrected_aggregate", None, Reason.UNSUPPORTED),
+        ({"mxSmlGetTotalEccErrors": ECC}, "remapped_rows_pending", None, Reason.UNSUPPORTED),
+        # Clocks in MHz, the domain's first clock.
+        ({"mxSmlGetClocks": {"xcore": [1500, 1400]}}, "clock_sm_hz", 1_500_000_000, None),
+        ({"mxSmlGetClocks": {"xcore": [100_000]}}, "clock_sm_hz", 10**11, None),
+        ({"mxSmlGetClocks": {"xcore": [100_001]}}, "clock_sm_hz", None, Reason.INVALID_DATA),
+        ({"mxSmlGetClocks": {"xcore": []}}, "clock_sm_hz", None, Reason.INVALID_DATA),
+        ({"mxSmlGetClocks": {"mc0": [0xFFFFFFFF]}}, "clock_memory_hz", None, Reason.INVALID_DATA),
+        ({"mxSmlGetClocks": {"mc0": NOT_SUPPORTED}}, "clock_memory_hz", None, Reason.UNSUPPORTED),
+        (
+            {"mxSmlGetClocks": {"mc0": {"error": "PermissionDenied", "code": 8}}},
+            "clock_memory_hz",
+            None,
+            Reason.PERMISSION,
+        ),
+        ({"mxSmlGetClocks": {"mc0": [1800]}}, "clock_graphics_hz", None, Reason.UNSUPPORTED),
+        # No call: energy, PCIe replays.
+        ({"mxSmlGetClocks": {}}, "energy_joules", None, Reason.UNSUPPORTED),
+        ({"mxSmlGetClocks": {}}, "pcie_replays", None, Reason.UNSUPPORTED),
+        # The throttle mask: all ones is no mask.
+        (
+            {"mxSmlGetCurrentClocksThrottleReason": 0xFFFFFFFFFFFFFFFF},
+            "throttle_reasons",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (
+            {"mxSmlGetCurrentClocksThrottleReason": NOT_SUPPORTED},
+            "throttle_reasons",
+            None,
+            Reason.UNSUPPORTED,
+        ),
+    ],
+)
+def test_each_metax_health_figure_is_range_checked_and_says_why_it_is_absent(
+    entries: dict[str, Any], figure: str, value: Any, reason: Reason | None
+) -> None:
+    """(R-X7) Each figure from its MXSML answer, with the header's units (MHz) and sentinels:
+    in range it is published in base units; a failure is its code's reason; all ones, a
+    negative, no clock at all or above 100 GHz is `invalid_data`; a figure no call answers is
+    `unsupported`, never 0."""
+    health = card_health(**entries)
+    assert health is not None
+    assert (getattr(health, figure), health.reason(figure)) == (value, reason)
+
+
+@pytest.mark.parametrize(
+    ("mask", "active"),
+    [
+        (0x0, []),
+        (0x1, ["gpu_idle"]),
+        (0x2 | 0x40, ["applications_clocks_setting", "sw_thermal_slowdown"]),
+        (0x4 | 0x100, ["sw_power_cap", "hw_power_brake_slowdown"]),
+        # Chip, VR and HBM over-temperature, peak current, di/dt, dynamic and "other" name no
+        # NVML reason one-to-one: no reason of ours turns on for them.
+        (0x8 | 0x10 | 0x20 | 0x80 | 0x200 | 0x400 | 0x80000000, []),
+    ],
+)
+def test_metax_throttle_bits_map_onto_the_reasons_metax_maps_them_to(
+    mask: int, active: list[str]
+) -> None:
+    """(R-X7) mxsmlClocksThrottleReason* bits are MetaX's own, not NVML's: each is read as the
+    NVML reason MetaX's own compatibility header maps it to, and only those reasons are
+    reported (a reason MetaX cannot tell apart is absent, not 0)."""
+    health = card_health(mxSmlGetCurrentClocksThrottleReason=mask)
+    assert health is not None and health.throttle_reasons is not None
+    assert [r for r, on in health.throttle_reasons if on] == active
+    assert [r for r, _ in health.throttle_reasons] == [
+        "gpu_idle",
+        "applications_clocks_setting",
+        "sw_power_cap",
+        "sw_thermal_slowdown",
+        "hw_power_brake_slowdown",
+    ]

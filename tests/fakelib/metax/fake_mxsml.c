@@ -18,7 +18,11 @@
  *   - sGPU calls answer OperationNotSupport when sGPU mode is off or the slot is empty;
  *     _v3 rows carry the sGPU id, -1 for the whole card;
  *   - memory in KB, temperature x100, power per supply rail in mW, sGPU usage in 1/10000;
- *   - a second mxSmlInit does not look for cards again; mxSmlInitWithFlags(REINIT) does.
+ *   - a second mxSmlInit does not look for cards again; mxSmlInitWithFlags(REINIT) does;
+ *   - the health figures (issue 29): SRAM and DRAM ECC counts and retired pages, the
+ *     clocks-throttle mask in MetaX's own bits, each clock domain's clocks in MHz (InvalidInput
+ *     for a domain other than Xcore and Mc0; InsufficientSize with the count for a short
+ *     buffer); all-ones values answered as the scenario gives them.
  *
  * Built variants (FakeLibrary.defines): FAKE_MXSML_NO_V3 and FAKE_MXSML_NO_V2 leave out those
  * process entry points, FAKE_MXSML_NO_ANNOTATIONS the sGPU annotations id (older libraries).
@@ -192,6 +196,61 @@ mxsml_rc mxSmlGetTemperatureInfo(unsigned int deviceId, unsigned int sensor, int
     if (!temperature || sensor != MXSML_TEMPERATURE_HOTSPOT)
         return MXSML_INVALID_INPUT;
     *temperature = (int)fl_int(4000, D "temp", d); /* degrees C x 100 */
+    return MXSML_OK;
+}
+
+/* -- the card's ECC, throttle reasons and clocks (issue 29) ---------------------------------- */
+
+mxsml_rc mxSmlGetTotalEccErrors(unsigned int deviceId, mxSmlEccErrorCount_t *eccCounts) {
+    CARD("mxSmlGetTotalEccErrors");
+    if (!eccCounts)
+        return MXSML_INVALID_INPUT;
+    eccCounts->sramCE = (unsigned int)fl_u64(0, D "ecc.sram_ce", d);
+    eccCounts->sramUE = (unsigned int)fl_u64(0, D "ecc.sram_ue", d);
+    eccCounts->dramCE = (unsigned int)fl_u64(0, D "ecc.dram_ce", d);
+    eccCounts->dramUE = (unsigned int)fl_u64(0, D "ecc.dram_ue", d);
+    eccCounts->retiredPage = (unsigned int)fl_u64(0, D "ecc.retired", d);
+    return MXSML_OK;
+}
+
+mxsml_rc mxSmlGetCurrentClocksThrottleReason(unsigned int deviceId,
+                                             unsigned long long *clocksThrottleReasons) {
+    CARD("mxSmlGetCurrentClocksThrottleReason");
+    if (!clocksThrottleReasons)
+        return MXSML_INVALID_INPUT;
+    *clocksThrottleReasons = fl_u64(0, D "throttle", d); /* mxsmlClocksThrottleReason* bits */
+    return MXSML_OK;
+}
+
+mxsml_rc mxSmlGetClocks(unsigned int deviceId, unsigned int clockIp, unsigned int *clocksSize,
+                        unsigned int *clocksMhz) {
+    const char *domain = clockIp == MXSML_CLOCK_XCORE ? "xcore"
+                         : clockIp == MXSML_CLOCK_MC0 ? "mc0"
+                                                      : NULL;
+    const char *fault;
+    unsigned int n;
+    CARD("mxSmlGetClocks");
+    if (!clocksSize || !clocksMhz || !domain)
+        return MXSML_INVALID_INPUT; /* a domain not valid for this card */
+    if ((fault = fl_get(D "clock_faults.%s", d, domain)) != NULL)
+        return (mxsml_rc)atoi(fault);
+    n = (unsigned int)fl_count(D "clocks.%s", d, domain);
+    if (n == 0) { /* the fake's defaults, MHz: one clock per domain */
+        if (*clocksSize < 1) {
+            *clocksSize = 1;
+            return MXSML_INSUFFICIENT_SIZE;
+        }
+        clocksMhz[0] = clockIp == MXSML_CLOCK_XCORE ? 1600u : 1800u;
+        *clocksSize = 1;
+        return MXSML_OK;
+    }
+    if (*clocksSize < n) {
+        *clocksSize = n;
+        return MXSML_INSUFFICIENT_SIZE;
+    }
+    for (unsigned int i = 0; i < n; i++)
+        clocksMhz[i] = (unsigned int)fl_u64(0, D "clocks.%s.%d", d, domain, (int)i);
+    *clocksSize = n;
     return MXSML_OK;
 }
 

@@ -35,6 +35,9 @@ typedef unsigned int mxsml_rc;
 #define MXSML_TEMPERATURE_HOTSPOT 0u
 #define MXSML_VERSION_DRIVER 1u
 #define MXSML_INIT_REINIT 1u
+/* mxSmlClockIp_t: the memory controller and the compute cores of a C-class card (MHz). */
+#define MXSML_CLOCK_MC0 3u
+#define MXSML_CLOCK_XCORE 11u
 
 #define MXSML_BDF_LEN 32
 #define MXSML_UUID_LEN 96
@@ -115,6 +118,15 @@ typedef struct {
     mxSmlProcessGpuInfo_v3_t processGpuInfo[MXSML_GPUS_PER_PROCESS];
 } mxSmlProcessInfo_v3_t;
 
+/* ECC error counts of the SRAM and the DRAM, and the pages retired. */
+typedef struct {
+    unsigned int sramCE;
+    unsigned int sramUE;
+    unsigned int dramCE;
+    unsigned int dramUE;
+    unsigned int retiredPage;
+} mxSmlEccErrorCount_t;
+
 /* A slice GPU: quotas in MB and percent. */
 typedef struct {
     unsigned int parentDeviceId;
@@ -144,6 +156,11 @@ mxsml_rc mxSmlGetDeviceState(unsigned int deviceId, int *state);
 mxsml_rc mxSmlGetMemoryInfo(unsigned int deviceId, mxSmlMemoryInfo_t *memory);
 mxsml_rc mxSmlGetDeviceIpUsage(unsigned int deviceId, unsigned int ip, int *usage);
 mxsml_rc mxSmlGetTemperatureInfo(unsigned int deviceId, unsigned int sensor, int *temperature);
+mxsml_rc mxSmlGetTotalEccErrors(unsigned int deviceId, mxSmlEccErrorCount_t *eccCounts);
+mxsml_rc mxSmlGetCurrentClocksThrottleReason(unsigned int deviceId,
+                                             unsigned long long *clocksThrottleReasons);
+mxsml_rc mxSmlGetClocks(unsigned int deviceId, unsigned int clockIp, unsigned int *clocksSize,
+                        unsigned int *clocksMhz);
 mxsml_rc mxSmlGetBoardPowerInfo(unsigned int deviceId, unsigned int *size,
                                 mxSmlBoardWayElectricInfo_t *ways);
 mxsml_rc mxSmlGetSingleGpuProcess(unsigned int deviceId, unsigned int *count,

@@ -121,3 +121,43 @@ def list_grows(mode: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 def n_class() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """An N-class card, whose compute is the DLA's, not Xcore's."""
     return [card(gpu(80), name="MXN100", brand=BRAND_N, total_mib=16_384, usage=17)], []
+
+
+UINT32_MAX = 0xFFFFFFFF
+UINT64_MAX = 0xFFFFFFFFFFFFFFFF
+NOT_SUPPORTED = 3
+
+
+def health() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Issue 29's figures on three C500s. Card 0 answers every one MXSML declares: SRAM and
+    DRAM ECC (2 + 5 corrected, 0 + 1 uncorrected), 3 retired pages, over-power (0x4) and
+    power-brake (0x100) throttling with MetaX's "other" bit (0x80000000), Xcore at 1500 MHz and
+    the memory controller at 1800. Card 1 answers OperationNotSupport to ECC, throttle and the
+    memory clock. Card 2 answers all ones for a DRAM count, the throttle mask and the Xcore
+    clock."""
+    cards = [
+        card(
+            gpu(90),
+            bdf=bdf(0),
+            ecc={"sram_ce": 2, "dram_ce": 5, "dram_ue": 1, "retired": 3},
+            throttle=0x4 | 0x100 | 0x80000000,
+            clocks={"xcore": [1500, 1500], "mc0": [1800]},
+        ),
+        card(
+            gpu(91),
+            bdf=bdf(1),
+            errors={
+                "mxSmlGetTotalEccErrors": NOT_SUPPORTED,
+                "mxSmlGetCurrentClocksThrottleReason": NOT_SUPPORTED,
+            },
+            clock_faults={"mc0": NOT_SUPPORTED},
+        ),
+        card(
+            gpu(92),
+            bdf=bdf(2),
+            ecc={"dram_ue": UINT32_MAX},
+            throttle=UINT64_MAX,
+            clocks={"xcore": [UINT32_MAX]},
+        ),
+    ]
+    return cards, []
