@@ -562,6 +562,9 @@ class NvmlFamilyBackend:
     # Whether the versioned `…DeviceGetTemperatureV` is asked where the plain call is missing
     # (FUNCTION_NOT_FOUND): HGML's newer drivers.
     temperature_v: ClassVar[bool] = False
+    # Whether the GPM support struct's version the driver accepted is recorded (HGML's binding
+    # tries two: the header's and GPUStack's).
+    records_gpm_support_version: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -776,7 +779,10 @@ class NvmlFamilyBackend:
         if targets:
             support = self._call("GpmQueryDeviceSupport", handle)
             if _error(support) is None:
-                support = {"isSupportedDevice": int(support.isSupportedDevice)}
+                answer = {"isSupportedDevice": int(support.isSupportedDevice)}
+                if self.records_gpm_support_version:
+                    answer["version"] = int(support.version)
+                support = answer
             if isinstance(support, Mapping) and support.get("isSupportedDevice") == 1:
                 for entry in targets:
                     gi = entry[self._key("DeviceGetGpuInstanceId")]

@@ -82,6 +82,10 @@ HGML_GPM_METRIC_SM_UTIL = 2
 HGML_GPM_METRIC_MAX = 2052
 HGML_GPM_METRICS_GET_VERSION = 1
 HGML_GPM_SUPPORT_VERSION = 2
+# The versions of hgmlGpmSupport_t tried, in order: the header's, then the one GPUStack's
+# binding sends (1), for a driver that answers ARGUMENT_VERSION_MISMATCH to the header's.
+HGML_GPM_SUPPORT_VERSIONS = (HGML_GPM_SUPPORT_VERSION, 1)
+HGML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
 
 # Room for processes that start between the size probe and the read.
 _PROCESS_ROOM = 8
@@ -458,9 +462,17 @@ class Hgml:
     # -- GPM -------------------------------------------------------------------------------
 
     def hgmlGpmQueryDeviceSupport(self, handle: hgmlDevice_t) -> hgmlGpmSupport_t:
-        support = hgmlGpmSupport_t(version=HGML_GPM_SUPPORT_VERSION)
-        self._check("hgmlGpmQueryDeviceSupport", handle, byref(support))
-        return support
+        """The header's struct version first, then GPUStack's; the answer carries the version
+        the driver accepted (the reader records it)."""
+        for version in HGML_GPM_SUPPORT_VERSIONS:
+            support = hgmlGpmSupport_t(version=version)
+            code = self._fn("hgmlGpmQueryDeviceSupport")(handle, byref(support))
+            if code == HGML_SUCCESS:
+                support.version = version
+                return support
+            if code != HGML_ERROR_ARGUMENT_VERSION_MISMATCH:
+                break
+        raise HGMLError(code)
 
     def hgmlGpmSampleAlloc(self) -> hgmlGpmSample_t:
         sample = hgmlGpmSample_t()

@@ -12,6 +12,9 @@ to use. What differs is kept here:
 - no XID events: which XIDs are an application's fault is NVIDIA's knowledge, not published
   for the PPU, so health comes from GPU_IS_LOST, row remapping and retired pages;
 - MIG handles answer no temperature or power, and none is asked of them;
+- GPM support asked with `hgmlGpmSupport_t` version 2 (the header's), then 1 (what GPUStack's
+  binding sends) where the driver answers ARGUMENT_VERSION_MISMATCH; the payload records which
+  version the driver accepted;
 - the temperature from `hgmlDeviceGetTemperatureV` (`hgmlTemperature_v1_t`, signed °C) where
   the plain `hgmlDeviceGetTemperature` is not exported (FUNCTION_NOT_FOUND);
 - the card's health figures (issue 29) through NVML's calls under HGML's prefix: total ECC
@@ -56,6 +59,7 @@ class TheadBackend(NvmlFamilyBackend):
     libraries: ClassVar[tuple[Library, ...]] = (HGML,)
     reads_health = True
     temperature_v = True
+    records_gpm_support_version = True
 
     def open(self) -> None:
         hgml = Hgml(load(HGML, self.configured))

@@ -469,11 +469,45 @@ def test_gpm_measures_a_partitions_compute_from_the_second_round(libhgml: Path, 
     assert [(r.pid, r.partition_id) for r in answer.rows] == [(8301, scenarios.mig_uuid(0))]
 
 
+@pytest.mark.parametrize(("accepted", "recorded"), [(2, 2), (1, 1)])
+def test_gpm_support_is_asked_in_the_version_the_driver_accepts(
+    libhgml: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, accepted: int, recorded: int
+) -> None:
+    """(R-X5) hgmlGpmSupport_t is asked as the header's version 2, and as version 1 (what
+    GPUStack's binding sends) where the driver answers ARGUMENT_VERSION_MISMATCH to 2: either
+    way the partition's compute is measured, and the payload records which version answered."""
+    path = fake.write(tmp_path / "s.txt", [scenarios.mig_card()], gpm_support_version=accepted)
+    monkeypatch.setenv(fake.SCENARIO_ENV, str(path))
+    request = ReadRequest(partition_ids=WANTED)
+    _, second = read(libhgml, request, rounds=2, gap=GPM_MIN_INTERVAL * 1.5)
+    (device,) = second["devices"]
+    assert device["hgmlGpmQueryDeviceSupport"] == {"isSupportedDevice": 1, "version": recorded}
+    got = {p.id: p.cores_percent for p in TheadBackend().parse(second).partitions}
+    assert got[scenarios.mig_uuid(0)] == 64.5
+
+
+def test_a_driver_accepting_neither_gpm_support_version_leaves_compute_unsupported(
+    libhgml: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(R-X5) Neither version accepted: the mismatch is recorded and the partition's compute
+    is absent with `unsupported`, never a guess."""
+    path = fake.write(tmp_path / "s.txt", [scenarios.mig_card()], gpm_support_version=3)
+    monkeypatch.setenv(fake.SCENARIO_ENV, str(path))
+    _, second = read(libhgml, ReadRequest(partition_ids=WANTED), rounds=2)
+    (device,) = second["devices"]
+    assert device["hgmlGpmQueryDeviceSupport"]["code"] == 25  # ARGUMENT_VERSION_MISMATCH
+    reasons = {p.id: p.cores_reason for p in TheadBackend().parse(second).partitions}
+    assert reasons[scenarios.mig_uuid(0)] is Reason.UNSUPPORTED
+
+
 def test_a_ppu_without_gpm_leaves_partition_compute_unsupported(libhgml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
     scenario([scenarios.mig_card(gpm=False)])
     request = ReadRequest(partition_ids=frozenset({(card_id(42), scenarios.mig_uuid(0))}))
     _, second = read(libhgml, request, rounds=2, gap=GPM_MIN_INTERVAL * 1.5)
-    assert second["devices"][0]["hgmlGpmQueryDeviceSupport"] == {"isSupportedDevice": 0}
+    assert second["devices"][0]["hgmlGpmQueryDeviceSupport"] == {
+        "isSupportedDevice": 0,
+        "version": 2,
+    }
     (p,) = TheadBackend().parse(second).partitions
     assert (p.memory_total_mib, p.cores_percent, p.cores_reason) == (
         24_192,

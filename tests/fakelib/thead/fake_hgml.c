@@ -446,7 +446,9 @@ hgmlReturn_t hgmlGpmQueryDeviceSupport(hgmlDevice_t device, hgmlGpmSupport_t *gp
     CARD("hgmlGpmQueryDeviceSupport");
     if (!gpmSupport)
         return HGML_ERROR_INVALID_ARGUMENT;
-    if (gpmSupport->version != HGML_GPM_SUPPORT_VERSION)
+    /* The struct version this driver accepts: the header's by default, 1 where the scenario
+     * says the driver is the one GPUStack's binding was written against. */
+    if (gpmSupport->version != (unsigned int)fl_int(HGML_GPM_SUPPORT_VERSION, "gpm_support_version"))
         return HGML_ERROR_ARGUMENT_VERSION_MISMATCH;
     gpmSupport->isSupportedDevice = (unsigned int)fl_int(0, D "gpm", d);
     return HGML_SUCCESS;
