@@ -709,11 +709,33 @@ def test_every_alert_leads_to_its_runbook() -> None:
     alerts = alert_rules()
     assert len(alerts) >= 10
     assert "AcceleratorAllocationIdle" in {r["alert"] for r in alerts}  # (R-X9)
+    assert len(alerts) >= 11
     for rule in alerts:
         url = rule["annotations"]["runbook_url"]
         assert url == f"{RUNBOOKS}#{rule['alert'].lower()}", rule["alert"]
         assert url.partition("#")[2] in headings, f"docs/runbooks.md has no {url}"
     assert sections == {r["alert"] for r in alerts}
+
+
+# Who a card's failure hit (issue 29): the group appended last, its alerts naming the tenants.
+TENANT_ALERTS = {
+    "AcceleratorUncorrectableEccError": f"{RUNBOOKS}#acceleratoruncorrectableeccerror",
+    "AcceleratorFatalError": f"{RUNBOOKS}#acceleratorfatalerror",
+}
+
+
+def test_the_tenant_alerts_are_the_last_group_and_name_the_instances() -> None:
+    """(R-X7) The alerts on a failing card that holds grants are a group of their own, appended
+    after the others (so the existing groups are unchanged), each with its runbook, and each
+    keeps the Instance labels `namespace` and `instance_name` on what it fires."""
+    doc = yaml.safe_load((DEPLOY / "prometheus-rules.yaml").read_text())
+    last = doc["groups"][-1]
+    assert last["name"] == "gpustack-device-manager-tenants"
+    assert {r["alert"]: r["annotations"]["runbook_url"] for r in last["rules"]} == TENANT_ALERTS
+    for rule in last["rules"]:
+        summary = rule["annotations"]["summary"]
+        assert "$labels.namespace" in summary and "$labels.instance_name" in summary
+        assert "gpustack_instance_accelerator_" in rule["expr"], rule["alert"]
 
 
 def scrape_jobs() -> set[str]:

@@ -311,3 +311,34 @@ def test_health_counters_are_typed_counter_in_base_units_and_an_absent_one_has_n
         [promtool, "check", "metrics"], input=text.encode(), capture_output=True, check=False
     )
     assert checked.returncode == 0 and checked.stdout + checked.stderr == b"", checked
+
+
+def test_an_instance_on_an_unhealthy_card_carries_the_reason_and_a_healthy_one_none() -> None:
+    """(R-X7) Alerts name the Instances on a card that fails: the grant's `unhealthy` series
+    carries the card's reason in `reason`; a healthy grant's has it empty (stored as none), so
+    `== 1` still finds exactly the grants on failed cards."""
+    snap = snapshot.assemble(1.0, 15.0, "node-a", [], round_duration=0.1)
+    ref = InstanceRef("tenant", "llm", "uid-llm")
+    pod = PodInfo(uid="p-1", namespace="tenant", name="llm-0")
+    failed = AcceleratorEntry(
+        "nvidia", "GPU-a", 0, Mode.EXCLUSIVE, unhealthy=True, unhealthy_reason="xid_79"
+    )
+    healthy = AcceleratorEntry("nvidia", "GPU-b", 1, Mode.EXCLUSIVE, unhealthy=False)
+    unread = AcceleratorEntry("nvidia", "GPU-c", 2, Mode.EXCLUSIVE)  # its card is not read
+    text = exposition.render(
+        exposition.instance_families(snap, [InstanceEntries(ref, pod, (failed, healthy, unread))])
+    ).decode()
+    (family,) = [
+        f
+        for f in text_string_to_metric_families(text)
+        if f.name == "gpustack_instance_accelerator_unhealthy"
+    ]
+    assert [(s.labels["id"], s.labels["reason"], s.value) for s in family.samples] == [
+        ("GPU-a", "xid_79", 1.0),
+        ("GPU-b", "", 0.0),
+    ]
+    assert all(s.labels["instance_name"] == "llm" for s in family.samples)
+    # The other entry families keep their labels: no `reason` on them.
+    assert "reason=" not in "".join(
+        line for line in text.splitlines() if line.startswith("gpustack_instance_accelerator_mem")
+    )

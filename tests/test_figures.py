@@ -300,15 +300,19 @@ def test_a_partition_enumerated_as_a_device_is_unhealthy_when_it_or_its_board_is
     board = card(7)
     xcp = Card(id="GPU-xcp-7-1", index=8, memory_total_mib=20_000, parent_id=board.id)
     held = [pod("xcp", {"main": [{"id": xcp.id, "index": 8, "mode": 1, "allocated": 1_600_000}]})]
+    # Its reason (issue 29, shown on the grant's `unhealthy` series): the partition's own first.
+    sick = replace(board, unhealthy=True, unhealthy_reason="ecc_uncorrectable")
     cases = [
-        (replace(xcp, unhealthy=True, unhealthy_reason="gpu_is_lost"), board, True),
-        (xcp, replace(board, unhealthy=True, unhealthy_reason="gpu_is_lost"), True),
-        (xcp, board, False),
+        (replace(xcp, unhealthy=True, unhealthy_reason="gpu_is_lost"), board, True, "gpu_is_lost"),
+        (xcp, replace(board, unhealthy=True, unhealthy_reason="gpu_is_lost"), True, "gpu_is_lost"),
+        (replace(xcp, unhealthy=True, unhealthy_reason="device_lost"), sick, True, "device_lost"),
+        (xcp, sick, True, "ecc_uncorrectable"),
+        (xcp, board, False, None),
     ]
-    for part, parent, unhealthy in cases:
+    for part, parent, unhealthy, reason in cases:
         e = run(tmp_path, [parent, part], held).entry("xcp")
         assert (e.id, e.temperature_celsius, e.power_usage_watts) == (xcp.id, 47.0, 107.0)
-        assert e.unhealthy is unhealthy
+        assert (e.unhealthy, e.unhealthy_reason) == (unhealthy, reason)
 
 
 def test_an_instances_figures_fault_is_recorded_under_its_pods_uid(

@@ -444,8 +444,15 @@ _ENTRY_FAMILIES: tuple[tuple[str, str], ...] = (
     ),
     ("temperature_celsius", "Temperature of the card the grant is on, degrees Celsius."),
     ("power_usage_watts", "Power draw of the card the grant is on, watts."),
-    ("unhealthy", "1 when the card the grant is on is unhealthy."),
+    (
+        "unhealthy",
+        "1 when the card the grant is on is unhealthy, with why in `reason` (the card's "
+        "unhealthyReason, e.g. xid_79; empty while it is healthy).",
+    ),
 )
+# The one entry family with a label beyond ACCELERATOR_LABELS: why the card is unhealthy, on the
+# series of every Instance it holds, as dcgm-exporter puts its pod labels on its error series.
+UNHEALTHY_LABELS = [*ACCELERATOR_LABELS, "reason"]
 
 
 def instance_families(
@@ -460,31 +467,34 @@ def instance_families(
         suffix: GaugeFamily(
             f"gpustack_instance_accelerator_{suffix}",
             _sampled(help_text, snapshot.period_seconds),
-            labels=ACCELERATOR_LABELS,
+            labels=UNHEALTHY_LABELS if suffix == "unhealthy" else ACCELERATOR_LABELS,
         )
         for suffix, help_text in _ENTRY_FAMILIES
     }
     for item in instances:
         ref = item.instance
         for e in item.entries:
-            labels = labelset(
-                ACCELERATOR_LABELS,
-                [
-                    ref.namespace,
-                    ref.name,
-                    ref.uid,
-                    node,
-                    item.pod.name,
-                    e.holder or "",  # two or more containers hold it: none of them alone
-                    e.id,
-                    "" if e.index is None else str(e.index),
-                    e.manufacturer,
-                    e.mode.value,
-                ],
-            )
+            values = [
+                ref.namespace,
+                ref.name,
+                ref.uid,
+                node,
+                item.pod.name,
+                e.holder or "",  # two or more containers hold it: none of them alone
+                e.id,
+                "" if e.index is None else str(e.index),
+                e.manufacturer,
+                e.mode.value,
+            ]
+            labels = labelset(ACCELERATOR_LABELS, values)
             for suffix, family in out.items():
                 value = _figure(e, suffix)
-                if value is not None:
+                if value is None:
+                    continue
+                if suffix == "unhealthy":
+                    reason = (e.unhealthy_reason or "") if e.unhealthy else ""
+                    family.add_metric([*values, reason], value)
+                else:
                     family.add_rendered(labels, value)
     yield from out.values()
 

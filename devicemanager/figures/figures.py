@@ -43,6 +43,9 @@ class AcceleratorEntry:
     temperature_celsius: float | None = None
     power_usage_watts: float | None = None
     unhealthy: bool | None = None
+    # Why the card the grant is on is unhealthy (its own reason, else its board's); None when
+    # it is healthy or not read. Shown in /metrics beside `unhealthy` (issue 29).
+    unhealthy_reason: str | None = None
     # The one container of the pod that holds the grant; None when two or more do (R-G3).
     holder: str | None = None
 
@@ -84,6 +87,14 @@ def view_of_document(doc: Any, now: float) -> View | None:
     return View.of(snap) if fresh(snap, now) else None
 
 
+def _unhealthy_reason(card: Card | None, board: Card | None) -> str | None:
+    """Why the grant's card is unhealthy: the card's own reason first, else its board's."""
+    for source in (card, board):
+        if source is not None and source.unhealthy:
+            return source.unhealthy_reason or ""
+    return None
+
+
 def entry(grant: Grant, view: View) -> AcceleratorEntry:
     (grant,) = resolved((grant,), view.identities)  # the card as its library names it
     card = view.cards.get((grant.manufacturer, grant.device_id))
@@ -108,6 +119,7 @@ def entry(grant: Grant, view: View) -> AcceleratorEntry:
         "temperature_celsius": board.temperature_celsius if board else None,
         "power_usage_watts": board.power_usage_watts if board else None,
         "unhealthy": (card.unhealthy or bool(board and board.unhealthy)) if card else None,
+        "unhealthy_reason": _unhealthy_reason(card, board),
         "holder": None if grant.ambiguous else grant.container,
     }
     if grant.mode in (Mode.EXCLUSIVE, Mode.SHARED):
