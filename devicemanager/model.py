@@ -133,6 +133,36 @@ HEALTH_FIGURES: tuple[str, ...] = (
 )
 
 
+# How one card is joined to another (R-X3), by what its library says: a direct link (`nvlink`,
+# `xgmi`), NVLink through the NVSwitch fabric (`nvswitch`), or the PCIe path between them as
+# `nvidia-smi topo -m` names it (PIX `pcie_switch`, PXB `pcie_switches`, PHB `pcie_host_bridge`,
+# NODE `numa_node`, SYS `system`; `pcie_board`: one board, e.g. a dual-GPU card), or `pcie`
+# where the library says PCIe and not which path. A pair the library does not place has none.
+LINK_KINDS: tuple[str, ...] = (
+    "nvlink",
+    "nvswitch",
+    "xgmi",
+    "pcie_board",
+    "pcie_switch",
+    "pcie_switches",
+    "pcie_host_bridge",
+    "numa_node",
+    "system",
+    "pcie",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CardLink:
+    """One way a card is joined to a peer card of its node (R-X3)."""
+
+    peer_id: str  # the peer's canonical id
+    link: str  # one of LINK_KINDS
+    # How many links of this kind run from this card to the peer (NVLink: active links; through
+    # NVSwitch: this card's active links into the fabric); None where the library gives no count.
+    count: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Card:
     """One accelerator's own figures (R-V2), as its library enumerates it.
@@ -165,6 +195,11 @@ class Card:
     # The card's own figures the library answered outside what the hardware can hold, refused
     # (absent, reason `invalid_data`) by figures/ranges.py: field names, e.g. power_usage_watts.
     invalid: tuple[str, ...] = ()
+    # Links and placement (R-X3), read once a minute: every link to a peer the library placed
+    # (None: the backend does not read links; () it read them and placed no pair), and the NUMA
+    # node the card is attached to (None: not read, or no affinity).
+    links: tuple[CardLink, ...] | None = None
+    numa_node: int | None = None
 
     @property
     def memory_utilization_percent(self) -> float | None:

@@ -23,10 +23,12 @@ Facts: ../shared/reference/vendors.md §1 (NVML), §7 and §12.3 (HGML).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from devicemanager.backend import BackendUnavailable, Library
@@ -46,6 +48,8 @@ from devicemanager.model import (
 )
 from vendors._common import error_code as _error
 from vendors._common import failed, finite, listing, reasons
+from vendors._common import failed, finite, reasons
+from vendors._nvml_topology import TOPOLOGY_PERIOD, parse_topology, read_topology
 
 # Return codes: NVML's nvmlReturn_t and HGML's hgmlReturn_t agree value for value.
 SUCCESS = 0
@@ -475,6 +479,14 @@ def parse(
 ) -> VendorReading:
     devices = listing(payload, "devices")
     cards = tuple(c for c in (parse_card(d, p, application_xids) for d in devices) if c)
+    placed = parse_topology(payload, p)
+    if placed:
+        cards = tuple(
+            dataclasses.replace(c, links=placed[c.id][0], numa_node=placed[c.id][1])
+            if c.id in placed
+            else c
+            for c in cards
+        )
     processes = tuple(x for x in (parse_processes(d, p) for d in devices) if x is not None)
     driver = payload.get(f"{p}SystemGetDriverVersion")
     return VendorReading(
@@ -565,13 +577,22 @@ class NvmlFamilyBackend:
     # Whether the GPM support struct's version the driver accepted is recorded (HGML's binding
     # tries two: the header's and GPUStack's).
     records_gpm_support_version: ClassVar[bool] = False
+    # Whether links and placement are read (R-X3): NVIDIA's; HGML's binding declares none yet.
+    reads_topology: ClassVar[bool] = False
 
     def __init__(
         self,
         libraries: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        sysfs: str | Path = "/sys",
     ) -> None:
         self.configured = dict(libraries or {})
+        # Where a card's PCI device is found when NVML does not say its NUMA node.
+        self._sysfs = Path(sysfs)
+        # The last topology read and the cards it was read for: read again once a minute (by
+        # `clock`), or sooner when the cards change; every payload in between carries it.
+        self._topology: dict[str, Any] | None = None
+        self._topology_cards: tuple[Any, ...] = ()
         self._binding: Binding | None = None
         self._clock = clock
         self._baseline = GpmBaseline()
@@ -878,7 +899,7 @@ class NvmlFamilyBackend:
         devices = [self._device(i, request, partitions, sampled) for i in range(count)]
         # A partition no longer read (released, or its card gone) lets go of its sample.
         self._baseline.keep_only(sampled, self._free_sample)
-        return {
+        payload: Payload = {
             self._key("SystemGetDriverVersion"): self._call("SystemGetDriverVersion"),
             self._key("DeviceGetCount"): count,
             "request": {
@@ -887,6 +908,26 @@ class NvmlFamilyBackend:
             },
             "devices": devices,
         }
+        if self.reads_topology:
+            payload["topology"] = self._topology_of(devices, count)
+        return payload
+
+    def _topology_of(self, devices: list[dict[str, Any]], count: int) -> dict[str, Any]:
+        """The node's links and placement (R-X3): read when none is held, once TOPOLOGY_PERIOD
+        has passed since the last read, or when the cards answering changed; else the last read,
+        whose `readAt` says when it was made."""
+        cards = tuple(d.get(self._key("DeviceGetUUID")) for d in devices)
+        at = self._clock()
+        held = self._topology
+        if (
+            held is not None
+            and cards == self._topology_cards
+            and at - held["readAt"] < (TOPOLOGY_PERIOD)
+        ):
+            return held
+        self._topology = read_topology(self._call, self._key, count, self._sysfs, at)
+        self._topology_cards = cards
+        return self._topology
 
     def parse(self, payload: Payload) -> VendorReading:
         return parse(payload, self.prefix, self.manufacturer, self.application_xids)

@@ -52,6 +52,7 @@ class NvidiaBackend(NvmlFamilyBackend):
     application_xids = APPLICATION_XIDS
     newer_process_utilization = True
     reads_health = True
+    reads_topology = True
     sdk: ClassVar[str] = "nvidia-ml-py"  # the distribution `record` names in its provenance
 
     def __init__(self, libraries: Mapping[str, str] | None = None, **options: Any) -> None:

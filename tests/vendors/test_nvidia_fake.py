@@ -626,3 +626,89 @@ def test_the_whole_agent_on_two_a100_slices_and_record(
     assert doc["meta"]["sdk"].startswith("nvidia-ml-py ")
     (device,) = doc["payload"]["devices"]
     assert [p["pid"] for p in device["nvmlDeviceGetComputeRunningProcesses_v3"]] == [7101, 7201]
+
+
+# -- links and placement (R-X3) ------------------------------------------------------------------
+
+
+def test_links_and_numa_nodes_through_real_pynvml(  # type: ignore[no-untyped-def]
+    libnvml: Path, scenario, tmp_path: Path
+) -> None:
+    """(R-X3) Per card pair the link type and count, and each card's NUMA node, as NVML answers
+    them through pynvml: direct NVLinks counted by their remote end's bus id (a link that is down
+    not counted), NVLink through an NVSwitch, the PCIe path from the common ancestor; a pair
+    NVML cannot place has no link at all (not "PCIe"); the NUMA node from sysfs, under the root
+    given, where the driver lacks the call."""
+    scenario(scenarios.h100_links())
+    pci = tmp_path / "sys" / "bus" / "pci" / "devices" / "0000:9a:00.0"
+    pci.mkdir(parents=True)
+    (pci / "numa_node").write_text("1\n")
+    backend = NvidiaBackend({"nvml": str(libnvml)}, sysfs=tmp_path / "sys")
+    backend.open()
+    try:
+        payload = backend.read(ReadRequest())
+    finally:
+        backend.close()
+    cards = {c.id: c for c in NvidiaBackend().parse(payload).cards}
+    a, b, c, d, e = (gpu(n) for n in range(30, 35))
+
+    def links(card: str) -> set[tuple[str, str, int | None]]:
+        found = cards[card].links
+        assert found is not None
+        return {(link.peer_id, link.link, link.count) for link in found}
+
+    assert links(a) == {
+        (b, "nvlink", 4),
+        (b, "pcie_switch", None),
+        (c, "system", None),
+        (d, "system", None),
+    }
+    assert links(b) == {
+        (a, "nvlink", 4),
+        (a, "pcie_switch", None),
+        (c, "system", None),
+        (d, "system", None),
+    }
+    assert links(c) == {
+        (d, "nvswitch", 2),
+        (d, "pcie_host_bridge", None),
+        (a, "system", None),
+        (b, "system", None),
+    }
+    assert links(e) == set()  # read, and placed against no card
+    assert [cards[x].numa_node for x in (a, b, c, d, e)] == [0, 0, 1, 1, 1]
+    assert payload["topology"]["devices"][4]["sysfsNumaNode"] == "1\n"
+
+
+def test_links_are_read_once_a_minute_and_carried_between(  # type: ignore[no-untyped-def]
+    libnvml: Path, scenario
+) -> None:
+    """(R-X3) The topology is read on the first round and again only once 60 s have passed on
+    the backend's monotonic clock; the rounds between carry the same answer (its `readAt`) and
+    make no topology call, so the families stay while the library is not asked."""
+    scenario(scenarios.h100_links())
+    now = [100.0]
+    backend = NvidiaBackend({"nvml": str(libnvml)}, clock=lambda: now[0])
+    backend.open()
+    calls: list[str] = []
+    real = backend._call
+
+    def counting(name: str, *args: Any) -> Any:
+        calls.append(name)
+        return real(name, *args)
+
+    backend._call = counting  # type: ignore[method-assign]
+    try:
+        reads = []
+        for at in (100.0, 130.0, 159.9, 160.0):
+            now[0] = at
+            calls.clear()
+            payload = backend.read(ReadRequest())
+            reads.append(
+                (payload["topology"]["readAt"], "DeviceGetTopologyCommonAncestor" in calls)
+            )
+    finally:
+        backend.close()
+    assert reads == [(100.0, True), (100.0, False), (100.0, False), (160.0, True)]
+    cards = NvidiaBackend().parse(payload).cards
+    assert cards[0].links is not None and len(cards[0].links) == 4

@@ -32,7 +32,11 @@
  * served), ecc{corrected_volatile, uncorrected_volatile, corrected_aggregate,
  * uncorrected_aggregate}, ecc_off (1: ECC answers NOT_SUPPORTED), energy (mJ), throttle (the
  * clocks-event-reason mask), clocks{graphics, sm, memory} (MHz), clock_faults{domain: code},
- * pcie_replays} plus the kit's fault keys.
+ * pcie_replays, bus_id (default 00000000:<0x10 + position>:00.0), numa (the NUMA node; -1:
+ * NOT_SUPPORTED, as a driver without the call), nvlinks[]{state, remote (bus id), type (0 GPU, 2
+ * NVSwitch)}, ancestor{<other card's position>: nvmlGpuTopologyLevel_t}} plus the kit's fault
+ * keys. A card without nvlinks answers NOT_SUPPORTED for link 0, one with n links
+ * INVALID_ARGUMENT past them; a pair without an ancestor in either card answers NOT_SUPPORTED.
  */
 #include <stdint.h>
 
@@ -334,6 +338,116 @@ nvmlReturn_t DECLDIR nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigne
     if (!value)
         return NVML_ERROR_INVALID_ARGUMENT;
     *value = (unsigned int)fl_u64(0, D "pcie_replays", d);
+    return NVML_SUCCESS;
+}
+
+/* -- links and placement (R-X3) -------------------------------------------------------------- */
+
+static void card_bus_id(int d, char *out, size_t size) {
+    const char *bus = fl_get(D "bus_id", d);
+    if (bus)
+        snprintf(out, size, "%s", bus);
+    else
+        snprintf(out, size, "00000000:%02X:00.0", 0x10 + d);
+}
+
+static void fill_pci(nvmlPciInfo_t *pci, const char *bus) {
+    memset(pci, 0, sizeof *pci);
+    snprintf(pci->busId, sizeof pci->busId, "%s", bus);
+    /* the legacy spelling: a 4-digit domain */
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%s", strlen(bus) > 4 ? bus + 4 : bus);
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci) {
+    char bus[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];
+    CARD("nvmlDeviceGetPciInfo_v3");
+    if (!pci)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    card_bus_id(d, bus, sizeof bus);
+    fill_pci(pci, bus);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node) {
+    long long value;
+    CARD("nvmlDeviceGetNumaNodeId");
+    if (!node)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    value = fl_int(0, D "numa", d);
+    if (value < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *node = (unsigned int)value;
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t nvlink(nvmlDevice_t device, const char *entry, unsigned int link, int *d) {
+    nvmlReturn_t rc;
+    int n;
+    *d = card(device, entry, &rc);
+    if (*d < 0)
+        return rc;
+    n = fl_count(D "nvlinks", *d);
+    if (n == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= (unsigned int)n || link >= NVML_NVLINK_MAX_LINKS)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
+                                              nvmlEnableState_t *isActive) {
+    int d;
+    nvmlReturn_t rc = nvlink(device, "nvmlDeviceGetNvLinkState", link, &d);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!isActive)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *isActive = fl_int(0, D "nvlinks.%u.state", d, link) ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link,
+                                                         nvmlPciInfo_t *pci) {
+    int d;
+    nvmlReturn_t rc = nvlink(device, "nvmlDeviceGetNvLinkRemotePciInfo_v2", link, &d);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!pci)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    fill_pci(pci, fl_str("", D "nvlinks.%u.remote", d, link));
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link,
+                                                         nvmlIntNvLinkDeviceType_t *type) {
+    int d;
+    nvmlReturn_t rc = nvlink(device, "nvmlDeviceGetNvLinkRemoteDeviceType", link, &d);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!type)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *type = (nvmlIntNvLinkDeviceType_t)fl_int(0, D "nvlinks.%u.type", d, link);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t DECLDIR nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1,
+                                                         nvmlDevice_t device2,
+                                                         nvmlGpuTopologyLevel_t *pathInfo) {
+    const char *level;
+    nvmlReturn_t rc;
+    int a = card(device1, "nvmlDeviceGetTopologyCommonAncestor", &rc), b;
+    if (a < 0)
+        return rc;
+    if ((b = card(device2, "nvmlDeviceGetTopologyCommonAncestor", &rc)) < 0)
+        return rc;
+    if (!pathInfo)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    level = fl_get("devices.%d.ancestor.%d", a, b);
+    if (!level)
+        level = fl_get("devices.%d.ancestor.%d", b, a);
+    if (!level)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *pathInfo = (nvmlGpuTopologyLevel_t)atoi(level);
     return NVML_SUCCESS;
 }
 

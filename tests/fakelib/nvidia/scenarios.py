@@ -204,3 +204,41 @@ def h100_health() -> list[dict[str, Any]]:
             errors={"nvmlDeviceGetCurrentClocksEventReasons": FUNCTION_NOT_FOUND},
         ),
     ]
+
+
+def bus(n: int) -> str:
+    """The PCI bus id the fake gives card n by default."""
+    return f"00000000:{0x10 + n:02X}:00.0"
+
+
+SWITCH_BUS = "00000000:C0:00.0"
+
+
+def h100_links() -> list[dict[str, Any]]:
+    """R-X3's links and placement on five cards. Cards 0 and 1 are joined by four direct NVLinks
+    (and a fifth link of card 0 that is down), share a PCIe switch (PIX) and sit on NUMA node 0.
+    Cards 2 and 3 each have two active links into an NVSwitch, reach each other through their
+    host bridge (PHB) and sit on NUMA node 1. Card 4 is on a driver without the NUMA call
+    (NOT_SUPPORTED: its node from sysfs), has no NVLink, and NVML cannot place it against any
+    card (every common-ancestor call NOT_SUPPORTED). Cards 0/1 against 2/3 are across NUMA nodes
+    (SYS)."""
+    switch = {"state": 1, "remote": SWITCH_BUS, "type": 2}
+    return [
+        device(
+            gpu(30),
+            **H100,
+            numa=0,
+            nvlinks=[{"state": 1, "remote": bus(1)}] * 4 + [{"state": 0, "remote": bus(1)}],
+            ancestor={"1": 10, "2": 50, "3": 50},
+        ),
+        device(
+            gpu(31),
+            **H100,
+            numa=0,
+            nvlinks=[{"state": 1, "remote": bus(0)}] * 4,
+            ancestor={"2": 50, "3": 50},
+        ),
+        device(gpu(32), **H100, numa=1, nvlinks=[switch, switch], ancestor={"3": 30}),
+        device(gpu(33), **H100, numa=1, nvlinks=[switch, switch]),
+        device(gpu(34), **H100, numa=-1, bus_id="00000000:9A:00.0"),
+    ]
