@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 
@@ -18,6 +19,7 @@ from devicemanager.model import (
     BackendStatus,
     Card,
     CardHealth,
+    CardLink,
     Reason,
     Snapshot,
     VendorReading,
@@ -342,3 +344,58 @@ def test_an_instance_on_an_unhealthy_card_carries_the_reason_and_a_healthy_one_n
     assert "reason=" not in "".join(
         line for line in text.splitlines() if line.startswith("gpustack_instance_accelerator_mem")
     )
+
+
+# -- links and placement (R-X3) ------------------------------------------------------------------
+
+
+def test_links_and_numa_nodes_are_families_of_their_own_and_absent_where_not_read() -> None:
+    """(R-X3) One `link_info` series per card, peer and kind; `links` (their count) only where the
+    library counts the links; `numa_node` per card that has one; nothing where no card was
+    placed (a node whose backend reads no topology serves the text it served before); the text
+    passes promtool."""
+    plain = Card(id="GPU-c", index=2)
+    linked = Card(
+        id="GPU-a",
+        index=0,
+        links=(
+            CardLink("GPU-b", "nvlink", 4),
+            CardLink("GPU-b", "pcie_switch"),
+            CardLink("GPU-b", "pcie_switch"),  # a duplicate: written once
+        ),
+        numa_node=1,
+    )
+    result = BackendResult(
+        status=BackendStatus("nvidia", BackendState.OK, 0.5),
+        reading=VendorReading(manufacturer="nvidia", cards=(linked, plain)),
+        read_at=1.0,
+    )
+    snap = snapshot.assemble(1.0, 15.0, "node-a", [result], round_duration=0.7)
+    text = exposition.render(exposition.families(snap, True)).decode()
+    got: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            got.setdefault(s.name, []).append((s.labels, s.value))
+    pair = {"node": "node-a", "manufacturer": "nvidia", "id": "GPU-a", "peer_id": "GPU-b"}
+    assert got["gpustack_accelerator_link_info"] == [
+        (pair | {"link": "nvlink"}, 1.0),
+        (pair | {"link": "pcie_switch"}, 1.0),
+    ]
+    assert got["gpustack_accelerator_links"] == [(pair | {"link": "nvlink"}, 4.0)]
+    assert got["gpustack_accelerator_numa_node"] == [
+        ({"node": "node-a", "manufacturer": "nvidia", "id": "GPU-a", "index": "0"}, 1.0)
+    ]
+    bare = snapshot.assemble(
+        1.0,
+        15.0,
+        "node-a",
+        [dataclasses.replace(result, reading=VendorReading("nvidia", cards=(plain,)))],
+    )
+    assert list(exposition.topology_families(bare)) == []
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian package prometheus; .ci/run installs it)")
+    checked = subprocess.run(
+        [promtool, "check", "metrics"], input=text.encode(), capture_output=True, check=False
+    )
+    assert checked.returncode == 0 and checked.stdout + checked.stderr == b"", checked

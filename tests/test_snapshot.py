@@ -12,6 +12,7 @@ from devicemanager.model import (
     BackendStatus,
     Card,
     CardHealth,
+    CardLink,
     Reason,
     VendorReading,
 )
@@ -170,3 +171,34 @@ def test_card_health_in_the_snapshot_is_null_when_absent_and_reads_back() -> Non
     assert odd is not None and odd.health is not None
     assert odd.health.pcie_replays is None and odd.health.reason("energy_joules") is None
     assert odd.health.throttle_reasons == (("sw_power_cap", False),)
+
+
+# -- links and placement (R-X3) ------------------------------------------------------------------
+
+
+def test_a_card_without_links_has_neither_key_and_one_with_them_reads_back() -> None:
+    """(R-X3) `links` and `numaNode` are optional: a card whose backend reads no topology has
+    neither key (consumers of today's schema meet the same object); one that does lists each
+    link with its peer, kind and count (null where none is given), and reads back whole; a read
+    that placed no pair is an empty list, not an absent one."""
+    doc = snapshot.to_json(snapshot.assemble(20.0, 15.0, "n", [ok("amd", CARD)]))
+    assert {"links", "numaNode"}.isdisjoint(doc["groups"][0]["accelerators"][0])
+    links = (CardLink("GPU-2", "nvlink", 18), CardLink("GPU-2", "pcie_switch"))
+    placed = dataclasses.replace(CARD, links=links, numa_node=0)
+    alone = dataclasses.replace(CARD, id="GPU-3", index=3, links=())
+    doc = json.loads(
+        snapshot.encode(snapshot.assemble(20.0, 15.0, "n", [ok("nvidia", placed, alone)]))
+    )
+    served, empty = doc["groups"][0]["accelerators"]
+    assert served["links"] == [
+        {"peerID": "GPU-2", "link": "nvlink", "count": 18},
+        {"peerID": "GPU-2", "link": "pcie_switch", "count": None},
+    ]
+    assert served["numaNode"] == 0  # node 0 is a node, not absent
+    assert (empty["links"], "numaNode" in empty) == ([], False)
+    back = snapshot.card_from_json(served)
+    assert back is not None and (back.links, back.numa_node) == (links, 0)
+    # What no agent writes is left out: an unknown kind, a link without its peer.
+    served["links"] += [{"peerID": "GPU-4", "link": "carrier_pigeon"}, {"link": "nvlink"}]
+    odd = snapshot.card_from_json(served)
+    assert odd is not None and odd.links == links

@@ -271,6 +271,48 @@ def health_families(snapshot: Snapshot) -> Iterator[GaugeFamily]:
     yield from (f for f in out if f.samples)
 
 
+def topology_families(snapshot: Snapshot) -> Iterator[GaugeFamily]:
+    """Links and placement (R-X3), as the backend last read them (once a minute, never per
+    scrape): one `link_info` series per card, peer and kind of link, the count where the library
+    gives one, and each card's NUMA node. Not written where no card has any."""
+    node = snapshot.node or ""
+    labels = ["node", "manufacturer", "id", "peer_id", "link"]
+    info = GaugeFamily(
+        "gpustack_accelerator_link_info",
+        "1 per way the card is joined to a peer card of its node (link: nvlink, nvswitch, xgmi, "
+        "or the PCIe path pcie_board, pcie_switch, pcie_switches, pcie_host_bridge, numa_node, "
+        "system, pcie); a pair the library does not place has none. Read once a minute.",
+        labels=labels,
+    )
+    count = GaugeFamily(
+        "gpustack_accelerator_links",
+        "How many links of that kind run from the card to the peer (NVLink: active links; "
+        "nvswitch: the card's active links into the fabric). Read once a minute.",
+        labels=labels,
+    )
+    numa = GaugeFamily(
+        "gpustack_accelerator_numa_node",
+        "The NUMA node the card is attached to. Read once a minute.",
+        labels=CARD_LABELS,
+    )
+    for group in snapshot.groups:
+        for card in group.cards:
+            if card.numa_node is not None:
+                numa.add_metric(
+                    [node, group.manufacturer, card.id, str(card.index)], float(card.numa_node)
+                )
+            seen: set[tuple[str, str]] = set()
+            for link in card.links or ():
+                if (link.peer_id, link.link) in seen:
+                    continue  # a duplicate label set would fail the whole scrape
+                seen.add((link.peer_id, link.link))
+                values = [node, group.manufacturer, card.id, link.peer_id, link.link]
+                info.add_metric(values, 1.0)
+                if link.count is not None:
+                    count.add_metric(values, float(link.count))
+    yield from (f for f in (info, count, numa) if f.samples)
+
+
 @dataclass(frozen=True, slots=True)
 class Extras:
     """What a round adds to the snapshot for /metrics: the node's Instances and the kubelet."""
@@ -613,6 +655,7 @@ def figure_families(snapshot: Snapshot, extras: Extras = NO_EXTRAS) -> Iterator[
         return
     yield from card_families(snapshot)
     yield from health_families(snapshot)
+    yield from topology_families(snapshot)
     yield from instance_families(snapshot, extras.instances)
     yield from capability_family(snapshot)
     if extras.exporting:

@@ -16,11 +16,13 @@ from typing import Any
 from devicemanager.figures import slices as slice_section
 from devicemanager.model import (
     HEALTH_FIGURES,
+    LINK_KINDS,
     THROTTLE_REASONS,
     BackendState,
     BackendStatus,
     Card,
     CardHealth,
+    CardLink,
     Group,
     Reason,
     SliceSection,
@@ -171,6 +173,13 @@ def card_json(card: Card) -> dict[str, Any]:
         extra["absentReasons"] = {
             _CARD_KEYS[name]: Reason.INVALID_DATA.value for name in card.invalid
         }
+    if card.links is not None:
+        # Links and placement (R-X3), likewise only where the backend reads them.
+        extra["links"] = [
+            {"peerID": link.peer_id, "link": link.link, "count": link.count} for link in card.links
+        ]
+    if card.numa_node is not None:
+        extra["numaNode"] = card.numa_node
     return {
         "id": card.id,
         "index": card.index,
@@ -284,6 +293,21 @@ def card_from_json(doc: dict[str, Any]) -> Card | None:
             for key, why in (absent.items() if isinstance(absent, dict) else ())
             if key in _CARD_FIELDS and why == Reason.INVALID_DATA.value
         ),
+        links=links_from_json(doc.get("links")),
+        numa_node=as_int(doc.get("numaNode")),
+    )
+
+
+def links_from_json(doc: Any) -> tuple[CardLink, ...] | None:
+    """A card's links back; an entry without its peer or a known kind is left out."""
+    if not isinstance(doc, list):
+        return None
+    return tuple(
+        CardLink(item["peerID"], item["link"], as_int(item.get("count")))
+        for item in doc
+        if isinstance(item, dict)
+        and isinstance(item.get("peerID"), str)
+        and item.get("link") in LINK_KINDS
     )
 
 
