@@ -103,6 +103,56 @@ TABLE: dict[str, tuple[Callable[[], list[dict[str, Any]]], ReadRequest, dict[str
             },
         },
     ),
+    # R-X3's links and placement; by hand from scenarios.h100_links: cards 30/31 four NVLinks
+    # and one PCIe switch, 32/33 two links each into an NVSwitch and one host bridge, 30/31
+    # against 32/33 across NUMA nodes; card 34 placed against none, its NUMA node neither from
+    # NVML (NOT_SUPPORTED) nor from sysfs (the recording's sysfs root is empty).
+    "h100-links": (
+        scenarios.h100_links,
+        ReadRequest(),
+        {
+            "cards": 5,
+            "links": {
+                gpu(30): (
+                    0,
+                    (
+                        (gpu(31), "nvlink", 4),
+                        (gpu(31), "pcie_switch", None),
+                        (gpu(32), "system", None),
+                        (gpu(33), "system", None),
+                    ),
+                ),
+                gpu(31): (
+                    0,
+                    (
+                        (gpu(30), "nvlink", 4),
+                        (gpu(30), "pcie_switch", None),
+                        (gpu(32), "system", None),
+                        (gpu(33), "system", None),
+                    ),
+                ),
+                gpu(32): (
+                    1,
+                    (
+                        (gpu(30), "system", None),
+                        (gpu(31), "system", None),
+                        (gpu(33), "nvswitch", 2),
+                        (gpu(33), "pcie_host_bridge", None),
+                    ),
+                ),
+                gpu(33): (
+                    1,
+                    (
+                        (gpu(30), "system", None),
+                        (gpu(31), "system", None),
+                        (gpu(32), "nvswitch", 2),
+                        (gpu(32), "pcie_host_bridge", None),
+                    ),
+                ),
+                gpu(34): (None, ()),
+            },
+        },
+    ),
 }
 
 
@@ -131,6 +181,12 @@ def test_parse_over_the_fixture(name: str) -> None:
             for p in reading.partitions
         }
         assert got == facts["partitions"]
+    for card in reading.cards if "links" in facts else ():
+        assert card.links is not None
+        links = tuple((x.peer_id, x.link, x.count) for x in card.links)
+        numa, wanted = facts["links"][card.id]
+        assert (card.numa_node, set(links)) == (numa, set(wanted))
+        assert [x[0] for x in links] == sorted(x[0] for x in links)  # by peer
     for card in reading.cards if "health" in facts else ():
         h = card.health
         assert h is not None
@@ -158,7 +214,9 @@ def test_the_fixture_is_what_read_records_from_the_fake(
         "FAKE_NVML_SCENARIO", str(fake_nvml.write(tmp_path / "s.txt", "580.95.05", build()))
     )
     clock = ManualClock()
-    backend = nvidia.NvidiaBackend({"nvml": str(lib)}, clock=clock)
+    # An empty sysfs root: a card whose NUMA node NVML does not give records the same answer
+    # on every machine.
+    backend = nvidia.NvidiaBackend({"nvml": str(lib)}, clock=clock, sysfs=tmp_path / "sys")
     backend.open()
     try:
         for _ in range(ROUNDS.get(name, 1) - 1):
