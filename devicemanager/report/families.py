@@ -318,6 +318,9 @@ IGNORED: dict[str, str] = {
                 "gpustack_accelerator_clock_throttle_active",
                 "gpustack_accelerator_clock_hertz",
                 "gpustack_accelerator_pcie_replays_total",
+                "gpustack_accelerator_link_info",
+                "gpustack_accelerator_links",
+                "gpustack_accelerator_numa_node",
                 "gpustack_accelerator_figure_capability",
                 "gpustack_accelerator_process_capability",
                 "gpustack_accelerator_allocation_errors",
@@ -347,7 +350,7 @@ IGNORED: dict[str, str] = {
                 "gpustack_instance_storage_total_mib",
                 "gpustack_instance_storage_used_mib",
             ),
-            "devicemanager: derived, health, power or collector state",
+            "devicemanager: derived, health, power, topology or collector state",
         ),
         (
             (
