@@ -442,3 +442,163 @@ def test_the_older_throttle_call_answers_only_where_the_newer_failed() -> None:
     assert [r for r, on in newer.throttle_reasons if on] == ["gpu_idle"]
     assert older.throttle_reasons is not None
     assert [r for r, on in older.throttle_reasons if on] == ["hw_slowdown"]
+
+
+# -- links and placement (R-X3) ------------------------------------------------------------------
+
+
+def topo_card(uuid: str, bus: Any, numa: Any = 0, links: Any = (), **more: Any) -> dict[str, Any]:
+    return {
+        "uuid": uuid,
+        "nvmlDeviceGetPciInfo_v3": {"busId": bus},
+        "nvmlDeviceGetNumaNodeId": numa,
+        "nvlinks": list(links),
+        **more,
+    }
+
+
+def link(remote: Any, state: int = 1, kind: Any = 0) -> dict[str, Any]:
+    return {
+        "nvmlDeviceGetNvLinkState": state,
+        "nvmlDeviceGetNvLinkRemotePciInfo_v2": remote
+        if isinstance(remote, dict)
+        else {"busId": remote},
+        "nvmlDeviceGetNvLinkRemoteDeviceType": kind,
+    }
+
+
+def placed(devices: list[dict[str, Any]], pairs: tuple[tuple[str, str, Any], ...] = ()) -> Any:
+    """Cards A and B of a payload, with the topology given."""
+    payload = {
+        "devices": [card(), card(nvmlDeviceGetUUID="GPU-b", nvmlDeviceGetIndex=1)],
+        "topology": {
+            "readAt": 1.0,
+            "devices": devices,
+            "pairs": [
+                {"a": a, "b": b, "nvmlDeviceGetTopologyCommonAncestor": level}
+                for a, b, level in pairs
+            ],
+        },
+    }
+    return {c.id: c for c in nvidia.parse(payload).cards}
+
+
+def kinds(c: Any) -> set[tuple[str, str, int | None]]:
+    return {(x.peer_id, x.link, x.count) for x in c.links}
+
+
+@pytest.mark.parametrize(
+    ("level", "wanted"),
+    [
+        (0, "pcie_board"),
+        (10, "pcie_switch"),
+        (20, "pcie_switches"),
+        (30, "pcie_host_bridge"),
+        (40, "numa_node"),
+        (50, "system"),
+    ],
+)
+def test_each_ancestor_level_is_its_pcie_kind_both_ways(level: int, wanted: str) -> None:
+    """(R-X3) nvmlGpuTopologyLevel_t as `nvidia-smi topo -m` names it, on both cards of a pair."""
+    cards = placed(
+        [topo_card(UUID, "00000000:07:00.0"), topo_card("GPU-b", "00000000:08:00.0")],
+        ((UUID, "GPU-b", level),),
+    )
+    assert kinds(cards[UUID]) == {("GPU-b", wanted, None)}
+    assert kinds(cards["GPU-b"]) == {(UUID, wanted, None)}
+
+
+@pytest.mark.parametrize("level", [err(3), 35, 60, -1, True, "10", None])
+def test_a_pair_nvml_cannot_place_has_no_link_not_pcie(level: Any) -> None:
+    """(R-X3) A failed ancestor call, or a level the header does not define, places the pair
+    nowhere: no link at all, never a guessed PCIe path."""
+    cards = placed(
+        [topo_card(UUID, "00000000:07:00.0"), topo_card("GPU-b", "00000000:08:00.0")],
+        ((UUID, "GPU-b", level),),
+    )
+    assert cards[UUID].links == () and cards["GPU-b"].links == ()
+
+
+def test_nvlinks_count_by_the_far_ends_bus_id_in_either_spelling() -> None:
+    """(R-X3) An active link counts for the card whose bus id is at its far end, NVML's legacy
+    4-digit domain and any case included; a link that is down, whose far end failed or names no
+    card, or names this card itself, does not count."""
+    a_links = [
+        link("00000000:08:00.0"),
+        link("0000:08:00.0"),
+        link("00000000:08:00.0".lower()),
+        link("00000000:08:00.0", state=0),
+        link(err(3)),
+        link("00000000:99:00.0"),
+        link("00000000:07:00.0"),
+        link("garbage"),
+    ]
+    cards = placed(
+        [
+            topo_card(UUID, "00000000:07:00.0", links=a_links),
+            topo_card("GPU-b", "00000000:08:00.0", links=[link("00000000:07:00.0")]),
+        ]
+    )
+    assert kinds(cards[UUID]) == {("GPU-b", "nvlink", 3)}
+    assert kinds(cards["GPU-b"]) == {(UUID, "nvlink", 1)}
+
+
+def test_nvswitch_needs_both_cards_in_the_fabric_and_counts_each_cards_own_links() -> None:
+    """(R-X3) Links into an NVSwitch join two cards only when both have one; each side counts
+    its own active links into the fabric."""
+    switch = link("00000000:C0:00.0", kind=2)
+    both = placed(
+        [
+            topo_card(UUID, "00000000:07:00.0", links=[switch] * 3),
+            topo_card("GPU-b", "00000000:08:00.0", links=[switch] * 2),
+        ]
+    )
+    assert kinds(both[UUID]) == {("GPU-b", "nvswitch", 3)}
+    assert kinds(both["GPU-b"]) == {(UUID, "nvswitch", 2)}
+    one = placed(
+        [
+            topo_card(UUID, "00000000:07:00.0", links=[switch] * 3),
+            topo_card("GPU-b", "00000000:08:00.0"),
+        ]
+    )
+    assert one[UUID].links == () and one["GPU-b"].links == ()
+
+
+@pytest.mark.parametrize(
+    ("numa", "sysfs", "wanted"),
+    [
+        (0, None, 0),
+        (3, None, 3),
+        (err(3), "1\n", 1),  # the driver lacks the call: the kernel's answer
+        (err(3), "-1\n", None),  # no affinity
+        (err(3), "x", None),
+        (err(3), None, None),
+        (-1, None, None),
+        (1 << 12, None, None),
+        (True, None, None),
+        (0, "5\n", 0),  # NVML's answer first
+    ],
+)
+def test_the_numa_node_from_nvml_else_sysfs_and_no_affinity_is_absent(
+    numa: Any, sysfs: Any, wanted: int | None
+) -> None:
+    """(R-X3) The card's NUMA node: NVML's answer, else sysfs's; -1 (no affinity), a number past
+    any node count, or text that is no number is absent, never node 0."""
+    more = {} if sysfs is None else {"sysfsNumaNode": sysfs}
+    cards = placed([topo_card(UUID, "00000000:07:00.0", numa=numa, **more)])
+    assert cards[UUID].numa_node == wanted
+    assert cards["GPU-b"].links is None and cards["GPU-b"].numa_node is None  # not in the read
+
+
+@pytest.mark.parametrize(
+    "topology",
+    [None, [], "x", {"devices": "x"}, {"devices": [None, {"uuid": 7}], "pairs": [None, {}]}],
+)
+def test_a_damaged_or_missing_topology_never_raises_and_places_nothing(topology: Any) -> None:
+    """(R-X3) A payload without a topology (recorded before it was read) or a damaged one: the
+    cards have no links and no NUMA node, and parse() does not raise."""
+    payload: dict[str, Any] = {"devices": [card()]}
+    if topology is not None:
+        payload["topology"] = topology
+    (only,) = nvidia.parse(payload).cards
+    assert (only.links, only.numa_node) == (None, None)
