@@ -446,3 +446,40 @@ def partition_reading(
         cores_reason=cores_reason,
         aliases=device_aliases(device, platform, whole=False),
     )
+
+
+# -- links and placement (R-X3) -------------------------------------------------------------------
+
+# amdsmi_link_type_t (amdsmi_io_link_type_t in older headers): both give PCIe 1 and xGMI 2; the
+# rest (INTERNAL or UNDEFINED 0, NOT_APPLICABLE, UNKNOWN) place the pair nowhere.
+AMD_LINKS = {1: "pcie", 2: "xgmi"}
+MAX_NUMA_NODE = 1 << 12  # above any kernel's MAX_NUMNODES
+
+
+def parse_topology(
+    payload: Mapping[str, Any],
+) -> dict[int, tuple[tuple[tuple[int, str], ...], int | None]]:
+    """Per socket position, its links to the other sockets ((peer socket, kind), sorted) and its
+    NUMA node, from the board processor of each socket; empty where the payload has no topology
+    (a recording made before it was read). amdsmi says xGMI or PCIe (and hops), not how many
+    links: no count."""
+    topology = payload.get("topology")
+    if not isinstance(topology, Mapping):
+        return {}
+    out: dict[int, tuple[list[tuple[int, str]], int | None]] = {}
+    for entry in entries(topology.get("devices")):
+        socket = as_int(entry.get("socket"))
+        if socket is None:
+            continue
+        answer = entry.get("amdsmi_topo_get_numa_node_number")
+        node = as_int(answer) if error_code(answer) is None else None
+        out[socket] = ([], node if node is not None and 0 <= node < MAX_NUMA_NODE else None)
+    for pair in entries(topology.get("pairs")):
+        a, b = as_int(pair.get("a")), as_int(pair.get("b"))
+        answer = mapping(pair.get("amdsmi_topo_get_link_type"))
+        kind = AMD_LINKS.get(as_int(answer.get("type")) or 0)
+        if a is None or b is None or a == b or a not in out or b not in out or kind is None:
+            continue
+        out[a][0].append((b, kind))
+        out[b][0].append((a, kind))
+    return {s: (tuple(sorted(set(links))), node) for s, (links, node) in out.items()}

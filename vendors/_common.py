@@ -160,3 +160,8 @@ def rate_percent(
     if t1 <= t0 or v1 < v0:
         return None, Reason.NO_BASELINE
     return round((v1 - v0) * scale / (t1 - t0) * 100.0, 2), None
+
+
+# How often a backend reads the node's links and placement again (R-X3): they change only with a
+# reset or a hot-plug, so once a minute, on the backend's own monotonic clock.
+TOPOLOGY_PERIOD = 60.0

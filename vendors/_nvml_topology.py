@@ -27,8 +27,6 @@ from typing import Any
 from devicemanager.model import CardLink, as_int
 from vendors._common import error_code as _error
 
-# How often the topology is read again: it changes only with a reset or a hot-plug.
-TOPOLOGY_PERIOD = 60.0
 # nvmlGpuTopologyLevel_t, as `nvidia-smi topo -m` names the levels.
 ANCESTOR_LINKS: Mapping[int, str] = {
     0: "pcie_board",  # NVML_TOPOLOGY_INTERNAL: the same board

@@ -22,6 +22,7 @@ nothing is counted twice. Facts: ../shared/reference/vendors.md §3, §12.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -31,6 +32,7 @@ from typing import Any, ClassVar
 from devicemanager.backend import BackendUnavailable, Library
 from devicemanager.model import (
     Card,
+    CardLink,
     DeviceProcesses,
     PartitionReading,
     Payload,
@@ -52,6 +54,7 @@ from vendors._amd_smi import (
     device_uuid,
     entries,
     mapping,
+    parse_topology,
     partition_reading,
     physical_card,
     physical_id,
@@ -66,6 +69,7 @@ from vendors._amd_smi import occupancy_percent as occupancy_percent
 from vendors._amd_smi import reason_for as reason_for
 from vendors._amd_smi import serial_id as serial_id
 from vendors._common import Baseline, Sample, error_code, failed, finite, listing, load
+from vendors._common import TOPOLOGY_PERIOD, Baseline, Sample, error_code, failed, finite, load
 from vendors._rocm_smi_lib import RocmSmi, RsmiError
 
 MANUFACTURER = "amd"
@@ -242,6 +246,7 @@ def parse(payload: Payload) -> VendorReading:
     platform = platform if isinstance(platform, Mapping) else {}
     sockets = _sockets(payload)
     cards: list[Card] = []
+    boards: dict[int, str] = {}  # socket position -> the id of its physical card
     for socket in sockets:
         if not socket.partitioned:
             for device in socket.devices:
@@ -249,10 +254,12 @@ def parse(payload: Payload) -> VendorReading:
                     card := processor_card(device, socket.position, platform, whole=True)
                 ) is not None:
                     cards.append(card)
+                    boards[socket.position] = card.id
             continue
         physical = physical_card(socket.doc, socket.position, socket.devices)
         if physical is not None:
             cards.append(physical)
+            boards[socket.position] = physical.id
         for device in socket.devices:
             card = processor_card(
                 device,
@@ -270,6 +277,7 @@ def parse(payload: Payload) -> VendorReading:
                 mapping(device.get("amdsmi_get_gpu_driver_info")).get("driver_version")
             )
     path = payload.get("processPath")
+    cards = _placed(cards, boards, parse_topology(payload))
     return VendorReading(
         manufacturer=MANUFACTURER,
         cards=tuple(cards),
@@ -278,6 +286,26 @@ def parse(payload: Payload) -> VendorReading:
         driver_version=driver,
         via=path if isinstance(path, str) else None,
     )
+
+
+def _placed(
+    cards: list[Card],
+    boards: Mapping[int, str],
+    topology: Mapping[int, tuple[tuple[tuple[int, str], ...], int | None]],
+) -> list[Card]:
+    """Each physical card with its links to the others and its NUMA node (R-X3); an XCP's
+    entry has neither (they are its board's)."""
+    by_id = {card_id: position for position, card_id in boards.items()}
+    out = []
+    for card in cards:
+        position = by_id.get(card.id)
+        if position is None or position not in topology:
+            out.append(card)
+            continue
+        links, numa = topology[position]
+        named = tuple(CardLink(boards[peer], kind) for peer, kind in links if peer in boards)
+        out.append(dataclasses.replace(card, links=named, numa_node=numa))
+    return out
 
 
 # -- the backend ----------------------------------------------------------------------------------
@@ -346,6 +374,9 @@ class AmdBackend:
         # What each processor answered about itself, by (socket, position): a lost device
         # stops answering even its UUID, and its grant should show it unhealthy, not vanish.
         self._known: dict[tuple[int, int], dict[str, Any]] = {}
+        # The last links-and-placement read and the boards it was read for (R-X3).
+        self._topology: dict[str, Any] | None = None
+        self._topology_cards: tuple[str | None, ...] = ()
 
     # -- locating -------------------------------------------------------------------------
 
@@ -542,6 +573,7 @@ class AmdBackend:
             "sockets": [],
         }
         carved_devices: list[dict[str, Any]] = []
+        boards: list[tuple[int, Any, str | None]] = []  # (socket, board handle, its UUID)
         seen: set[str] = set()
         index = 0
         for s, socket in enumerate(sockets):
@@ -578,10 +610,46 @@ class AmdBackend:
                     carved_devices.append(device)
             doc["processors"] = devices
             payload["sockets"].append(doc)
+            boards.append((s, handles[board], device_uuid(devices[board])))
         if self._path == VIA_ROCM_SMI and carved_devices and self._rsmi is not None:
             read_processes(self._rsmi, payload, carved_devices)
         self._baseline.keep_only(seen)
+        payload["topology"] = self._topology_of(boards, now)
         return payload
+
+    def _topology_of(self, boards: list[tuple[int, Any, str | None]], now: float) -> Any:
+        """Links between the sockets' board processors and their NUMA nodes (R-X3): read when
+        none is held, once TOPOLOGY_PERIOD has passed since the last read, or when the boards
+        changed; else the last read, whose `readAt` says when it was made."""
+        cards = tuple(uuid for _, _, uuid in boards)
+        held = self._topology
+        fresh = held is not None and now - held["readAt"] < TOPOLOGY_PERIOD
+        if held is not None and fresh and cards == self._topology_cards:
+            return held
+        smi = self._smi
+        topology = {
+            "readAt": now,
+            "devices": [
+                {
+                    "socket": s,
+                    "amdsmi_topo_get_numa_node_number": self._call(
+                        smi.amdsmi_topo_get_numa_node_number, handle
+                    ),
+                }
+                for s, handle, _ in boards
+            ],
+            "pairs": [
+                {
+                    "a": a,
+                    "b": b,
+                    "amdsmi_topo_get_link_type": self._call(smi.amdsmi_topo_get_link_type, ha, hb),
+                }
+                for i, (a, ha, _) in enumerate(boards)
+                for b, hb, _ in boards[i + 1 :]
+            ],
+        }
+        self._topology, self._topology_cards = topology, cards
+        return topology
 
     def parse(self, payload: Payload) -> VendorReading:
         return parse(payload)

@@ -625,3 +625,42 @@ def test_the_whole_agent_on_the_fake_rocm(rocm_root: Path, tmp_path: Path, launc
     assert figure("memory_total_mib", "xcp0") == [24_574.0]
     assert figure("temperature_celsius", "xcp0") == [55.0]
     assert figure("cores_utilization_percent", "xcp0") == [91.0]
+
+
+# -- links and placement (R-X3) ------------------------------------------------------------------
+
+
+def test_links_and_numa_nodes_through_the_real_wheel(node) -> None:  # type: ignore[no-untyped-def]
+    """(R-X3) Per pair of physical cards the link amdsmi names (xGMI or PCIe, no count: amdsmi
+    gives hops, not links), read between the sockets' board processors, so a CPX card's links
+    and NUMA node are on its physical card and none on its XCPs; a link type amdsmi does not
+    name as one of the two, and a NOT_SUPPORTED answer, place the pair nowhere (never "pcie");
+    a NUMA node the library does not give is absent, not node 0."""
+    (payload,) = rounds(node(scenarios.links_and_numa()), ReadRequest(), 1)
+    cards = by_id(AmdBackend().parse(payload))
+    one, two, four = fake.uuid_of(0), fake.uuid_of(1), fake.uuid_of(3)
+    (board,) = [
+        c.id for c in cards.values() if c.parent_id is None and c.id not in {one, two, four}
+    ]
+
+    def links(card_id: str) -> set[tuple[str, str, int | None]]:
+        found = cards[card_id].links
+        assert found is not None
+        return {(x.peer_id, x.link, x.count) for x in found}
+
+    assert links(one) == {(two, "xgmi", None), (board, "xgmi", None), (four, "pcie", None)}
+    assert links(two) == {(one, "xgmi", None)}
+    assert links(board) == {(one, "xgmi", None)}
+    assert links(four) == {(one, "pcie", None)}
+    assert [cards[c].numa_node for c in (one, two, board, four)] == [0, 0, 1, None]
+    xcps = [c for c in cards.values() if c.parent_id == board]
+    assert len(xcps) == 8 and all((x.links, x.numa_node) == (None, None) for x in xcps)
+    # One call per pair of sockets, not per XCP: four boards, six pairs.
+    assert len(payload["topology"]["pairs"]) == 6
+
+
+def test_amd_links_are_read_once_a_minute(node) -> None:  # type: ignore[no-untyped-def]
+    """(R-X3) The backend's clock advances one 15 s period a round: the topology read in the
+    first round is carried by the next three and read again in the fifth, 60 s later."""
+    payloads = rounds(node(scenarios.links_and_numa()), ReadRequest(), 5)
+    assert [p["topology"]["readAt"] for p in payloads] == [1000.0] * 4 + [1060.0]

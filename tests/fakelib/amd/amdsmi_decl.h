@@ -181,6 +181,13 @@ amdsmi_status_t amdsmi_get_energy_count(amdsmi_processor_handle h, uint64_t *ene
 amdsmi_status_t amdsmi_get_clock_info(amdsmi_processor_handle h, uint32_t clk_type,
                                       amdsmi_clk_info_t *info);
 amdsmi_status_t amdsmi_get_gpu_pci_replay_counter(amdsmi_processor_handle h, uint64_t *counter);
+/* Links and placement (R-X3). The link type is amdsmi_link_type_t (older headers:
+ * amdsmi_io_link_type_t); both give PCIe as 1 and xGMI as 2. */
+#define AMDSMI_LINK_TYPE_PCIE 1u
+#define AMDSMI_LINK_TYPE_XGMI 2u
+amdsmi_status_t amdsmi_topo_get_numa_node_number(amdsmi_processor_handle h, uint32_t *numa_node);
+amdsmi_status_t amdsmi_topo_get_link_type(amdsmi_processor_handle src, amdsmi_processor_handle dst,
+                                          uint64_t *hops, uint32_t *type);
 amdsmi_status_t amdsmi_get_gpu_process_list(amdsmi_processor_handle h, uint32_t *max_processes,
                                             amdsmi_proc_info_t *list);
 

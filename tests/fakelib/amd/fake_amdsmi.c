@@ -23,7 +23,9 @@
  * device, function, partition, compute_partition, market_name, serial, cus, render, card, node,
  * vram{total, used} (MiB), activity{gfx, umc, mm}, power{socket, current, average, limit},
  * temp{hotspot, edge}, ecc{correctable, uncorrectable}, processes[]{pid, name, vram, gtt, cpu,
- * gfx, gfx_step, enc, cu}} plus the kit's fault keys.
+ * gfx, gfx_step, enc, cu}, numa (the NUMA node; absent: NOT_SUPPORTED), links{<other device's
+ * position>: {type (1 PCIe, 2 xGMI), hops}} (looked up both ways; a pair in neither
+ * answers NOT_SUPPORTED)} plus the kit's fault keys.
  */
 #include "fakelib.h"
 #include "amdsmi_decl.h"
@@ -389,6 +391,49 @@ amdsmi_status_t amdsmi_get_gpu_pci_replay_counter(amdsmi_processor_handle h, uin
     if (!counter)
         return AMDSMI_STATUS_INVAL;
     *counter = fl_u64(0, D "pcie_replays", d);
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+/* -- links and placement (R-X3) -------------------------------------------------------------- */
+
+amdsmi_status_t amdsmi_topo_get_numa_node_number(amdsmi_processor_handle h, uint32_t *numa_node) {
+    DEVICE("amdsmi_topo_get_numa_node_number");
+    if (!numa_node)
+        return AMDSMI_STATUS_INVAL;
+    if (!fl_get(D "numa", d))
+        return AMDSMI_STATUS_NOT_SUPPORTED;
+    *numa_node = (uint32_t)fl_int(0, D "numa", d);
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+/* The scenario's record of the link between devices a and b, looked up both ways: the key of
+ * `field` under it, or NULL. */
+static const char *link_field(int a, int b, const char *field) {
+    const char *value = fl_get("devices.%d.links.%d.%s", a, b, field);
+    return value ? value : fl_get("devices.%d.links.%d.%s", b, a, field);
+}
+
+static amdsmi_status_t pair(amdsmi_processor_handle src, amdsmi_processor_handle dst,
+                            const char *entry, int *a, int *b) {
+    amdsmi_status_t rc;
+    if ((*a = device_of(src, entry, &rc)) < 0 || (*b = device_of(dst, entry, &rc)) < 0)
+        return rc;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+amdsmi_status_t amdsmi_topo_get_link_type(amdsmi_processor_handle src, amdsmi_processor_handle dst,
+                                          uint64_t *hops, uint32_t *type) {
+    int a = -1, b = -1;
+    const char *kind;
+    amdsmi_status_t rc = pair(src, dst, "amdsmi_topo_get_link_type", &a, &b);
+    if (rc != AMDSMI_STATUS_SUCCESS)
+        return rc;
+    if (!hops || !type)
+        return AMDSMI_STATUS_INVAL;
+    if (!(kind = link_field(a, b, "type")))
+        return AMDSMI_STATUS_NOT_SUPPORTED;
+    *type = (uint32_t)atoi(kind);
+    *hops = link_field(a, b, "hops") ? (uint64_t)atoll(link_field(a, b, "hops")) : 1u;
     return AMDSMI_STATUS_SUCCESS;
 }
 

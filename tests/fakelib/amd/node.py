@@ -158,6 +158,16 @@ def devices() -> list[dict[str, Any]]:
     ]
 
 
+def placed(devs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The node's links and placement (R-X3), as an MI300X platform has them: every card's
+    board joined to every other by xGMI (one hop), cards 0-3 on NUMA node 0 and 4-7 on node 1."""
+    boards = [i for i, d in enumerate(devs) if d.get("partition", 0) == 0]
+    for i in boards:
+        devs[i]["numa"] = 0 if devs[i]["socket"] < 4 else 1
+        devs[i]["links"] = {str(j): {"type": 2, "hops": 1} for j in boards if j > i}
+    return devs
+
+
 def allocation(containers: dict[str, list[dict[str, Any]]]) -> str:
     doc = {
         name: {"devices": {"groups": [{"id": 0, "manufacturer": "amd", "accelerators": accs}]}}
@@ -494,7 +504,7 @@ def payload(rocm_root: Path, work: Path) -> dict[str, Any]:
     from devicemanager.node.pods import PodIndex
     from vendors.amd import AmdBackend
 
-    doc = scenario(devices(), rocm=ROCM, driver=DRIVER)
+    doc = scenario(placed(devices()), rocm=ROCM, driver=DRIVER)
     previous = os.environ.get(fake.SCENARIO_ENV)
     os.environ[fake.SCENARIO_ENV] = str(fake.write(work / "scenario.txt", doc))
     ticks = iter([1000.0, 1000.0 + PERIOD, 1000.0 + 2 * PERIOD])

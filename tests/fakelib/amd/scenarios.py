@@ -223,3 +223,33 @@ def health_figures() -> dict[str, Any]:
             card(2, pcie_replays=0xFFFFFFFFFFFFFFFF, clocks={"gfx": 0xFFFFFFFF}),
         ]
     )
+
+
+XGMI, PCIE = 2, 1  # amdsmi_link_type_t
+
+
+def links_and_numa() -> dict[str, Any]:
+    """R-X3 on four MI300X sockets. Cards 0 and 1 (SPX) are joined by xGMI, on NUMA node 0; the
+    CPX card on socket 2 (eight XCPs, its board the first) is joined to card 0 by xGMI, on NUMA
+    node 1; card 3 (SPX) reaches card 0 over PCIe (two hops) and has no NUMA node (the call
+    NOT_SUPPORTED). Card 1 and card 3 answer the link type 0 (INTERNAL, or older headers'
+    UNDEFINED): not placed; card 1 against the CPX card and card 3 against it answer
+    NOT_SUPPORTED."""
+    xcps = cpx_card(2, bus=0x65)
+    xcps[0]["numa"] = 1
+    return scenario(
+        [
+            card(
+                0,
+                numa=0,
+                links={
+                    "1": {"type": XGMI, "hops": 1},
+                    "2": {"type": XGMI},
+                    "10": {"type": PCIE, "hops": 2},
+                },
+            ),
+            card(1, numa=0, links={"10": {"type": 0}}),
+            *xcps,
+            card(3, bus=0xF5),
+        ]
+    )
