@@ -223,3 +223,72 @@ def test_each_amd_health_figure_is_range_checked_and_says_why_it_is_absent(
     assert got is not None
     assert (getattr(got, figure), got.reason(figure)) == (value, reason)
     assert health({"amdsmi_get_gpu_total_ecc_count": {"uncorrectable_count": 0}}) is None
+
+
+# -- links and placement (R-X3) ------------------------------------------------------------------
+
+
+def _topology(numa: list[object], pairs: list[tuple[object, object, object]]) -> dict[str, object]:
+    return {
+        "topology": {
+            "readAt": 1.0,
+            "devices": [
+                {"socket": s, "amdsmi_topo_get_numa_node_number": n} for s, n in enumerate(numa)
+            ],
+            "pairs": [{"a": a, "b": b, "amdsmi_topo_get_link_type": link} for a, b, link in pairs],
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("link", "wanted"),
+    [
+        ({"hops": 1, "type": 2}, ((1, "xgmi"),)),
+        ({"hops": 2, "type": 1}, ((1, "pcie"),)),
+        ({"hops": 1, "type": 0}, ()),  # INTERNAL / UNDEFINED
+        ({"hops": 1, "type": 3}, ()),  # NOT_APPLICABLE
+        ({"hops": 1, "type": 4}, ()),  # UNKNOWN
+        ({"hops": 1, "type": True}, ()),
+        ({"error": "AmdSmiLibraryException", "code": 2}, ()),
+        ("x", ()),
+    ],
+)
+def test_amdsmi_link_types_and_what_places_nothing(link: object, wanted: object) -> None:
+    """(R-X3) xGMI and PCIe as amdsmi names them, on both sockets of the pair; any other type,
+    a failed call or a damaged answer places the pair nowhere, never "pcie"."""
+    from vendors._amd_smi import parse_topology
+
+    placed = parse_topology(_topology([0, 1], [(0, 1, link)]))
+    assert placed[0] == (wanted, 0)
+    assert placed[1] == (tuple((0, kind) for _, kind in wanted), 1)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("numa", "wanted"),
+    [(0, 0), (7, 7), (-1, None), (1 << 12, None), (True, None), ({"error": "x", "code": 2}, None)],
+)
+def test_amdsmi_numa_node_out_of_range_or_failed_is_absent(numa: object, wanted: object) -> None:
+    """(R-X3) The NUMA node as amdsmi gives it; a failed call, a boolean or a number past any
+    node count is absent, never node 0."""
+    from vendors._amd_smi import parse_topology
+
+    assert parse_topology(_topology([numa], []))[0] == ((), wanted)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {},
+        {"topology": None},
+        {"topology": {"devices": "x", "pairs": [None, {"a": 0, "b": 0}]}},
+        _topology([0], [(0, 0, {"type": 2}), (0, 9, {"type": 2}), (None, 0, {"type": 2})]),
+    ],
+)
+def test_a_missing_or_damaged_amd_topology_places_nothing_and_never_raises(payload: object) -> None:
+    """(R-X3) No topology (a recording made before it was read), a pair of a socket with itself
+    or with one the read did not list: nothing placed, and parse() does not raise."""
+    from vendors._amd_smi import parse_topology
+
+    placed = parse_topology(payload)  # type: ignore[arg-type]
+    assert all(links == () for links, _ in placed.values())
+    assert amd.parse({"sockets": [], **payload}).cards == ()  # type: ignore[dict-item]
