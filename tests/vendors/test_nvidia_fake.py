@@ -712,3 +712,56 @@ def test_links_are_read_once_a_minute_and_carried_between(  # type: ignore[no-un
     assert reads == [(100.0, True), (100.0, False), (100.0, False), (160.0, True)]
     cards = NvidiaBackend().parse(payload).cards
     assert cards[0].links is not None and len(cards[0].links) == 4
+
+
+def test_the_whole_agent_publishes_links_and_who_a_fatal_xid_hit(
+    libnvml: Path, scenario, tmp_path: Path, launch
+) -> None:  # type: ignore[no-untyped-def]
+    """(R-X3) Over real HTTPS, from the fake through pynvml: `link_info` per card, peer and
+    kind, `links` with the NVLink count, `numa_node`, and the snapshot's optional `links` and
+    `numaNode`; promtool takes the text. (R-X7) A fatal XID on a card an Instance holds puts the
+    reason on that grant's `gpustack_instance_accelerator_unhealthy`, as AcceleratorFatalError
+    selects it; the healthy grant's series has no reason."""
+    cards = scenarios.h100_links()
+    cards[0]["xid"] = 79
+    # The agent reads the host's /sys: card 34 on a PCI domain no machine has, so its NUMA node
+    # is absent here and everywhere.
+    cards[4]["bus_id"] = "0000FFFF:9A:00.0"
+    (tmp_path / "proc").mkdir()
+    pods = [
+        pod("llama", {"main": [accel(30, 1)]}, instance="llama"),
+        pod("qwen", {"main": [accel(32, 1)]}, instance="qwen"),
+    ]
+    agent = serve_on_fake(launch, libnvml, scenario(cards), tmp_path, pods)
+    with agent.client() as client:
+        text = client.get("/metrics").content.decode()
+        doc = client.get("/monitor/snapshot").json()
+    got: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            got.setdefault(s.name, []).append((s.labels, s.value))
+    a, b, c, d = (gpu(n) for n in range(30, 34))
+    info = {
+        (ls["id"], ls["peer_id"], ls["link"]) for ls, _ in got["gpustack_accelerator_link_info"]
+    }
+    assert {(a, b, "nvlink"), (a, b, "pcie_switch"), (c, d, "nvswitch"), (a, c, "system")} <= info
+    assert not {x for x in info if gpu(34) in x[:2]}  # a card NVML cannot place: no series
+    counts = {(ls["id"], ls["peer_id"]): v for ls, v in got["gpustack_accelerator_links"]}
+    assert (counts[(a, b)], counts[(c, d)]) == (4.0, 2.0)
+    numa = {ls["id"]: v for ls, v in got["gpustack_accelerator_numa_node"]}
+    assert numa == {a: 0.0, b: 0.0, c: 1.0, d: 1.0}  # card 34: neither NVML nor sysfs says
+    unhealthy = {
+        ls["instance_name"]: (ls.get("reason", ""), v)
+        for ls, v in got["gpustack_instance_accelerator_unhealthy"]
+    }
+    assert unhealthy == {"llama": ("xid_79", 1.0), "qwen": ("", 0.0)}
+    promtool = shutil.which("promtool")
+    if promtool is not None:
+        result = subprocess.run(
+            [promtool, "check", "metrics"], input=text.encode(), capture_output=True, check=False
+        )
+        assert result.returncode == 0 and result.stdout + result.stderr == b"", result
+    served = {card["id"]: card for card in doc["groups"][0]["accelerators"]}
+    assert {"peerID": b, "link": "nvlink", "count": 4} in served[a]["links"]
+    assert (served[a]["numaNode"], "numaNode" in served[gpu(34)]) == (0, False)
+    assert served[gpu(34)]["links"] == []
