@@ -46,11 +46,8 @@ from devicemanager.model import (
     as_int,
     mib_from_bytes,
 )
-from vendors._common import TOPOLOGY_PERIOD, failed, finite, reasons
+from vendors._common import TOPOLOGY_PERIOD, failed, finite, listing, reasons
 from vendors._common import error_code as _error
-from vendors._common import failed, finite, listing, reasons
-from vendors._common import failed, finite, reasons
-from vendors._nvml_topology import TOPOLOGY_PERIOD, parse_topology, read_topology
 from vendors._nvml_topology import parse_topology, read_topology
 
 # Return codes: NVML's nvmlReturn_t and HGML's hgmlReturn_t agree value for value.

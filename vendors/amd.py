@@ -68,8 +68,16 @@ from vendors._amd_smi import OUT_OF_RESOURCES as OUT_OF_RESOURCES
 from vendors._amd_smi import occupancy_percent as occupancy_percent
 from vendors._amd_smi import reason_for as reason_for
 from vendors._amd_smi import serial_id as serial_id
-from vendors._common import Baseline, Sample, error_code, failed, finite, listing, load
-from vendors._common import TOPOLOGY_PERIOD, Baseline, Sample, error_code, failed, finite, load
+from vendors._common import (
+    TOPOLOGY_PERIOD,
+    Baseline,
+    Sample,
+    error_code,
+    failed,
+    finite,
+    listing,
+    load,
+)
 from vendors._rocm_smi_lib import RocmSmi, RsmiError
 
 MANUFACTURER = "amd"
