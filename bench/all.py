@@ -35,6 +35,7 @@ BENCHES: dict[str, list[str]] = {
     "podindex": ["bench/podindex.py"],
     "summarize": ["bench/summarize.py"],
     "soak": ["bench/soak.py"],
+    "soak_hostile": ["bench/soak.py", "--hostile"],
 }
 
 
@@ -89,7 +90,7 @@ def main() -> None:
     here = machine()
     for name in wanted:
         argv = BENCHES[name]
-        if name == "soak":
+        if name in ("soak", "soak_hostile"):
             argv = [*argv, "--seconds", str(args.soak_seconds)]
         # Each result names the machine and day it was measured on: with --only, the others
         # are kept from an earlier run, perhaps on another day or kernel.

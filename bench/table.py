@@ -172,6 +172,31 @@ def extra_rows(r: dict[str, Any]) -> list[Row]:
                 _met(s["rss_growth_second_half_mib"] <= 1.0 and s["fds_end"] <= s["fds_start"] + 2),
             )
         )
+    if s := r.get("soak_hostile"):
+        answered = s["requests"].get("200", 0)
+        asked = sum(s["requests"].values())
+        hostile = s["hostile"]
+        refused = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(s["refused_by_reason"].items()))
+        out.append(
+            (
+                f"soak with hostile clients, {s['seconds']:g} s: the soak's scrapers beside one "
+                "connection pipelining without reading, 100 bare TCP connections renewed every "
+                "5 s, 20 slow headers, 5 new random tokens/s",
+                f"RSS {s['rss_start_mib']} → {s['rss_end_mib']} MiB, fds {s['fds_start']} → "
+                f"{s['fds_end']}",
+                f"first half +{s['rss_growth_first_half_mib']} MiB, second half "
+                f"+{s['rss_growth_second_half_mib']} MiB; scrapers: {answered:,} of {asked:,} "
+                f"answered 200; refused: {refused}; strangers answered 401: "
+                f"{hostile.get('stranger_401', 0):,}",
+                "scrapers all 200; fds flat; growth slowing, under the 256 MiB limit",
+                _met(
+                    answered == asked
+                    and s["fds_end"] <= s["fds_start"] + 2
+                    and s["rss_growth_second_half_mib"] <= s["rss_growth_first_half_mib"]
+                    and s["rss_end_mib"] < 256
+                ),
+            )
+        )
     return out
 
 
