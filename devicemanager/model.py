@@ -108,6 +108,13 @@ class CardHealth:
     clock_memory_hz: int | None = None
     clock_graphics_hz: int | None = None
     pcie_replays: int | None = None  # PCIe replay counter since the driver loaded
+    # Critical error events by code (NVML's XIDs), counted since the agent started: (code,
+    # count), codes as decimal text in numeric order, at most MAX_ERROR_CODES of them, then
+    # ERROR_CODE_OTHER for every event past that bound. () none seen; None not read.
+    xid_errors: tuple[tuple[str, int], ...] | None = None
+    # Error codes the card reports now (Ascend's dcmi_get_device_errorcode_v2), as hex text,
+    # at most MAX_ERROR_CODES of them. () none; None not read.
+    error_codes: tuple[str, ...] | None = None
     reasons: tuple[tuple[str, Reason], ...] = ()
 
     def reason(self, figure: str) -> Reason | None:
@@ -130,7 +137,14 @@ HEALTH_FIGURES: tuple[str, ...] = (
     "clock_memory_hz",
     "clock_graphics_hz",
     "pcie_replays",
+    "xid_errors",
+    "error_codes",
 )
+
+# How many distinct error codes one card's figures name (a label value each); events past it
+# are counted under ERROR_CODE_OTHER, so a driver that invents codes cannot grow /metrics.
+MAX_ERROR_CODES = 64
+ERROR_CODE_OTHER = "other"
 
 
 # How one card is joined to another (R-X3), by what its library says: a direct link (`nvlink`,

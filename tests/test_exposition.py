@@ -315,6 +315,73 @@ def test_health_counters_are_typed_counter_in_base_units_and_an_absent_one_has_n
     assert checked.returncode == 0 and checked.stdout + checked.stderr == b"", checked
 
 
+def test_xid_errors_are_a_counter_per_code_and_error_codes_a_gauge_per_code() -> None:
+    """(R-X7) Critical error events are `gpustack_accelerator_xid_errors_total{xid}`, a counter
+    per code (`other` past the bound), and the error codes a card reports now are
+    `gpustack_accelerator_error_code_active{code}`, 1 each; a card whose XIDs were not read
+    has no sample and its capability says why; no card with codes, no family; promtool takes
+    the text."""
+    counted = Card(
+        id="GPU-a",
+        index=0,
+        health=CardHealth(xid_errors=(("13", 2), ("79", 1), ("other", 5))),
+    )
+    blind = Card(
+        id="GPU-b", index=1, health=CardHealth(reasons=(("xid_errors", Reason.UNSUPPORTED),))
+    )
+    npu = Card(id="NPU-a", index=0, health=CardHealth(error_codes=("0x40F84E00", "0x80E01801")))
+    results = [
+        BackendResult(
+            status=BackendStatus(m, BackendState.OK, 0.5),
+            reading=VendorReading(manufacturer=m, cards=cards),
+            read_at=1.0,
+        )
+        for m, cards in (("nvidia", (counted, blind)), ("ascend", (npu,)))
+    ]
+    snap = snapshot.assemble(1.0, 15.0, "node-a", results, round_duration=0.7)
+    text = exposition.render(exposition.families(snap, True)).decode()
+    types = {
+        line.split()[2]: line.split()[3] for line in text.splitlines() if line.startswith("# TYPE")
+    }
+    assert types["gpustack_accelerator_xid_errors_total"] == "counter"
+    assert types["gpustack_accelerator_error_code_active"] == "gauge"
+    got: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            got.setdefault(s.name, []).append((s.labels, s.value))
+    base = {"node": "node-a", "manufacturer": "nvidia", "id": "GPU-a", "index": "0"}
+    assert got["gpustack_accelerator_xid_errors_total"] == [
+        (base | {"xid": "13"}, 2.0),
+        (base | {"xid": "79"}, 1.0),
+        (base | {"xid": "other"}, 5.0),
+    ]
+    npu_base = {"node": "node-a", "manufacturer": "ascend", "id": "NPU-a", "index": "0"}
+    assert got["gpustack_accelerator_error_code_active"] == [
+        (npu_base | {"code": "0x40F84E00"}, 1.0),
+        (npu_base | {"code": "0x80E01801"}, 1.0),
+    ]
+    capability = {
+        (ls["id"], ls["figure"], ls["reason"]): v
+        for ls, v in got["gpustack_accelerator_figure_capability"]
+    }
+    assert capability == {
+        ("GPU-a", "xid_errors", ""): 1.0,
+        ("GPU-b", "xid_errors", "unsupported"): 0.0,
+        ("NPU-a", "error_codes", ""): 1.0,
+    }
+    quiet = snapshot.assemble(
+        1.0, 15.0, "node-a", [dataclasses.replace(results[0], reading=VendorReading("nvidia"))]
+    )
+    assert b"xid_errors_total" not in exposition.render(exposition.families(quiet, True))
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian package prometheus; .ci/run installs it)")
+    checked = subprocess.run(
+        [promtool, "check", "metrics"], input=text.encode(), capture_output=True, check=False
+    )
+    assert checked.returncode == 0 and checked.stdout + checked.stderr == b"", checked
+
+
 def test_an_instance_on_an_unhealthy_card_carries_the_reason_and_a_healthy_one_none() -> None:
     """(R-X7) Alerts name the Instances on a card that fails: the grant's `unhealthy` series
     carries the card's reason in `reason`; a healthy grant's has it empty (stored as none), so

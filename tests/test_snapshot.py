@@ -202,3 +202,29 @@ def test_a_card_without_links_has_neither_key_and_one_with_them_reads_back() -> 
     served["links"] += [{"peerID": "GPU-4", "link": "carrier_pigeon"}, {"link": "nvlink"}]
     odd = snapshot.card_from_json(served)
     assert odd is not None and odd.links == links
+
+
+def test_error_codes_in_the_snapshot_only_where_read_and_read_back() -> None:
+    """(R-X7) `health.xidErrors` ({code: count}) and `health.errorCodes` (hex codes active
+    now) are there only for a card whose backend reads them, so the health object of every
+    other card is the one before; both read back whole, `other` included."""
+    codes = dataclasses.replace(
+        HEALTH, xid_errors=(("13", 2), ("79", 1), ("other", 4)), error_codes=("0x40F84E00",)
+    )
+    doc = json.loads(
+        snapshot.encode(
+            snapshot.assemble(
+                20.0, 15.0, "n", [ok("nvidia", dataclasses.replace(CARD, health=codes))]
+            )
+        )
+    )
+    (served,) = doc["groups"][0]["accelerators"]
+    assert served["health"]["xidErrors"] == {"13": 2, "79": 1, "other": 4}
+    assert served["health"]["errorCodes"] == ["0x40F84E00"]
+    back = snapshot.card_from_json(served)
+    assert back is not None and back.health == codes
+    plain = snapshot.to_json(
+        snapshot.assemble(20.0, 15.0, "n", [ok("nvidia", dataclasses.replace(CARD, health=HEALTH))])
+    )
+    health = plain["groups"][0]["accelerators"][0]["health"]
+    assert "xidErrors" not in health and "errorCodes" not in health

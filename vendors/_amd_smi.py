@@ -263,6 +263,9 @@ def health(device: Mapping[str, Any]) -> CardHealth | None:
         else:
             figures[figure] = None if mhz is None else mhz * 1_000_000
     why.append(("clock_sm_hz", Reason.UNSUPPORTED))
+    # amdsmi's event notifications (VM faults, resets, throttling) and CPER records are no
+    # error codes by number: not read (issue 29).
+    why.append(("xid_errors", Reason.UNSUPPORTED))
     replays, reason = _counted(device.get("amdsmi_get_gpu_pci_replay_counter"), UINT64_MAX)
     if reason is not None:
         why.append(("pcie_replays", reason))

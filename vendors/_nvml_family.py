@@ -33,6 +33,8 @@ from typing import Any, ClassVar
 
 from devicemanager.backend import BackendUnavailable, Library
 from devicemanager.model import (
+    ERROR_CODE_OTHER,
+    MAX_ERROR_CODES,
     THROTTLE_REASONS,
     Card,
     CardHealth,
@@ -149,6 +151,9 @@ HEALTH_KEYS = (
     "DeviceGetClockInfo",
     "DeviceGetPcieReplayCounter",
 )
+# The payload key of a card's XID events counted by code since the agent started (NVIDIA's
+# event set: `{"79": 2, "other": 1}`, or the failure that left the backend without one).
+XID_COUNTS = "xidErrorCounts"
 
 
 def _count(value: Any, ceiling: int) -> tuple[int | None, Reason | None]:
@@ -171,9 +176,12 @@ def _part(answers: Any, name: str) -> Any:
     return answers
 
 
-def parse_health(device: Mapping[str, Any], p: str) -> CardHealth | None:
+def parse_health(
+    device: Mapping[str, Any], p: str, unsupported: tuple[str, ...] = ()
+) -> CardHealth | None:
     """A card's error counters, energy, clocks and PCIe replays (issue 29), in base units, each
-    absent with its reason where its entry point did not answer or answered out of range."""
+    absent with its reason where its entry point did not answer or answered out of range;
+    `unsupported`: the figures the vendor's library (or our binding of it) has no call for."""
     if not any(f"{p}{key}" in device for key in HEALTH_KEYS):
         return None
     figures: dict[str, Any] = {}
@@ -226,7 +234,33 @@ def parse_health(device: Mapping[str, Any], p: str) -> CardHealth | None:
     replays = device.get(f"{p}DeviceGetPcieReplayCounter")
     if replays is not None:
         put("pcie_replays", *_count(replays, UINT32_MAX))
+    counts = device.get(XID_COUNTS)
+    if counts is not None:
+        put("xid_errors", *parse_xid_counts(counts))
+    why.extend((name, Reason.UNSUPPORTED) for name in unsupported if name not in figures)
     return CardHealth(**figures, reasons=tuple(why))
+
+
+def parse_xid_counts(value: Any) -> tuple[tuple[tuple[str, int], ...] | None, Reason | None]:
+    """The XID events counted since the agent started, by code (R-X7): `{code: count}` as
+    read() recorded it, codes in numeric order and ERROR_CODE_OTHER last; a recorded failure
+    (no event set on this driver) is its reason; anything else is `invalid_data`."""
+    if (code := _error(value)) is not None:
+        return None, reason_for(code)
+    if not isinstance(value, Mapping) or len(value) > MAX_ERROR_CODES + 1:
+        return None, Reason.INVALID_DATA
+    codes: list[tuple[int, str, int]] = []
+    for key, raw in value.items():
+        count = as_int(raw)
+        if count is None or count < 1:
+            return None, Reason.INVALID_DATA
+        if key == ERROR_CODE_OTHER:
+            codes.append((UINT64_MAX + 1, key, count))
+        elif isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 20:
+            codes.append((int(key), str(int(key)), count))
+        else:
+            return None, Reason.INVALID_DATA
+    return tuple((name, count) for _, name, count in sorted(codes)), None
 
 
 def _temperature(device: Mapping[str, Any], p: str) -> Any:
@@ -239,7 +273,10 @@ def _temperature(device: Mapping[str, Any], p: str) -> Any:
 
 
 def parse_card(
-    device: Mapping[str, Any], p: str, application_xids: frozenset[int] = frozenset()
+    device: Mapping[str, Any],
+    p: str,
+    application_xids: frozenset[int] = frozenset(),
+    unsupported: tuple[str, ...] = (),
 ) -> Card | None:
     # A card that stopped answering is still named by what it answered earlier (`known*`,
     # recorded by read()), so its grant shows it unhealthy instead of silently losing it.
@@ -271,7 +308,7 @@ def parse_card(
         power_usage_watts=None if power_mw is None else round(power_mw / 1000.0, 3),
         unhealthy=reason is not None,
         unhealthy_reason=reason,
-        health=parse_health(device, p),
+        health=parse_health(device, p, unsupported),
     )
 
 
@@ -475,9 +512,14 @@ def parse(
     p: str,
     manufacturer: str,
     application_xids: frozenset[int] = frozenset(),
+    unsupported: tuple[str, ...] = (),
 ) -> VendorReading:
+    """`unsupported`: the health figures the library has no call for, absent with that reason
+    on every card with health figures."""
     devices = listing(payload, "devices")
-    cards = tuple(c for c in (parse_card(d, p, application_xids) for d in devices) if c)
+    cards = tuple(
+        c for c in (parse_card(d, p, application_xids, unsupported) for d in devices) if c
+    )
     placed = parse_topology(payload, p)
     if placed:
         cards = tuple(
@@ -576,6 +618,8 @@ class NvmlFamilyBackend:
     # Whether the GPM support struct's version the driver accepted is recorded (HGML's binding
     # tries two: the header's and GPUStack's).
     records_gpm_support_version: ClassVar[bool] = False
+    # The health figures the library (or our binding of it) has no call for: `unsupported`.
+    unsupported: ClassVar[tuple[str, ...]] = ()
     # Whether links and placement are read (R-X3): NVIDIA's; HGML's binding declares none yet.
     reads_topology: ClassVar[bool] = False
 
@@ -929,4 +973,6 @@ class NvmlFamilyBackend:
         return self._topology
 
     def parse(self, payload: Payload) -> VendorReading:
-        return parse(payload, self.prefix, self.manufacturer, self.application_xids)
+        return parse(
+            payload, self.prefix, self.manufacturer, self.application_xids, self.unsupported
+        )

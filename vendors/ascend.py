@@ -350,6 +350,7 @@ ASCEND_UNSUPPORTED = (
     "throttle_reasons",
     "clock_graphics_hz",
     "pcie_replays",
+    "xid_errors",  # no XIDs: DCMI's error codes are `error_codes`
 )
 
 

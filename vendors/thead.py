@@ -9,8 +9,10 @@ to use. What differs is kept here:
 - per-process compute from `hgmlDeviceGetProcessUtilization` only: the newer
   `…ProcessesUtilizationInfo` answers NOT_SUPPORTED where it is exported at all, so it is
   never asked (the older call returns several samples per PID; the newest counts);
-- no XID events: which XIDs are an application's fault is NVIDIA's knowledge, not published
-  for the PPU, so health comes from GPU_IS_LOST, row remapping and retired pages;
+- no XID events: our binding does not declare HGML's event calls (the header has NVML's event
+  group), and which XIDs are an application's fault is NVIDIA's knowledge, not published for
+  the PPU; so health comes from GPU_IS_LOST, row remapping and retired pages, and the XID
+  counts are absent with `unsupported`;
 - MIG handles answer no temperature or power, and none is asked of them;
 - GPM support asked with `hgmlGpmSupport_t` version 2 (the header's), then 1 (what GPUStack's
   binding sends) where the driver answers ARGUMENT_VERSION_MISMATCH; the payload records which
@@ -49,8 +51,13 @@ HGML = Library(
 )
 
 
+# Health figures our HGML binding has no call for: the public hgml.h has NVML's event group
+# (hgmlEventData_t, hgmlEventTypeXidCriticalError), not yet declared here nor run on a PPU.
+UNSUPPORTED = ("xid_errors",)
+
+
 def parse(payload: Payload) -> VendorReading:
-    return family.parse(payload, PREFIX, MANUFACTURER)
+    return family.parse(payload, PREFIX, MANUFACTURER, unsupported=UNSUPPORTED)
 
 
 class TheadBackend(NvmlFamilyBackend):
@@ -58,6 +65,7 @@ class TheadBackend(NvmlFamilyBackend):
     prefix = PREFIX
     libraries: ClassVar[tuple[Library, ...]] = (HGML,)
     reads_health = True
+    unsupported = UNSUPPORTED
     temperature_v = True
     records_gpm_support_version = True
 

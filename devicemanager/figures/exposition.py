@@ -236,6 +236,35 @@ def health_families(snapshot: Snapshot) -> Iterator[GaugeFamily]:
                 if value is not None:
                     family.add_metric([*labels, *values], float(value))
         out.append(family)
+    xids = GaugeFamily(
+        "gpustack_accelerator_xid_errors_total",
+        _sampled(
+            "Critical error events (NVML XIDs) the card raised since the agent started, by "
+            "code, application XIDs included; at most 64 codes per card, later ones as "
+            'xid="other".',
+            snapshot.period_seconds,
+        ),
+        labels=[*CARD_LABELS, "xid"],
+        kind="counter",
+    )
+    active = GaugeFamily(
+        "gpustack_accelerator_error_code_active",
+        _sampled(
+            "1 per error code the card reports now (Ascend's error codes, hex); at most 64 "
+            "per card.",
+            snapshot.period_seconds,
+        ),
+        labels=[*CARD_LABELS, "code"],
+    )
+    for group, card in cards:
+        if card.health is None:
+            continue
+        labels = [node, group.manufacturer, card.id, str(card.index)]
+        for code, count in card.health.xid_errors or ():
+            xids.add_metric([*labels, code], float(count))
+        for code in card.health.error_codes or ():
+            active.add_metric([*labels, code], 1.0)
+    out.extend((xids, active))
     capability = GaugeFamily(
         "gpustack_accelerator_figure_capability",
         "1 when the card's library answered the figure this round; 0 with the reason it is "

@@ -109,6 +109,13 @@ def health_json(health: CardHealth) -> dict[str, Any]:
     for error, counter in _ECC:
         ecc[error][counter] = getattr(health, f"ecc_{error}_{counter}")
     throttle = health.throttle_reasons
+    # The error codes only where the backend reads them (issue 29's second part): every other
+    # card's health object is the one it was before.
+    codes: dict[str, Any] = {}
+    if health.xid_errors is not None:
+        codes["xidErrors"] = dict(health.xid_errors)
+    if health.error_codes is not None:
+        codes["errorCodes"] = list(health.error_codes)
     return {
         "eccErrors": ecc,
         "remappedRows": {s: getattr(health, f"remapped_rows_{s}") for s in _ROWS},
@@ -116,8 +123,23 @@ def health_json(health: CardHealth) -> dict[str, Any]:
         "clockThrottleReasons": None if throttle is None else dict(throttle),
         "clocksHz": {c: getattr(health, f"clock_{c}_hz") for c in _CLOCKS},
         "pcieReplays": health.pcie_replays,
+        **codes,
         "absentReasons": {name: reason.value for name, reason in health.reasons},
     }
+
+
+def _xid_errors(doc: Any) -> tuple[tuple[str, int], ...] | None:
+    """`{code: count}` back, in the order written; None where it is not such an object."""
+    if not isinstance(doc, dict):
+        return None
+    counts = [(code, as_int(count)) for code, count in doc.items()]
+    return tuple((c, n) for c, n in counts if isinstance(c, str) and n is not None)
+
+
+def _error_codes(doc: Any) -> tuple[str, ...] | None:
+    if not isinstance(doc, list):
+        return None
+    return tuple(c for c in doc if isinstance(c, str))
 
 
 def health_from_json(doc: Any) -> CardHealth | None:
@@ -145,6 +167,8 @@ def health_from_json(doc: Any) -> CardHealth | None:
         if isinstance(throttle, dict)
         else None,
         pcie_replays=as_int(doc.get("pcieReplays")),
+        xid_errors=_xid_errors(doc.get("xidErrors")),
+        error_codes=_error_codes(doc.get("errorCodes")),
         reasons=tuple(
             (name, Reason(value))
             for name, value in part(doc, "absentReasons").items()

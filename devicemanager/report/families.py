@@ -318,6 +318,8 @@ IGNORED: dict[str, str] = {
                 "gpustack_accelerator_clock_throttle_active",
                 "gpustack_accelerator_clock_hertz",
                 "gpustack_accelerator_pcie_replays_total",
+                "gpustack_accelerator_xid_errors_total",
+                "gpustack_accelerator_error_code_active",
                 "gpustack_accelerator_link_info",
                 "gpustack_accelerator_links",
                 "gpustack_accelerator_numa_node",

@@ -109,13 +109,18 @@ def test_energy_clocks_and_replays_through_the_real_wheel(node) -> None:  # type
         1_300_000_000,
         4,
     )
-    assert dict(full.reasons) == {"clock_sm_hz": Reason.UNSUPPORTED}
+    # No SM domain, and no error events by code (issue 29): both `unsupported`.
+    assert dict(full.reasons) == {
+        "clock_sm_hz": Reason.UNSUPPORTED,
+        "xid_errors": Reason.UNSUPPORTED,
+    }
     assert (full.ecc_corrected_volatile, full.throttle_reasons) == (None, None)  # not yet read
     assert dict(blind.reasons) == {
         "energy_joules": Reason.UNSUPPORTED,
         "clock_memory_hz": Reason.UNSUPPORTED,
         "clock_sm_hz": Reason.UNSUPPORTED,
         "pcie_replays": Reason.UNSUPPORTED,
+        "xid_errors": Reason.UNSUPPORTED,
     }
     assert (blind.energy_joules, blind.clock_memory_hz, blind.pcie_replays) == (None, None, None)
     assert blind.clock_graphics_hz == 2_100_000_000
@@ -123,6 +128,7 @@ def test_energy_clocks_and_replays_through_the_real_wheel(node) -> None:  # type
         "clock_graphics_hz": Reason.INVALID_DATA,
         "clock_sm_hz": Reason.UNSUPPORTED,
         "pcie_replays": Reason.INVALID_DATA,
+        "xid_errors": Reason.UNSUPPORTED,
     }
     assert (odd.clock_graphics_hz, odd.pcie_replays, odd.energy_joules) == (None, None, 0.0)
 

@@ -492,6 +492,7 @@ def test_npu_health_through_our_ctypes(libdcmi: Path, scenario) -> None:  # type
         "throttle_reasons",
         "clock_graphics_hz",
         "pcie_replays",
+        "xid_errors",
     }
     assert dict(full.reasons) == dict.fromkeys(never, Reason.UNSUPPORTED)
     assert {k for k, r in off.reasons if r is Reason.UNSUPPORTED} == never | {

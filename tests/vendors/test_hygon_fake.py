@@ -167,6 +167,7 @@ def test_card_health_through_our_ctypes(libs: dict[str, str], scenario) -> None:
         "remapped_rows_correctable",
         "throttle_reasons",
         "clock_sm_hz",
+        "xid_errors",
     }
     assert dict(full.reasons) == dict.fromkeys(always, Reason.UNSUPPORTED)
     assert dict(blind.reasons) == {

@@ -488,6 +488,7 @@ def test_card_health_through_our_ctypes(libmxsml: Path, scenario) -> None:  # ty
         "energy_joules",
         "clock_graphics_hz",
         "pcie_replays",
+        "xid_errors",
     }
     assert dict(full.reasons) == dict.fromkeys(never, Reason.UNSUPPORTED)
     assert {k for k, r in blind.reasons if r is Reason.UNSUPPORTED} == never | {

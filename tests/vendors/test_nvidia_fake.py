@@ -136,6 +136,74 @@ def test_an_xid_from_the_event_set(libnvml: Path, scenario, xid: int, reason: st
         assert card.unhealthy_reason == reason
 
 
+def test_xid_events_counted_by_code_application_ones_included(libnvml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    """(R-X7) Every XID the event set delivers is counted by its code since the agent started,
+    the application XIDs (13, 43) too, which leave the card healthy; the count carries over
+    rounds and grows with the next event; a card that raised none has counts, all of them
+    none, rather than no figure."""
+    scenario([fake_nvml.device(gpu(0), xids=[13, 79, 13, 43]), fake_nvml.device(gpu(1))])
+    backend = NvidiaBackend({"nvml": str(libnvml)})
+    backend.open()
+    try:
+        first = backend.parse(backend.read(ReadRequest())).cards
+        second = backend.parse(backend.read(ReadRequest())).cards
+        backend._record_xid(gpu(0), 79)  # the next event, as _round_started records it
+        third = backend.parse(backend.read(ReadRequest())).cards
+    finally:
+        backend.close()
+    for cards in (first, second):
+        busy, quiet = cards
+        assert busy.health is not None and quiet.health is not None
+        assert busy.health.xid_errors == (("13", 2), ("43", 1), ("79", 1))
+        assert busy.unhealthy_reason == "xid_79"
+        assert quiet.health.xid_errors == ()
+        assert not quiet.unhealthy
+    assert third[0].health is not None
+    assert third[0].health.xid_errors == (("13", 2), ("43", 1), ("79", 2))
+
+
+def test_xid_codes_per_card_are_bounded_past_them_other(libnvml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    """(R-X7) At most 64 distinct codes per card are named; every event past that bound is
+    counted under `other`, so a driver inventing codes cannot grow /metrics without end. A
+    fatal XID after 64 application codes still makes the card unhealthy."""
+    codes = [*range(1000, 1064), 2000, 2001, 2000]
+    scenario([fake_nvml.device(gpu(0), xids=codes)])
+    (payload,) = read_payload(libnvml, ReadRequest())
+    (card,) = NvidiaBackend().parse(payload).cards
+    assert card.health is not None and card.health.xid_errors is not None
+    named = dict(card.health.xid_errors)
+    assert len(named) == 65
+    assert named["other"] == 3
+    assert all(named[str(c)] == 1 for c in range(1000, 1064))
+    assert card.health.xid_errors[-1] == ("other", 3)  # numeric order, `other` last
+    assert card.unhealthy_reason == "xid_1000"
+
+
+def test_xid_counts_absent_with_the_reason_without_an_event_set(
+    libnvml: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(R-X7) A driver that refuses the event set (NOT_SUPPORTED) leaves the XID counts
+    absent with `unsupported`, never 0; a card whose registration failed (NO_PERMISSION) has
+    its own reason while its neighbour is counted."""
+    cards = [
+        fake_nvml.device(gpu(0), xids=[79]),
+        fake_nvml.device(gpu(1), errors={"nvmlDeviceRegisterEvents": 4}),
+    ]
+    for faults, expected in (
+        ({"nvmlEventSetCreate": 3}, [(None, Reason.UNSUPPORTED)] * 2),
+        ({}, [((("79", 1),), None), (None, Reason.PERMISSION)]),
+    ):
+        path = fake_nvml.write(tmp_path / "scenario.txt", "550.90.07", cards, faults=faults)
+        monkeypatch.setenv("FAKE_NVML_SCENARIO", str(path))
+        (payload,) = read_payload(libnvml, ReadRequest())
+        got = [
+            (c.health.xid_errors, c.health.reason("xid_errors"))
+            for c in NvidiaBackend().parse(payload).cards
+            if c.health is not None
+        ]
+        assert got == expected
+
+
 # -- the card's health beyond one bit (R-X7) ---------------------------------------------------
 
 

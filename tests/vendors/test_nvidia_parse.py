@@ -328,6 +328,7 @@ FIELDS = [
     "nvmlDeviceGetProcessUtilization",
     "migDevices",
     "xidCriticalErrors",
+    "xidErrorCounts",
     "nvmlDeviceGetRemappedRows",
 ]
 
@@ -602,3 +603,36 @@ def test_a_damaged_or_missing_topology_never_raises_and_places_nothing(topology:
         payload["topology"] = topology
     (only,) = nvidia.parse(payload).cards
     assert (only.links, only.numa_node) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("counts", "figure", "reason"),
+    [
+        (
+            {"79": 2, "13": 1, "other": 3, "100": 1},
+            (("13", 1), ("79", 2), ("100", 1), ("other", 3)),
+            None,
+        ),
+        ({}, (), None),
+        (err(3), None, Reason.UNSUPPORTED),
+        (err(4), None, Reason.PERMISSION),
+        ({"79": 0}, None, Reason.INVALID_DATA),
+        ({"79": True}, None, Reason.INVALID_DATA),
+        ({"-1": 1}, None, Reason.INVALID_DATA),
+        ({"0x4f": 1}, None, Reason.INVALID_DATA),
+        ({str(c): 1 for c in range(66)}, None, Reason.INVALID_DATA),
+        ([79, 79], None, Reason.INVALID_DATA),
+    ],
+)
+def test_xid_counts_parse_in_numeric_order_or_are_refused(
+    counts: Any, figure: Any, reason: Reason | None
+) -> None:
+    """(R-X7) The XID counts read() recorded: codes in numeric order, `other` last; the event
+    set's failure is its reason; a zero, boolean or negative count, a code that is not decimal
+    digits, more codes than the bound, anything but an object is `invalid_data`, never a
+    figure; a payload recorded before the counts has none and says nothing."""
+    (c,) = parse_card(nvmlDeviceGetPcieReplayCounter=0, xidErrorCounts=counts)
+    assert c.health.xid_errors == figure
+    assert c.health.reason("xid_errors") == reason
+    (old,) = parse_card(nvmlDeviceGetPcieReplayCounter=0)
+    assert old.health.xid_errors is None and old.health.reason("xid_errors") is None

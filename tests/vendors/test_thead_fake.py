@@ -146,6 +146,7 @@ NOT_ANSWERED = (
     "throttle_reasons",
     "clock_memory_hz",
     "pcie_replays",
+    "xid_errors",
 )
 
 
@@ -180,7 +181,8 @@ def test_card_health_through_our_declarations(libhgml: Path, scenario) -> None: 
         1_600_000_000,
         1_450_000_000,
     )
-    assert (full.pcie_replays, full.reasons) == (3, ())
+    # Our binding declares no event calls: the XID counts alone are `unsupported` (R-X7).
+    assert (full.pcie_replays, full.reasons) == (3, (("xid_errors", Reason.UNSUPPORTED),))
     assert (blind.clock_sm_hz, blind.clock_graphics_hz) == (1_500_000_000, 1_500_000_000)
     assert dict(blind.reasons) == {name: Reason.UNSUPPORTED for name in NOT_ANSWERED}
     assert dict(old.reasons) == {
@@ -188,6 +190,7 @@ def test_card_health_through_our_declarations(libhgml: Path, scenario) -> None: 
         "energy_joules": Reason.INVALID_DATA,
         "clock_sm_hz": Reason.INVALID_DATA,
         "pcie_replays": Reason.INVALID_DATA,
+        "xid_errors": Reason.UNSUPPORTED,
     }
     assert old.throttle_reasons is not None and dict(old.throttle_reasons)["gpu_idle"] is True
     devices = payload["devices"]

@@ -13,7 +13,9 @@
  *   - NOT_FOUND from the process-utilization call when no sample is newer than asked;
  *   - NOT_SUPPORTED for utilization on a MIG-enabled card; NOT_FOUND for an empty MIG slot;
  *   - version checks on versioned structs (ARGUMENT_VERSION_MISMATCH);
- *   - GPU_IS_LOST from every call on a lost card; an XID delivered once through the event set;
+ *   - GPU_IS_LOST from every call on a lost card; each XID delivered once through the event set
+ *     (a card's `xid`, then its `xids[]` in order), an event set the driver refuses (the
+ *     kit's `faults.nvmlEventSetCreate`);
  *   - GPM (Hopper and newer): support per card, a sample per GPU instance stamped when taken,
  *     the SM activity between two samples of one instance, a per-metric NOT_READY for samples
  *     closer than the header's 100 ms (strictness of the fake: a reader must not ask).
@@ -26,7 +28,7 @@
  *
  * Scenario (JSON, see tests/fakelib/nvidia/__init__.py): driver, devices[] of {uuid, name,
  * index, memory{total, used, reserved} (bytes), util{gpu, memory}, temp, power (mW),
- * remapped{corr, unc, pending, failure}, retired_pending, mig_mode{current, pending}, xid,
+ * remapped{corr, unc, pending, failure}, retired_pending, mig_mode{current, pending}, xid, xids[],
  * processes[]{pid, memory (bytes or "na"), gi, ci}, samples[]{pid, ts, sm, mem},
  * migs[]{slot, uuid, gi, memory{total, used}, sm (GPM SM activity, %), faults{}}, gpm (1: GPM
  * served), ecc{corrected_volatile, uncorrected_volatile, corrected_aggregate,
@@ -599,8 +601,11 @@ nvmlReturn_t DECLDIR nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device,
 }
 
 nvmlReturn_t DECLDIR nvmlEventSetCreate(nvmlEventSet_t *set) {
+    int code;
     if (!initialised)
         return NVML_ERROR_UNINITIALIZED;
+    if ((code = fl_fault("nvmlEventSetCreate", -1)) != 0)
+        return (nvmlReturn_t)code;
     *set = &the_event_set;
     return NVML_SUCCESS;
 }
@@ -621,9 +626,13 @@ nvmlReturn_t DECLDIR nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *da
     if (!initialised)
         return NVML_ERROR_UNINITIALIZED;
     for (int i = 0; i < fl_count("devices") && i < FL_MAX_DEVICES; i++) {
-        long long xid = fl_int(0, D "xid", i);
-        if (xid && !xid_delivered[i]) {
-            xid_delivered[i] = 1;
+        /* xid_delivered[i]: how many of the card's XIDs went out: `xid` first, then xids[]. */
+        int single = fl_int(0, D "xid", i) != 0;
+        int queued = single + fl_count(D "xids", i);
+        if (xid_delivered[i] < queued) {
+            int k = xid_delivered[i]++;
+            long long xid = single && k == 0 ? fl_int(0, D "xid", i)
+                                             : fl_int(0, D "xids.%d", i, k - single);
             memset(data, 0, sizeof *data);
             data->device = &handles[i];
             data->eventType = nvmlEventTypeXidCriticalError;
