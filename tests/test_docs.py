@@ -105,8 +105,9 @@ def test_every_family_the_agent_can_publish_is_a_row_of_the_metrics_table() -> N
     table = (REPO / "docs" / "metrics.md").read_text()
     rows = {line.split("`")[1] for line in table.splitlines() if line.startswith("| `")}
     names: set[str] = set()
-    # h100-mig-gpm's cards carry the health families, a100-device-plugin-only an unhealthy card.
-    for other in ("h100-mig-gpm", "a100-device-plugin-only"):
+    # h100-mig-gpm's cards carry the health families and XID counts, a100-device-plugin-only an
+    # unhealthy card, the Atlas node an NPU's active error code.
+    for other in ("h100-mig-gpm", "a100-device-plugin-only", "atlas800t-a2-8npu-vnpu-mixed"):
         monitor = scenario_monitor(other)
         text = exposition.render(exposition.families(monitor.run_round().snapshot)).decode()
         monitor.stop()

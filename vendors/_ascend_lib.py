@@ -43,6 +43,9 @@ FUNCTION_NOT_FOUND = -99998
 MAX_CARD_NUM = 64  # dcmi_get_card_list's documented maximum
 MAX_CHIP_NAME_LEN = 32
 DIE_ID_COUNT = 5
+# dcmi_get_device_errorcode_v2's list length: the most error codes the API reports at once
+# (Huawei's samples' ERROR_CODE_MAX_NUM, the driver's own bound).
+MAX_ERROR_CODE_COUNT = 128
 VDEV_RES_NAME_LEN = 16
 VDEV_FOR_RESERVE = 32
 VDEV_SIZE = 20
@@ -238,6 +241,7 @@ PROTOTYPES: Mapping[str, tuple[Any, ...]] = {
     "dcmi_get_device_temperature": (c_int, c_int, P(c_int)),
     "dcmi_get_device_power_info": (c_int, c_int, P(c_int)),
     "dcmi_get_device_health": (c_int, c_int, P(c_uint)),
+    "dcmi_get_device_errorcode_v2": (c_int, c_int, P(c_int), P(c_uint), c_uint),
     "dcmi_get_device_ecc_info": (c_int, c_int, c_int, P(EccInfo)),
     "dcmi_get_device_frequency": (c_int, c_int, c_int, P(c_uint)),
     "dcmi_get_device_resource_info": (c_int, c_int, P(ProcMemInfo), P(c_int)),
@@ -395,6 +399,19 @@ class Dcmi:
 
     def health(self, card: int, device: int) -> tuple[int, int | None]:
         return self._int_out("dcmi_get_device_health", card, device, unsigned=True)
+
+    def error_codes(self, card: int, device: int) -> tuple[int, dict[str, Any] | None]:
+        """The error codes the NPU reports now (at most MAX_ERROR_CODE_COUNT, the header's
+        list length) and the count the library answered, which may say more or be negative."""
+        count = c_int(0)
+        codes = (c_uint * MAX_ERROR_CODE_COUNT)()
+        code = self._call(
+            "dcmi_get_device_errorcode_v2", card, device, byref(count), codes, MAX_ERROR_CODE_COUNT
+        )
+        if code != SUCCESS:
+            return code, None
+        written = max(0, min(count.value, MAX_ERROR_CODE_COUNT))
+        return code, {"count": int(count.value), "codes": [int(c) for c in codes[:written]]}
 
     def ecc_info(self, card: int, device: int, kind: int) -> tuple[int, dict[str, Any] | None]:
         info = EccInfo()

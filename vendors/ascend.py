@@ -31,6 +31,8 @@ from typing import Any, ClassVar
 
 from devicemanager.backend import BackendUnavailable, Library
 from devicemanager.model import (
+    ERROR_CODE_OTHER,
+    MAX_ERROR_CODES,
     MIB,
     Address,
     Card,
@@ -52,6 +54,7 @@ from vendors._ascend_lib import (
     FREQ_AICORE_CURRENT,
     FREQ_DDR,
     FREQ_HBM,
+    MAX_ERROR_CODE_COUNT,
     Dcmi,
 )
 from vendors._common import error_code as _error
@@ -329,6 +332,7 @@ def _unhealthy(device: Mapping[str, Any]) -> str | None:
 
 ECC = "dcmi_get_device_ecc_info"
 FREQUENCY = "dcmi_get_device_frequency"
+ERROR_CODES = "dcmi_get_device_errorcode_v2"
 UINT32_MAX = 0xFFFFFFFF
 MAX_CLOCK_MHZ = 100_000  # 100 GHz: no clock is near it
 # struct dcmi_ecc_info's fields by CardHealth figure: the error counts now and in total, the
@@ -373,12 +377,37 @@ def _first_answer(answers: Any, kinds: Sequence[str]) -> Any:
     return next((a for a in asked if _error(a) is None), asked[0] if asked else None)
 
 
+def parse_error_codes(value: Any) -> tuple[tuple[str, ...] | None, Reason | None]:
+    """The error codes the NPU reports now (R-X7), as hex text in the order DCMI gave them,
+    each once; at most MAX_ERROR_CODES, then ERROR_CODE_OTHER for the rest. A count outside
+    0..MAX_ERROR_CODE_COUNT, a count the list does not match, or a code that is no unsigned
+    32-bit number is `invalid_data`: no code is published from such an answer."""
+    if (code := _error(value)) is not None:
+        return None, reason_for(code)
+    if not isinstance(value, Mapping):
+        return None, Reason.INVALID_DATA
+    count, codes = _int(value.get("count")), value.get("codes")
+    if count is None or not 0 <= count <= MAX_ERROR_CODE_COUNT:
+        return None, Reason.INVALID_DATA
+    if not isinstance(codes, list) or len(codes) != count:
+        return None, Reason.INVALID_DATA
+    numbers = [_int(c) for c in codes]
+    if any(n is None or not 0 <= n <= UINT32_MAX for n in numbers):
+        return None, Reason.INVALID_DATA
+    named = list(dict.fromkeys(f"0x{n:08X}" for n in numbers if n is not None))
+    if len(named) > MAX_ERROR_CODES:
+        named = [*named[:MAX_ERROR_CODES], ERROR_CODE_OTHER]
+    return tuple(named), None
+
+
 def parse_health(device: Mapping[str, Any]) -> CardHealth | None:
     """The NPU's ECC counts, isolated pages and frequencies (R-X7), in base units, each absent
     with its reason; None where the payload was recorded before they were read."""
-    if ECC not in device and FREQUENCY not in device:
+    if ECC not in device and FREQUENCY not in device and ERROR_CODES not in device:
         return None
     found: dict[str, tuple[Any, Reason | None]] = {}
+    if ERROR_CODES in device:
+        found["error_codes"] = parse_error_codes(device[ERROR_CODES])
     ecc = _first_answer(device.get(ECC), ("hbm", "ddr"))
     names = [figure for figure, _ in ECC_FIGURES] + ["remapped_rows_pending"]
     if ecc is not None:
@@ -774,7 +803,11 @@ class AscendBackend:
         freq["hbm"] = self._answer(FREQUENCY, code, mhz)
         if code in UNSUPPORTED_CODES:
             freq["ddr"] = self._answer(FREQUENCY, *dcmi.frequency(card, dev, FREQ_DDR))
-        return {ECC: ecc, FREQUENCY: freq}  # frequencies in MHz
+        return {
+            ECC: ecc,
+            FREQUENCY: freq,  # MHz
+            ERROR_CODES: self._answer(ERROR_CODES, *dcmi.error_codes(card, dev)),
+        }
 
     def _device(self, card: int, dev: int, request: ReadRequest) -> dict[str, Any]:
         dcmi = self._lib

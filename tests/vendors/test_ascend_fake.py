@@ -466,6 +466,29 @@ def test_an_overrun_leaves_every_slice_of_the_npu_without_memory(
 # -- the NPU's health beyond one bit (R-X7) ----------------------------------------------------
 
 
+def test_error_codes_the_npu_reports_now_through_our_ctypes(libdcmi: Path, scenario) -> None:  # type: ignore[no-untyped-def]
+    """(R-X7) dcmi_get_device_errorcode_v2 through our declarations: the codes an NPU reports
+    this round as hex text, each once, in DCMI's order; none is an empty answer, not an absent
+    one; a refused call is `unsupported`; a count past the header's 128 is `invalid_data`
+    (nothing published from that answer); past 64 codes the rest are `other`. What the card
+    reports changes with the next round: the codes are a state, not a counter."""
+    scenario(scenarios.error_codes_910b2())
+    cards = reading(libdcmi).cards
+    got = [(c.health.error_codes, c.health.reason("error_codes")) for c in cards if c.health]
+    assert got[:4] == [
+        (("0x40F84E00", "0x80E01801"), None),
+        ((), None),
+        (None, Reason.UNSUPPORTED),
+        (None, Reason.INVALID_DATA),
+    ]
+    many, reason = got[4]
+    assert reason is None and many is not None and len(many) == 65
+    assert many[0] == "0x00001000" and many[63] == "0x0000103F" and many[64] == "other"
+    scenario([fake_dcmi.device(0, n=0, **scenarios.B2)])  # the codes cleared
+    (cleared,) = reading(libdcmi).cards
+    assert cleared.health is not None and cleared.health.error_codes == ()
+
+
 def test_npu_health_through_our_ctypes(libdcmi: Path, scenario) -> None:  # type: ignore[no-untyped-def]
     """(R-X7) ECC counts and isolated pages (struct dcmi_ecc_info) and frequencies as DCMI
     answers them through our declarations: in base units (MHz to Hz); ECC off and a refused

@@ -522,3 +522,31 @@ def test_each_ascend_health_figure_is_range_checked_and_says_why_it_is_absent(
     health = npu_health(**fields)
     assert health is not None
     assert (getattr(health, figure), health.reason(figure)) == (value, reason)
+
+
+@pytest.mark.parametrize(
+    ("answer", "codes", "reason"),
+    [
+        ({"count": 2, "codes": [0x40F84E00, 7]}, ("0x40F84E00", "0x00000007"), None),
+        ({"count": 0, "codes": []}, (), None),
+        ({"count": 2, "codes": [5, 5]}, ("0x00000005",), None),
+        (err(-8255), None, Reason.UNSUPPORTED),
+        ({"count": -1, "codes": []}, None, Reason.INVALID_DATA),
+        ({"count": 129, "codes": [1]}, None, Reason.INVALID_DATA),
+        ({"count": 2, "codes": [1]}, None, Reason.INVALID_DATA),
+        ({"count": 1, "codes": [0x1_0000_0000]}, None, Reason.INVALID_DATA),
+        ({"count": 1, "codes": [True]}, None, Reason.INVALID_DATA),
+        ([1, 2], None, Reason.INVALID_DATA),
+    ],
+)
+def test_error_codes_as_hex_once_each_or_refused(
+    answer: Any, codes: tuple[str, ...] | None, reason: Reason | None
+) -> None:
+    """(R-X7) dcmi_get_device_errorcode_v2's answer: each code once, as eight hex digits, in
+    DCMI's order; a refused call is its code's reason; a negative count, one past the header's
+    128, one the list does not match, a code past 32 bits or no number is `invalid_data`."""
+    got = ascend.parse_error_codes(answer)
+    assert got == (codes, reason)
+    (card,) = ascend.parse({"devices": [npu(dcmi_get_device_errorcode_v2=answer)]}).cards
+    assert card.health is not None
+    assert (card.health.error_codes, card.health.reason("error_codes")) == (codes, reason)

@@ -75,7 +75,8 @@ def device(
     """An NPU of a scenario. Options: die (five words), hbm=(size MB, usage MB), memory=(size MB,
     available MB), aicore (%), temp (°C), power (0.1 W), health, processes=[(pid, bytes)],
     reported_count, vdevs=[{id, template, aic, memory, util, total_kb, free_kb}], errors={entry:
-    code}, type (1: the card's MCU), lost, lose_after (die reads), lost_code, gone_after."""
+    code}, type (1: the card's MCU), lost, lose_after (die reads), lost_code, gone_after,
+    error_codes=[the codes dcmi_get_device_errorcode_v2 reports], error_count (its count)."""
     n = options.pop("n", card * 2 + dev)
     doc: dict[str, Any] = {
         "card": card,

@@ -174,6 +174,8 @@ int dcmi_get_device_utilization_rate(int card_id, int device_id, int input_type,
 int dcmi_get_device_temperature(int card_id, int device_id, int *temperature);
 int dcmi_get_device_power_info(int card_id, int device_id, int *power);
 int dcmi_get_device_health(int card_id, int device_id, unsigned int *health);
+int dcmi_get_device_errorcode_v2(int card_id, int device_id, int *error_count,
+                                 unsigned int *error_code_list, unsigned int list_len);
 int dcmi_get_device_ecc_info(int card_id, int device_id, int input_type,
                              struct dcmi_ecc_info *device_ecc_info);
 int dcmi_get_device_frequency(int card_id, int device_id, int input_type, unsigned int *frequency);

@@ -17,7 +17,9 @@
  *
  * Scenario (JSON, see tests/fakelib/ascend/__init__.py): driver, devices[] of {card, device,
  * type, logic, phy, die[5], chip{type, name, ver, aicore}, hbm{size, usage, freq, temp} (MB),
- * memory{size, available} (MB), aicore, temp, power (0.1 W), health, processes[]{pid, mem},
+ * memory{size, available} (MB), aicore, temp, power (0.1 W), health, error_codes[] (the error
+ * codes the NPU reports now, decimal; error_count: the count to answer instead of their number,
+ * as a driver past its list would), processes[]{pid, mem},
  * reported_count, vdevs[]{id, template, aic, memory (MB), util, total_kb, free_kb}, lost_code}
  * plus the kit's fault keys. Compiled with -DFAKE_DCMI_OLD_DRIVER it leaves out the entry points
  * an older driver lacks (dcmi_get_device_die_v2, dcmi_get_driver_version).
@@ -249,6 +251,18 @@ int dcmi_get_device_power_info(int card_id, int device_id, int *power) {
 int dcmi_get_device_health(int card_id, int device_id, unsigned int *health) {
     ENTRY("dcmi_get_device_health");
     *health = (unsigned int)fl_u64(0, D "health", d);
+    return DCMI_OK;
+}
+
+/* The codes the NPU reports now: at most list_len written, the count as the scenario says. */
+int dcmi_get_device_errorcode_v2(int card_id, int device_id, int *error_count,
+                                 unsigned int *error_code_list, unsigned int list_len) {
+    int n;
+    ENTRY("dcmi_get_device_errorcode_v2");
+    n = fl_count(D "error_codes", d);
+    for (int i = 0; i < n && (unsigned int)i < list_len; i++)
+        error_code_list[i] = (unsigned int)fl_u64(0, D "error_codes.%d", d, i);
+    *error_count = (int)fl_int(n, D "error_count", d);
     return DCMI_OK;
 }
 

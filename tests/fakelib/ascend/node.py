@@ -102,8 +102,8 @@ NPUS: dict[int, tuple[int, int, int, int, dict[str, Any]]] = {
     # A plain Job pod holds NPU 5 whole.
     5: (IDLE_MB + 40_000, 97, 63, 3502, {}),
     6: (3419, 0, 44, 950, {}),
-    # A major alarm: unhealthy, and nobody holds it.
-    7: (3426, 0, 47, 999, {"health": 2}),
+    # A major alarm with the error code DCMI reports for it: unhealthy, and nobody holds it.
+    7: (3426, 0, 47, 999, {"health": 2, "error_codes": [0x80E01801]}),
 }
 
 
@@ -312,7 +312,8 @@ DESCRIPTION = (
     "vNPUs, vdev 100 busy (62% AI core, 11000 MiB) and vdev 101 idle, and NPU 4 into one vir08 "
     "(vdev 102), held by Instances that recorded them as the bare vdev id, the device plugin's "
     "Ascend910-4c-101-3 and vdavinci102; NPU 5 whole to a plain Job pod; NPU 6 idle; NPU 7 "
-    "raising a major alarm. The payload is what read() records over the fake libdcmi.so "
+    "raising a major alarm, with the error code 0x80E01801 active. The payload is what "
+    "read() records over the fake libdcmi.so "
     "(tests/fakelib/ascend/node.py); processes in a vNPU are assumed to be listed on its "
     "physical NPU too. Not recorded on hardware."
 )

@@ -192,3 +192,20 @@ def health_910b2() -> list[dict[str, Any]]:
             freq={"aicore": UINT32_MAX, "hbm": 100_001},
         ),
     ]
+
+
+CARD_DROP = 0x40F84E00  # an error code Huawei's tools name (the reference notes, §6)
+OTHER_CODE = 0x80E01801
+
+
+def error_codes_910b2() -> list[dict[str, Any]]:
+    """dcmi_get_device_errorcode_v2 on five 910B2. NPU 0 reports two codes, one of them twice;
+    NPU 1 none; NPU 2 refuses the call (-8255, not supported); NPU 3 answers a count past the
+    header's 128; NPU 4 reports 70 distinct codes, more than the agent names."""
+    return [
+        device(0, n=0, **B2, error_codes=[CARD_DROP, OTHER_CODE, CARD_DROP]),
+        device(1, n=1, **B2),
+        device(2, n=2, **B2, errors={"dcmi_get_device_errorcode_v2": NOT_SUPPORTED}),
+        device(3, n=3, **B2, error_codes=[CARD_DROP], error_count=200),
+        device(4, n=4, **B2, error_codes=list(range(0x1000, 0x1000 + 70))),
+    ]
