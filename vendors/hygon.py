@@ -159,9 +159,11 @@ def _cannot(code: int | None) -> bool:
 
 
 def _unhealthy(device: Mapping[str, Any]) -> str | None:
-    """Why the card is unusable, or None. A card that answers neither its identity nor its
-    memory (its sysfs files gone) is unreachable; an uncorrectable ECC error is what GPUStack
-    and the ROCm tools count as a failed card."""
+    """Why the card is unusable, or None; the first match, most severe first. A card that
+    answers neither its identity nor its memory (its sysfs files gone) is unreachable; an
+    uncorrectable ECC error is what GPUStack and the ROCm tools count as a failed card; a page
+    the driver could not retire (UNRESERVABLE) leaves bad memory in use (R-X7), as NVML's
+    failed row remap does."""
     identity, memory = (
         _error(device.get("rsmi_dev_unique_id_get")),
         _error(device.get("rsmi_dev_memory_total_get")),
@@ -173,6 +175,10 @@ def _unhealthy(device: Mapping[str, Any]) -> str | None:
         uncorrectable = as_int(ecc.get("uncorrectable_err"))
         if uncorrectable is not None and uncorrectable > 0:
             return "ecc_uncorrectable"
+    if "rsmi_dev_memory_reserved_pages_get" in device:
+        pages = _retired_pages(device["rsmi_dev_memory_reserved_pages_get"])
+        if pages["remapped_rows_failed"] == (1, None):
+            return "retired_pages_unreservable"
     return None
 
 

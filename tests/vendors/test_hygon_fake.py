@@ -193,6 +193,10 @@ def test_card_health_through_our_ctypes(libs: dict[str, str], scenario) -> None:
         "pcie_replays": Reason.INVALID_DATA,
     }
     assert (odd.remapped_rows_uncorrectable, odd.remapped_rows_failed) == (0, 1)
+    # The page card 2 could not retire makes it unhealthy; card 0's uncorrectable ECC error
+    # is the more severe reason of the two it has.
+    reasons = [c.unhealthy_reason for c in HygonBackend().parse(payload).cards]
+    assert reasons == ["ecc_uncorrectable", None, "retired_pages_unreservable"]
     # The levels as the library listed them, only the ones it filled.
     clocks = payload["devices"][0]["rsmi_dev_gpu_clk_freq_get"]
     assert clocks["sys"] == {

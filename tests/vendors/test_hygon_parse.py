@@ -127,6 +127,39 @@ def test_health(fields: dict[str, Any], reason: str | None) -> None:
     assert c.id == CARD or "rsmi_dev_unique_id_get" in fields
 
 
+PAGES = "rsmi_dev_memory_reserved_pages_get"
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({PAGES: [0, 2]}, "retired_pages_unreservable"),
+        ({PAGES: [2, 2, 1]}, "retired_pages_unreservable"),
+        # Retired or waiting to be: the repair works; the card is healthy.
+        ({PAGES: [0, 1]}, None),
+        ({PAGES: []}, None),
+        # No answer or one nobody can read says nothing of the card.
+        ({PAGES: err("RSMI_STATUS_NOT_SUPPORTED", 2)}, None),
+        ({PAGES: [2, 7]}, None),
+        ({PAGES: "2"}, None),
+        # The more severe reason first.
+        (
+            {PAGES: [2], "rsmi_dev_ecc_count_get": {"uncorrectable_err": 1}},
+            "ecc_uncorrectable",
+        ),
+    ],
+)
+def test_a_page_that_could_not_be_retired_makes_the_card_unhealthy(
+    fields: dict[str, Any], reason: str | None
+) -> None:
+    """(R-X7) A retired-page record in the UNRESERVABLE state is a page the driver could not
+    retire: bad memory left in use, so the card is unhealthy `retired_pages_unreservable`
+    (NVML's failed row remap); reserved and pending pages are repair at work; a refused or
+    unreadable answer leaves `unhealthy` to the other signals."""
+    (c,) = hygon.parse(payload(device(**fields))).cards
+    assert (c.unhealthy, c.unhealthy_reason) == (reason is not None, reason)
+
+
 def test_a_unique_id_two_cards_report_names_neither_and_the_bus_id_does() -> None:
     twins = payload(device(0), device(1, rsmi_dev_unique_id_get=UID))
     ids = [c.id for c in hygon.parse(twins).cards]
