@@ -608,6 +608,11 @@ class NvmlFamilyBackend:
     libraries: ClassVar[tuple[Library, ...]] = ()
     # XIDs that report an application fault rather than a broken card (NVIDIA only).
     application_xids: ClassVar[frozenset[int]] = frozenset()
+    # Whether XID events are read from the library's event set and counted by code (R-X7), and
+    # whether a non-application XID makes the card unhealthy (NVIDIA: its device plugin's
+    # rule; not where nobody published which XIDs are an application's).
+    reads_xid_events: ClassVar[bool] = False
+    xids_make_unhealthy: ClassVar[bool] = False
     # Whether the newer …ProcessesUtilizationInfo is asked where the older call is not served.
     newer_process_utilization: ClassVar[bool] = False
     # Whether the card's error counters, energy, clocks and PCIe replays are read (issue 29).
@@ -643,14 +648,88 @@ class NvmlFamilyBackend:
         # answering even …DeviceGetUUID.
         self._known: dict[int, dict[str, Any]] = {}
 
-    # -- hooks for a vendor ----------------------------------------------------------------
+        # XID events (R-X7): the event set, or why there is none (its failure as the payload
+        # records it); per card UUID the codes seen for `unhealthy`, the counts by code, and
+        # why a card's events are not read.
+        self._events: Any = None
+        self._events_failed: dict[str, Any] | None = None
+        self._xids: dict[str, list[int]] = {}
+        self._xid_counts: dict[str, dict[str, int]] = {}
+        self._unregistered: dict[str, dict[str, Any]] = {}
+
+    # -- XID events ---------------------------------------------------------------------------
+
+    def _register_xid_events(self) -> None:
+        """After the library is initialised: an event set for every card's XIDs, where the
+        backend reads them. A driver without one leaves the counts absent with its reason."""
+        self._events = None
+        if not self.reads_xid_events:
+            return
+        events = self._call("EventSetCreate")
+        if _error(events) is not None:
+            self._events_failed = events  # no event support: health keeps its other signals
+            return
+        self._events_failed = None
+        count = self._call("DeviceGetCount")
+        xid_type = getattr(self.binding.lib, f"{self.prefix}EventTypeXidCriticalError")
+        for index in range(count if isinstance(count, int) else 0):
+            handle = self._call("DeviceGetHandleByIndex", index)
+            if _error(handle) is not None:
+                continue
+            answer = self._call("DeviceRegisterEvents", handle, xid_type, events)
+            if _error(answer) is not None:
+                # This card's XIDs cannot be counted: absent with the reason, not 0.
+                uuid = self._call("DeviceGetUUID", handle)
+                if isinstance(uuid, str):
+                    self._unregistered[uuid] = answer
+        self._events = events
+
+    def _free_events(self) -> None:
+        if self._events is not None:
+            self._call("EventSetFree", self._events)
+            self._events = None
 
     def _round_started(self) -> None:
-        """Before a round's reads (NVIDIA collects its XID events here)."""
+        """Before a round's reads: the XIDs raised since the last round, without blocking
+        (timeout 0)."""
+        while self._events is not None:
+            data = self._call("EventSetWait", self._events, 0)
+            if _error(data) is not None:
+                return  # TIMEOUT: nothing queued
+            uuid = self._call("DeviceGetUUID", data.device)
+            if isinstance(uuid, str):
+                self._record_xid(uuid, int(data.eventData))
+
+    def _record_xid(self, uuid: str, xid: int) -> None:
+        """Kept for the agent's lifetime: a card that raised a fatal XID stays unhealthy until
+        someone restarts the agent after fixing it, as the device plugin does; and every XID
+        is counted by code (R-X7), application ones included. Both are bounded: at most
+        MAX_ERROR_CODES codes per card (a fatal one is always kept for `unhealthy`), the
+        events past that counted under ERROR_CODE_OTHER."""
+        seen = self._xids.setdefault(uuid, [])
+        fatal = xid not in self.application_xids
+        if xid not in seen and (
+            len(seen) < MAX_ERROR_CODES or (fatal and all(x in self.application_xids for x in seen))
+        ):
+            seen.append(xid)
+        counts = self._xid_counts.setdefault(uuid, {})
+        key = str(xid)
+        if key not in counts and len(counts.keys() - {ERROR_CODE_OTHER}) >= MAX_ERROR_CODES:
+            key = ERROR_CODE_OTHER
+        counts[key] = counts.get(key, 0) + 1
 
     def _device_extras(self, uuid: str) -> dict[str, Any]:
-        """Vendor-only answers recorded for a card (NVIDIA: its XIDs)."""
-        return {}
+        """The XID answers recorded for a card: the codes that make it unhealthy (where the
+        vendor says which XIDs do) and the counts by code."""
+        if not self.reads_xid_events:
+            return {}
+        counts: dict[str, Any] = dict(self._xid_counts.get(uuid, {}))
+        extras: dict[str, Any] = {
+            XID_COUNTS: self._events_failed or self._unregistered.get(uuid) or counts
+        }
+        if self.xids_make_unhealthy:
+            extras["xidCriticalErrors"] = list(self._xids.get(uuid, ()))
+        return extras
 
     # -- calling the library -----------------------------------------------------------------
 
@@ -678,6 +757,7 @@ class NvmlFamilyBackend:
         """Free what the library allocated for us; before shutdown, and safe without open()."""
         if self._binding is not None:
             self._baseline.clear(self._free_sample)
+            self._free_events()
         self._baseline = GpmBaseline()
 
     # -- read -------------------------------------------------------------------------------

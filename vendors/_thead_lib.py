@@ -91,6 +91,9 @@ HGML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
 _PROCESS_ROOM = 8
 
 
+HGML_EVENT_TYPE_XID_CRITICAL_ERROR = 0x8  # hgmlEventTypeXidCriticalError, as NVML's
+
+
 class HGMLError(Exception):
     """An hgmlReturn_t other than success; `value` is the code, `name` its header name."""
 
@@ -143,6 +146,18 @@ class hgmlProcessInfo_t(Structure):
     _fields_ = (
         ("pid", c_uint),
         ("usedGpuMemory", c_ulonglong),
+        ("gpuInstanceId", c_uint),
+        ("computeInstanceId", c_uint),
+    )
+
+
+class hgmlEventData_t(Structure):
+    """What hgmlEventSetWait_v2 fills: NVML's nvmlEventData_t, field for field."""
+
+    _fields_ = (
+        ("device", hgmlDevice_t),
+        ("eventType", c_ulonglong),
+        ("eventData", c_ulonglong),  # the XID of an hgmlEventTypeXidCriticalError event
         ("gpuInstanceId", c_uint),
         ("computeInstanceId", c_uint),
     )
@@ -251,6 +266,11 @@ _PROTOTYPES: dict[str, tuple[Any, ...]] = {
     "hgmlGpmSampleFree": (hgmlGpmSample_t,),
     "hgmlGpmMigSampleGet": (hgmlDevice_t, c_uint, hgmlGpmSample_t),
     "hgmlGpmMetricsGet": (POINTER(hgmlGpmMetricsGet_t),),
+    # XID events (R-X7): hgmlEventSet_t is an opaque pointer.
+    "hgmlEventSetCreate": (POINTER(c_void_p),),
+    "hgmlDeviceRegisterEvents": (hgmlDevice_t, c_ulonglong, c_void_p),
+    "hgmlEventSetWait_v2": (c_void_p, POINTER(hgmlEventData_t), c_uint),
+    "hgmlEventSetFree": (c_void_p,),
 }
 
 
@@ -307,6 +327,27 @@ class Hgml:
 
     def hgmlShutdown(self) -> None:
         self._check("hgmlShutdown")
+
+    # -- XID events (R-X7), as GPUStack's pyhgml binds them --------------------------------------
+
+    hgmlEventTypeXidCriticalError = HGML_EVENT_TYPE_XID_CRITICAL_ERROR
+
+    def hgmlEventSetCreate(self) -> c_void_p:
+        events = c_void_p()
+        self._check("hgmlEventSetCreate", byref(events))
+        return events
+
+    def hgmlDeviceRegisterEvents(self, handle: hgmlDevice_t, types: int, events: c_void_p) -> None:
+        self._check("hgmlDeviceRegisterEvents", handle, types, events)
+
+    def hgmlEventSetWait(self, events: c_void_p, timeout_ms: int) -> hgmlEventData_t:
+        """The next queued event; HGMLError(TIMEOUT) when none came within the timeout."""
+        data = hgmlEventData_t()
+        self._check("hgmlEventSetWait_v2", events, byref(data), timeout_ms)
+        return data
+
+    def hgmlEventSetFree(self, events: c_void_p) -> None:
+        self._check("hgmlEventSetFree", events)
 
     def hgmlSystemGetDriverVersion(self) -> str:
         return self._string("hgmlSystemGetDriverVersion", HGML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE)

@@ -9,10 +9,12 @@ to use. What differs is kept here:
 - per-process compute from `hgmlDeviceGetProcessUtilization` only: the newer
   `…ProcessesUtilizationInfo` answers NOT_SUPPORTED where it is exported at all, so it is
   never asked (the older call returns several samples per PID; the newest counts);
-- no XID events: our binding does not declare HGML's event calls (the header has NVML's event
-  group), and which XIDs are an application's fault is NVIDIA's knowledge, not published for
-  the PPU; so health comes from GPU_IS_LOST, row remapping and retired pages, and the XID
-  counts are absent with `unsupported`;
+- XID events through NVML's event calls under HGML's prefix (`hgmlEventSetCreate`,
+  `hgmlDeviceRegisterEvents`, `hgmlEventSetWait_v2`, as the public hgml.h and GPUStack's
+  pyhgml declare them), counted by code (R-X7); but no XID makes the card unhealthy: which
+  XIDs are an application's fault is NVIDIA's knowledge, not published for the PPU, so
+  `unhealthy` comes from GPU_IS_LOST, row remapping and retired pages, and the counts say
+  what the card raised without a verdict;
 - MIG handles answer no temperature or power, and none is asked of them;
 - GPM support asked with `hgmlGpmSupport_t` version 2 (the header's), then 1 (what GPUStack's
   binding sends) where the driver answers ARGUMENT_VERSION_MISMATCH; the payload records which
@@ -51,13 +53,8 @@ HGML = Library(
 )
 
 
-# Health figures our HGML binding has no call for: the public hgml.h has NVML's event group
-# (hgmlEventData_t, hgmlEventTypeXidCriticalError), not yet declared here nor run on a PPU.
-UNSUPPORTED = ("xid_errors",)
-
-
 def parse(payload: Payload) -> VendorReading:
-    return family.parse(payload, PREFIX, MANUFACTURER, unsupported=UNSUPPORTED)
+    return family.parse(payload, PREFIX, MANUFACTURER)
 
 
 class TheadBackend(NvmlFamilyBackend):
@@ -65,7 +62,8 @@ class TheadBackend(NvmlFamilyBackend):
     prefix = PREFIX
     libraries: ClassVar[tuple[Library, ...]] = (HGML,)
     reads_health = True
-    unsupported = UNSUPPORTED
+    # XIDs counted by code (R-X7); none makes the card unhealthy (see the module's notes).
+    reads_xid_events = True
     temperature_v = True
     records_gpm_support_version = True
 
@@ -76,6 +74,7 @@ class TheadBackend(NvmlFamilyBackend):
         except HGMLError as exc:  # DRIVER_NOT_LOADED on a node without the PPU driver
             raise BackendUnavailable(f"HGML could not be initialised: {exc}") from exc
         self._binding = Binding(PREFIX, hgml, HGMLError, hgmlGpmMetricsGet_t)
+        self._register_xid_events()
 
     def close(self) -> None:
         if self._binding is None:

@@ -146,8 +146,38 @@ NOT_ANSWERED = (
     "throttle_reasons",
     "clock_memory_hz",
     "pcie_replays",
-    "xid_errors",
 )
+
+
+def test_xid_events_counted_through_our_declarations_without_a_verdict(
+    libhgml: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(R-X7) HGML's event set through our declarations (hgmlEventSetCreate,
+    hgmlDeviceRegisterEvents, hgmlEventSetWait_v2, hgmlEventData_t): every XID counted by code
+    since the agent started, the count growing with the next round's events; none makes the
+    card unhealthy, since nobody published which XIDs are a PPU application's. A driver that
+    refuses the event set leaves the counts absent with `unsupported`, never 0."""
+    cards = [fake.device(card_id(0), xids=[79, 13, 79]), fake.device(card_id(1))]
+    path = fake.write(tmp_path / "scenario.txt", cards)
+    monkeypatch.setenv(fake.SCENARIO_ENV, str(path))
+    first, second = read(libhgml, ReadRequest(), rounds=2)
+    for payload in (first, second):
+        busy, quiet = TheadBackend().parse(payload).cards
+        assert busy.health is not None and quiet.health is not None
+        assert busy.health.xid_errors == (("13", 1), ("79", 2))
+        assert quiet.health.xid_errors == ()
+        assert not busy.unhealthy and not quiet.unhealthy
+        assert "xidCriticalErrors" not in payload["devices"][0]
+    path = fake.write(
+        tmp_path / "scenario.txt", cards, faults={"hgmlEventSetCreate": 3}
+    )  # HGML_ERROR_NOT_SUPPORTED
+    (refused,) = read(libhgml, ReadRequest())
+    for card in TheadBackend().parse(refused).cards:
+        assert card.health is not None
+        assert (card.health.xid_errors, card.health.reason("xid_errors")) == (
+            None,
+            Reason.UNSUPPORTED,
+        )
 
 
 def test_card_health_through_our_declarations(libhgml: Path, scenario) -> None:  # type: ignore[no-untyped-def]
@@ -181,8 +211,8 @@ def test_card_health_through_our_declarations(libhgml: Path, scenario) -> None: 
         1_600_000_000,
         1_450_000_000,
     )
-    # Our binding declares no event calls: the XID counts alone are `unsupported` (R-X7).
-    assert (full.pcie_replays, full.reasons) == (3, (("xid_errors", Reason.UNSUPPORTED),))
+    assert (full.pcie_replays, full.reasons) == (3, ())
+    assert full.xid_errors == ()  # the event set answered; the card raised none
     assert (blind.clock_sm_hz, blind.clock_graphics_hz) == (1_500_000_000, 1_500_000_000)
     assert dict(blind.reasons) == {name: Reason.UNSUPPORTED for name in NOT_ANSWERED}
     assert dict(old.reasons) == {
@@ -190,7 +220,6 @@ def test_card_health_through_our_declarations(libhgml: Path, scenario) -> None: 
         "energy_joules": Reason.INVALID_DATA,
         "clock_sm_hz": Reason.INVALID_DATA,
         "pcie_replays": Reason.INVALID_DATA,
-        "xid_errors": Reason.UNSUPPORTED,
     }
     assert old.throttle_reasons is not None and dict(old.throttle_reasons)["gpu_idle"] is True
     devices = payload["devices"]

@@ -53,6 +53,10 @@ STRUCTS: dict[str, tuple[Any, list[str]]] = {
         ["pid", "timeStamp", "smUtil", "memUtil", "encUtil", "decUtil"],
     ),
     "hgmlGpmSupport_t": (hgml.hgmlGpmSupport_t, ["version", "isSupportedDevice"]),
+    "hgmlEventData_t": (
+        hgml.hgmlEventData_t,
+        ["device", "eventType", "eventData", "gpuInstanceId", "computeInstanceId"],
+    ),
     "hgmlGpmMetricInfo_t": (hgml.hgmlGpmMetricInfo_t, ["shortName", "longName", "unit"]),
     "hgmlGpmMetric_t": (hgml.hgmlGpmMetric_t, ["metricId", "hgmlReturn", "value", "metricInfo"]),
     "hgmlGpmMetricsGet_t": (
@@ -122,7 +126,8 @@ def test_a_card_that_leaves_enumeration_is_gone_from_the_next_round(
     libhgml: Path, scenario
 ) -> None:  # type: ignore[no-untyped-def]
     cards = [scenarios.whole(40 + n) for n in range(3)]
-    cards[1]["gone_after"] = 1  # round one's enumeration, then gone
+    # open()'s enumeration (registering XID events) and round one's, then gone.
+    cards[1]["gone_after"] = 2
     scenario(cards)
     backend = TheadBackend({"hgml": str(libhgml)})
     backend.open()

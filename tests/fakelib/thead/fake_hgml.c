@@ -23,10 +23,12 @@
  *     with `ecc_off`), energy in mJ, the clocks-event mask under both names, clocks in MHz
  *     (one domain refused by `clock_faults`), the PCIe replay counter; a scenario's all-ones
  *     values are answered as given, as the headers' "not available";
- *   - hgmlDeviceGetTemperatureV, versioned (ARGUMENT_VERSION_MISMATCH for a wrong version).
+ *   - hgmlDeviceGetTemperatureV, versioned (ARGUMENT_VERSION_MISMATCH for a wrong version);
+ *   - XID events through the event set, each delivered once (a card's `xid`, then its
+ *     `xids[]`), an event set refused by the kit's `faults.hgmlEventSetCreate`.
  *
  * Scenario: the NVML-family document of tests/fakelib/nvml_family.py (driver, devices[] of
- * {uuid, name, index, memory, util, temp, power, remapped, retired_pending, mig_mode, gpm,
+ * {uuid, name, index, memory, util, temp, power, remapped, retired_pending, mig_mode, gpm, xid, xids[],
  * ecc{corrected_volatile, …}, ecc_off, energy, throttle, clocks{graphics, sm, memory},
  * clock_faults{…}, pcie_replays, processes[], samples[], migs[]{slot, uuid, gi, memory, sm,
  * faults}}) plus the kit's keys.
@@ -49,6 +51,11 @@ struct hgmlGpmSample_st {
 static struct hgmlDevice_st handles[FL_MAX_DEVICES];
 static struct hgmlDevice_st mig_handles[FL_MAX_DEVICES][MAX_MIG];
 static int initialised;
+struct hgmlEventSet_st {
+    int unused;
+};
+static struct hgmlEventSet_st the_event_set;
+static int xid_delivered[FL_MAX_DEVICES];
 
 /* The card behind a handle, or -1; sets *rc to what the call must answer first. */
 static int card(hgmlDevice_t h, const char *entry, hgmlReturn_t *rc) {
@@ -101,6 +108,7 @@ hgmlReturn_t hgmlInitWithFlags(unsigned int flags) {
         return HGML_ERROR_DRIVER_NOT_LOADED;
     if ((code = (int)fl_int(0, "init")) != 0)
         return (hgmlReturn_t)code;
+    memset(xid_delivered, 0, sizeof xid_delivered);
     for (int i = 0; i < FL_MAX_DEVICES; i++) {
         handles[i].dev = i;
         handles[i].mig = -1;
@@ -520,5 +528,59 @@ hgmlReturn_t hgmlGpmMetricsGet(hgmlGpmMetricsGet_t *metricsGet) {
             metric->value = fl_double(0, "devices.%d.migs.%d.sm", a->dev, m);
         }
     }
+    return HGML_SUCCESS;
+}
+
+/* -- XID events (issue 29) ------------------------------------------------------------------ */
+
+hgmlReturn_t hgmlEventSetCreate(hgmlEventSet_t *set) {
+    int code;
+    if (!initialised)
+        return HGML_ERROR_UNINITIALIZED;
+    if ((code = fl_fault("hgmlEventSetCreate", -1)) != 0)
+        return (hgmlReturn_t)code;
+    *set = &the_event_set;
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlDeviceRegisterEvents(hgmlDevice_t device, unsigned long long eventTypes,
+                                      hgmlEventSet_t set) {
+    CARD("hgmlDeviceRegisterEvents");
+    (void)d;
+    if (set != &the_event_set || eventTypes != (unsigned long long)hgmlEventTypeXidCriticalError)
+        return HGML_ERROR_INVALID_ARGUMENT; /* strictness of the fake: XIDs are all we ask */
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlEventSetWait_v2(hgmlEventSet_t set, hgmlEventData_t *data,
+                                 unsigned int timeoutms) {
+    (void)timeoutms;
+    if (!initialised)
+        return HGML_ERROR_UNINITIALIZED;
+    if (set != &the_event_set || !data)
+        return HGML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < fl_count("devices") && i < FL_MAX_DEVICES; i++) {
+        /* xid_delivered[i]: how many of the card's XIDs went out: `xid` first, then xids[]. */
+        int single = fl_int(0, D "xid", i) != 0;
+        int queued = single + fl_count(D "xids", i);
+        if (xid_delivered[i] < queued) {
+            int k = xid_delivered[i]++;
+            long long xid = single && k == 0 ? fl_int(0, D "xid", i)
+                                             : fl_int(0, D "xids.%d", i, k - single);
+            memset(data, 0, sizeof *data);
+            data->device.handle = &handles[i];
+            data->eventType = (unsigned long long)hgmlEventTypeXidCriticalError;
+            data->eventData = (unsigned long long)xid;
+            data->gpuInstanceId = 0xFFFFFFFFu;
+            data->computeInstanceId = 0xFFFFFFFFu;
+            return HGML_SUCCESS;
+        }
+    }
+    return HGML_ERROR_TIMEOUT;
+}
+
+hgmlReturn_t hgmlEventSetFree(hgmlEventSet_t set) {
+    if (set != &the_event_set)
+        return HGML_ERROR_INVALID_ARGUMENT;
     return HGML_SUCCESS;
 }

@@ -139,6 +139,19 @@ typedef struct {
 
 #define HGML_GPM_SUPPORT_VERSION 2
 
+/* XID events: an opaque event set, and what hgmlEventSetWait_v2 fills (NVML's layout). */
+typedef struct hgmlEventSet_st *hgmlEventSet_t;
+
+#define hgmlEventTypeXidCriticalError 0x0000000000000008LL
+
+typedef struct {
+    hgmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} hgmlEventData_t;
+
 hgmlReturn_t hgmlInitWithFlags(unsigned int flags);
 hgmlReturn_t hgmlShutdown(void);
 hgmlReturn_t hgmlSystemGetDriverVersion(char *version, unsigned int length);
@@ -187,5 +200,11 @@ hgmlReturn_t hgmlGpmSampleFree(hgmlGpmSample_t gpmSample);
 hgmlReturn_t hgmlGpmMigSampleGet(hgmlDevice_t device, unsigned int gpuInstanceId,
                                  hgmlGpmSample_t gpmSample);
 hgmlReturn_t hgmlGpmMetricsGet(hgmlGpmMetricsGet_t *metricsGet);
+hgmlReturn_t hgmlEventSetCreate(hgmlEventSet_t *set);
+hgmlReturn_t hgmlDeviceRegisterEvents(hgmlDevice_t device, unsigned long long eventTypes,
+                                      hgmlEventSet_t set);
+hgmlReturn_t hgmlEventSetWait_v2(hgmlEventSet_t set, hgmlEventData_t *data,
+                                 unsigned int timeoutms);
+hgmlReturn_t hgmlEventSetFree(hgmlEventSet_t set);
 
 #endif
