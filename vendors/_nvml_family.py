@@ -176,12 +176,10 @@ def _part(answers: Any, name: str) -> Any:
     return answers
 
 
-def parse_health(
-    device: Mapping[str, Any], p: str, unsupported: tuple[str, ...] = ()
-) -> CardHealth | None:
-    """A card's error counters, energy, clocks and PCIe replays (issue 29), in base units, each
-    absent with its reason where its entry point did not answer or answered out of range;
-    `unsupported`: the figures the vendor's library (or our binding of it) has no call for."""
+def parse_health(device: Mapping[str, Any], p: str) -> CardHealth | None:
+    """A card's error counters, energy, clocks, PCIe replays and XID counts (issue 29), in
+    base units, each absent with its reason where its entry point did not answer or answered
+    out of range."""
     if not any(f"{p}{key}" in device for key in HEALTH_KEYS):
         return None
     figures: dict[str, Any] = {}
@@ -237,7 +235,6 @@ def parse_health(
     counts = device.get(XID_COUNTS)
     if counts is not None:
         put("xid_errors", *parse_xid_counts(counts))
-    why.extend((name, Reason.UNSUPPORTED) for name in unsupported if name not in figures)
     return CardHealth(**figures, reasons=tuple(why))
 
 
@@ -276,7 +273,6 @@ def parse_card(
     device: Mapping[str, Any],
     p: str,
     application_xids: frozenset[int] = frozenset(),
-    unsupported: tuple[str, ...] = (),
 ) -> Card | None:
     # A card that stopped answering is still named by what it answered earlier (`known*`,
     # recorded by read()), so its grant shows it unhealthy instead of silently losing it.
@@ -308,7 +304,7 @@ def parse_card(
         power_usage_watts=None if power_mw is None else round(power_mw / 1000.0, 3),
         unhealthy=reason is not None,
         unhealthy_reason=reason,
-        health=parse_health(device, p, unsupported),
+        health=parse_health(device, p),
     )
 
 
@@ -512,14 +508,9 @@ def parse(
     p: str,
     manufacturer: str,
     application_xids: frozenset[int] = frozenset(),
-    unsupported: tuple[str, ...] = (),
 ) -> VendorReading:
-    """`unsupported`: the health figures the library has no call for, absent with that reason
-    on every card with health figures."""
     devices = listing(payload, "devices")
-    cards = tuple(
-        c for c in (parse_card(d, p, application_xids, unsupported) for d in devices) if c
-    )
+    cards = tuple(c for c in (parse_card(d, p, application_xids) for d in devices) if c)
     placed = parse_topology(payload, p)
     if placed:
         cards = tuple(
@@ -623,8 +614,6 @@ class NvmlFamilyBackend:
     # Whether the GPM support struct's version the driver accepted is recorded (HGML's binding
     # tries two: the header's and GPUStack's).
     records_gpm_support_version: ClassVar[bool] = False
-    # The health figures the library (or our binding of it) has no call for: `unsupported`.
-    unsupported: ClassVar[tuple[str, ...]] = ()
     # Whether links and placement are read (R-X3): NVIDIA's; HGML's binding declares none yet.
     reads_topology: ClassVar[bool] = False
 
@@ -1053,6 +1042,4 @@ class NvmlFamilyBackend:
         return self._topology
 
     def parse(self, payload: Payload) -> VendorReading:
-        return parse(
-            payload, self.prefix, self.manufacturer, self.application_xids, self.unsupported
-        )
+        return parse(payload, self.prefix, self.manufacturer, self.application_xids)
