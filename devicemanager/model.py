@@ -148,7 +148,8 @@ ERROR_CODE_OTHER = "other"
 
 
 # How one card is joined to another (R-X3), by what its library says: a direct link (`nvlink`,
-# `xgmi`), NVLink through the NVSwitch fabric (`nvswitch`), or the PCIe path between them as
+# `xgmi`, T-Head's ICN link `icnlink`), NVLink through the NVSwitch fabric (`nvswitch`; ICN
+# links through a switch `icnswitch`), or the PCIe path between them as
 # `nvidia-smi topo -m` names it (PIX `pcie_switch`, PXB `pcie_switches`, PHB `pcie_host_bridge`,
 # NODE `numa_node`, SYS `system`; `pcie_board`: one board, e.g. a dual-GPU card), or `pcie`
 # where the library says PCIe and not which path. A pair the library does not place has none.
@@ -156,6 +157,8 @@ LINK_KINDS: tuple[str, ...] = (
     "nvlink",
     "nvswitch",
     "xgmi",
+    "icnlink",
+    "icnswitch",
     "pcie_board",
     "pcie_switch",
     "pcie_switches",

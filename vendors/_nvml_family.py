@@ -50,7 +50,7 @@ from devicemanager.model import (
 )
 from vendors._common import TOPOLOGY_PERIOD, failed, finite, listing, reasons
 from vendors._common import error_code as _error
-from vendors._nvml_topology import parse_topology, read_topology
+from vendors._nvml_topology import INTERCONNECTS, parse_topology, read_topology
 
 # Return codes: NVML's nvmlReturn_t and HGML's hgmlReturn_t agree value for value.
 SUCCESS = 0
@@ -614,7 +614,7 @@ class NvmlFamilyBackend:
     # Whether the GPM support struct's version the driver accepted is recorded (HGML's binding
     # tries two: the header's and GPUStack's).
     records_gpm_support_version: ClassVar[bool] = False
-    # Whether links and placement are read (R-X3): NVIDIA's; HGML's binding declares none yet.
+    # Whether links and placement are read (R-X3): NVIDIA's NVLinks, HGML's ICN links.
     reads_topology: ClassVar[bool] = False
 
     def __init__(
@@ -1037,7 +1037,8 @@ class NvmlFamilyBackend:
             and at - held["readAt"] < (TOPOLOGY_PERIOD)
         ):
             return held
-        self._topology = read_topology(self._call, self._key, count, self._sysfs, at)
+        links = INTERCONNECTS[self.prefix]
+        self._topology = read_topology(self._call, self._key, count, self._sysfs, at, links)
         self._topology_cards = cards
         return self._topology
 

@@ -16,11 +16,19 @@ and has one PCIe kind from the common ancestor (`pcie_board`, `pcie_switch`, `pc
 `pcie_host_bridge`, `numa_node`, `system`, the levels `nvidia-smi topo -m` shows as PIX, PXB,
 PHB, NODE, SYS). A pair NVML does not place (the call failed, a level the header does not
 define) has no PCIe kind: absent, never guessed as "PCIe". Facts: nvml.h (nvidia-nvml-dev).
+
+HGML (T-Head) answers the same calls under its prefix with its own interconnect in place of
+NVLink: `hgmlDeviceGetIcnLinkState`, `…IcnLinkRemotePciInfo_v2` and `…IcnLinkRemoteDeviceType`
+(HGML_ICNLINK_DEVICE_TYPE_SWITCH is 2, as NVML's), whose links are `icnlink` and, through a
+switch, `icnswitch`; the common ancestor's levels are NVML's. No NUMA-node call is known for
+HGML: the card's PCI device's `numa_node` in sysfs answers. Facts: the public hgml.h and
+GPUStack's pyhgml (the project's reference notes, §7).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +48,24 @@ NVLINK_ACTIVE = 1  # NVML_FEATURE_ENABLED
 NVLINK_DEVICE_TYPE_SWITCH = 2  # NVML_NVLINK_DEVICE_TYPE_SWITCH
 MAX_NVLINKS = 36  # NVML_NVLINK_MAX_LINKS (nvml.h of CUDA 13); asked until one answers an error
 MAX_NUMA_NODE = 1 << 12  # above any kernel's MAX_NUMNODES: a larger answer is no node
+
+
+@dataclass(frozen=True, slots=True)
+class Interconnect:
+    """How a library of the NVML family names its card-to-card links: the infix of its link
+    calls, the kind of a direct link and of one through a switch, and whether it has a NUMA
+    node call."""
+
+    calls: str
+    direct: str
+    switched: str
+    numa_call: bool
+
+
+INTERCONNECTS: Mapping[str, Interconnect] = {
+    "nvml": Interconnect("NvLink", "nvlink", "nvswitch", numa_call=True),
+    "hgml": Interconnect("IcnLink", "icnlink", "icnswitch", numa_call=False),
+}
 
 
 def bus_id(value: Any) -> tuple[int, int, int, int] | None:
@@ -75,10 +101,19 @@ def _pci(answer: Any) -> Any:
 
 
 def read_topology(
-    call: Callable[..., Any], key: Callable[[str], str], count: int, sysfs: Path, at: float
+    call: Callable[..., Any],
+    key: Callable[[str], str],
+    count: int,
+    sysfs: Path,
+    at: float,
+    links: Interconnect = INTERCONNECTS["nvml"],
 ) -> dict[str, Any]:
     """What NVML answered about the node's links and placement, keyed by entry point; `call`
-    answers `<prefix><name>(*args)` or its failure as the payload records it."""
+    answers `<prefix><name>(*args)` or its failure as the payload records it; `links` names the
+    library's link calls."""
+    state_call = f"DeviceGet{links.calls}State"
+    remote_call = f"DeviceGet{links.calls}RemotePciInfo"
+    type_call = f"DeviceGet{links.calls}RemoteDeviceType"
     cards: list[tuple[str, Any]] = []
     devices: list[dict[str, Any]] = []
     for index in range(count):
@@ -91,33 +126,32 @@ def read_topology(
         cards.append((uuid, handle))
         pci = _pci(call("DeviceGetPciInfo_v3", handle))
         entry: dict[str, Any] = {"uuid": uuid, key("DeviceGetPciInfo_v3"): pci}
-        numa = call("DeviceGetNumaNodeId", handle)
-        entry[key("DeviceGetNumaNodeId")] = numa
+        numa: Any = None
+        if links.numa_call:
+            numa = call("DeviceGetNumaNodeId", handle)
+            entry[key("DeviceGetNumaNodeId")] = numa
         name = sysfs_name(pci.get("busId")) if isinstance(pci, Mapping) else None
-        if _error(numa) is not None and name is not None:
+        if (numa is None or _error(numa) is not None) and name is not None:
             # Older drivers lack the call: the kernel's own answer for the card's PCI device.
             path = sysfs / "bus" / "pci" / "devices" / name / "numa_node"
             try:
                 entry["sysfsNumaNode"] = path.read_text()
             except OSError as exc:
                 entry["sysfsNumaNode"] = {"error": type(exc).__name__, "code": exc.errno or -1}
-        links: list[dict[str, Any]] = []
+        found: list[dict[str, Any]] = []
         for link in range(MAX_NVLINKS):
-            state = call("DeviceGetNvLinkState", handle, link)
+            state = call(state_call, handle, link)
             if _error(state) is not None:
                 entry["nvlinkEnd"] = state  # no NVLink (NOT_SUPPORTED), or past the last one
                 break
-            one: dict[str, Any] = {"link": link, key("DeviceGetNvLinkState"): state}
+            one: dict[str, Any] = {"link": link, key(state_call): state}
             if state == NVLINK_ACTIVE:
-                # pynvml's nvmlDeviceGetNvLinkRemotePciInfo calls the C entry point's _v2.
-                one[key("DeviceGetNvLinkRemotePciInfo_v2")] = _pci(
-                    call("DeviceGetNvLinkRemotePciInfo", handle, link)
-                )
-                one[key("DeviceGetNvLinkRemoteDeviceType")] = call(
-                    "DeviceGetNvLinkRemoteDeviceType", handle, link
-                )
-            links.append(one)
-        entry["nvlinks"] = links
+                # pynvml's nvmlDeviceGetNvLinkRemotePciInfo (and our HGML binding's) calls the
+                # C entry point's _v2.
+                one[key(f"{remote_call}_v2")] = _pci(call(remote_call, handle, link))
+                one[key(type_call)] = call(type_call, handle, link)
+            found.append(one)
+        entry["nvlinks"] = found
         devices.append(entry)
     pairs = [
         {
@@ -150,7 +184,9 @@ def parse_topology(
     payload: Mapping[str, Any], p: str
 ) -> dict[str, tuple[tuple[CardLink, ...], int | None]]:
     """Per card UUID, its links to its peers (sorted by peer, then kind) and its NUMA node; empty
-    where the payload has no topology (a recording made before it was read)."""
+    where the payload has no topology (a recording made before it was read). The link calls
+    and kinds are the prefix's library's (INTERCONNECTS)."""
+    kinds = INTERCONNECTS.get(p, INTERCONNECTS["nvml"])
     topology = payload.get("topology")
     if not isinstance(topology, Mapping):
         return {}
@@ -168,10 +204,10 @@ def parse_topology(
     for e in entries:
         links = e.get("nvlinks")
         for link in links if isinstance(links, list) else ():
-            if not isinstance(link, Mapping) or link.get(f"{p}DeviceGetNvLinkState") != 1:
+            if not isinstance(link, Mapping) or link.get(f"{p}DeviceGet{kinds.calls}State") != 1:
                 continue
-            remote = link.get(f"{p}DeviceGetNvLinkRemotePciInfo_v2")
-            kind = link.get(f"{p}DeviceGetNvLinkRemoteDeviceType")
+            remote = link.get(f"{p}DeviceGet{kinds.calls}RemotePciInfo_v2")
+            kind = link.get(f"{p}DeviceGet{kinds.calls}RemoteDeviceType")
             if _error(remote) is not None or not isinstance(remote, Mapping):
                 continue  # an active link whose far end NVML did not name: not counted
             if kind == NVLINK_DEVICE_TYPE_SWITCH:
@@ -203,9 +239,9 @@ def parse_topology(
         found: list[CardLink] = []
         for peer in sorted(set(uuids) - {me}):
             if (n := direct.get(me, {}).get(peer, 0)) > 0:
-                found.append(CardLink(peer, "nvlink", n))
+                found.append(CardLink(peer, kinds.direct, n))
             elif switched.get(me, 0) > 0 and switched.get(peer, 0) > 0:
-                found.append(CardLink(peer, "nvswitch", switched[me]))
+                found.append(CardLink(peer, kinds.switched, switched[me]))
             if (me, peer) in ancestors:
                 found.append(CardLink(peer, ancestors[(me, peer)]))
         out[me] = (tuple(found), _numa(e, p))

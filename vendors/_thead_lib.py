@@ -151,6 +151,26 @@ class hgmlProcessInfo_t(Structure):
     )
 
 
+HGML_DEVICE_PCI_BUS_ID_BUFFER_SIZE = 32 - 4  # the header leaves 4 bytes for globalPpuId
+HGML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE = 16
+
+
+class hgmlPciInfo_t(Structure):
+    """hgml.h's PCI information: NVML's nvmlPciInfo_t with a shorter busId and a trailing
+    globalPpuId."""
+
+    _fields_ = (
+        ("busIdLegacy", c_char * HGML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE),
+        ("domain", c_uint),
+        ("bus", c_uint),
+        ("device", c_uint),
+        ("pciDeviceId", c_uint),
+        ("pciSubSystemId", c_uint),
+        ("busId", c_char * HGML_DEVICE_PCI_BUS_ID_BUFFER_SIZE),
+        ("globalPpuId", c_uint),
+    )
+
+
 class hgmlEventData_t(Structure):
     """What hgmlEventSetWait_v2 fills: NVML's nvmlEventData_t, field for field."""
 
@@ -266,6 +286,12 @@ _PROTOTYPES: dict[str, tuple[Any, ...]] = {
     "hgmlGpmSampleFree": (hgmlGpmSample_t,),
     "hgmlGpmMigSampleGet": (hgmlDevice_t, c_uint, hgmlGpmSample_t),
     "hgmlGpmMetricsGet": (POINTER(hgmlGpmMetricsGet_t),),
+    # Links and placement (R-X3), as the header and GPUStack's pyhgml declare them.
+    "hgmlDeviceGetPciInfo_v3": (hgmlDevice_t, POINTER(hgmlPciInfo_t)),
+    "hgmlDeviceGetTopologyCommonAncestor": (hgmlDevice_t, hgmlDevice_t, POINTER(c_int)),
+    "hgmlDeviceGetIcnLinkState": (hgmlDevice_t, c_uint, POINTER(c_uint)),
+    "hgmlDeviceGetIcnLinkRemotePciInfo_v2": (hgmlDevice_t, c_uint, POINTER(hgmlPciInfo_t)),
+    "hgmlDeviceGetIcnLinkRemoteDeviceType": (hgmlDevice_t, c_uint, POINTER(c_int)),
     # XID events (R-X7): hgmlEventSet_t is an opaque pointer.
     "hgmlEventSetCreate": (POINTER(c_void_p),),
     "hgmlDeviceRegisterEvents": (hgmlDevice_t, c_ulonglong, c_void_p),
@@ -327,6 +353,32 @@ class Hgml:
 
     def hgmlShutdown(self) -> None:
         self._check("hgmlShutdown")
+
+    # -- links and placement (R-X3) ------------------------------------------------------------
+
+    def hgmlDeviceGetPciInfo_v3(self, handle: hgmlDevice_t) -> hgmlPciInfo_t:
+        info = hgmlPciInfo_t()
+        self._check("hgmlDeviceGetPciInfo_v3", handle, byref(info))
+        return info
+
+    def hgmlDeviceGetTopologyCommonAncestor(self, a: hgmlDevice_t, b: hgmlDevice_t) -> int:
+        level = c_int()  # hgmlGpuTopologyLevel_t: NVML's levels, 0 … 50
+        self._check("hgmlDeviceGetTopologyCommonAncestor", a, b, byref(level))
+        return level.value
+
+    def hgmlDeviceGetIcnLinkState(self, handle: hgmlDevice_t, link: int) -> int:
+        return self._uint("hgmlDeviceGetIcnLinkState", handle, link)  # 1: active
+
+    def hgmlDeviceGetIcnLinkRemotePciInfo(self, handle: hgmlDevice_t, link: int) -> hgmlPciInfo_t:
+        """What the link reaches; the C entry point's _v2, as pyhgml calls it."""
+        info = hgmlPciInfo_t()
+        self._check("hgmlDeviceGetIcnLinkRemotePciInfo_v2", handle, link, byref(info))
+        return info
+
+    def hgmlDeviceGetIcnLinkRemoteDeviceType(self, handle: hgmlDevice_t, link: int) -> int:
+        kind = c_int()  # hgmlIntIcnLinkDeviceType_t: PPU 0, SWITCH 2, UNKNOWN 0xFF
+        self._check("hgmlDeviceGetIcnLinkRemoteDeviceType", handle, link, byref(kind))
+        return kind.value
 
     # -- XID events (R-X7), as GPUStack's pyhgml binds them --------------------------------------
 

@@ -21,6 +21,9 @@ to use. What differs is kept here:
   version the driver accepted;
 - the temperature from `hgmlDeviceGetTemperatureV` (`hgmlTemperature_v1_t`, signed °C) where
   the plain `hgmlDeviceGetTemperature` is not exported (FUNCTION_NOT_FOUND);
+- links and placement (R-X3) through the shared NVML reader with HGML's ICN-link calls in place
+  of NVLink's (`icnlink`, `icnswitch`), the PCIe common ancestor, and the NUMA node from sysfs
+  (no HGML call for it is known);
 - the card's health figures (issue 29) through NVML's calls under HGML's prefix: total ECC
   errors, energy (mJ), clocks-event reasons (the older throttle name as fallback), clocks
   (MHz) and the PCIe replay counter, with NVML's units and all-ones sentinels.
@@ -64,6 +67,7 @@ class TheadBackend(NvmlFamilyBackend):
     reads_health = True
     # XIDs counted by code (R-X7); none makes the card unhealthy (see the module's notes).
     reads_xid_events = True
+    reads_topology = True  # ICN links and PCIe paths (R-X3); the NUMA node from sysfs
     temperature_v = True
     records_gpm_support_version = True
 

@@ -618,3 +618,48 @@ def test_the_whole_agent_on_a_fake_ppu_node(
     assert got["idle"]["cores_utilization_percent"] == 0.0
     assert got["mig"]["cores_utilization_percent"] == 64.5  # measured by GPM, never restated
     assert got["mig"]["memory_total_mib"] == 24_192
+
+
+# -- links and placement (R-X3) -----------------------------------------------------------------
+
+
+def test_icn_links_and_numa_nodes_through_our_declarations(
+    libhgml: Path, scenario, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """(R-X3) Per card pair the link type and count and each card's NUMA node, through HGML's
+    ICN-link calls and our hgmlPciInfo_t: direct ICN links counted by their remote end's bus id
+    (a link that is down not counted) as `icnlink`, links into an ICN switch as `icnswitch`,
+    the PCIe path from the common ancestor (NVML's levels); a pair HGML cannot place has no
+    PCIe kind (not "PCIe"); the NUMA node from sysfs (HGML has no call for it), absent where
+    sysfs has none."""
+    scenario(scenarios.ppu_links())
+    for n, node in ((0, "0\n"), (1, "0\n"), (2, "1\n")):
+        pci = tmp_path / "sys" / "bus" / "pci" / "devices" / f"0000:{0x10 + n:02x}:00.0"
+        pci.mkdir(parents=True)
+        (pci / "numa_node").write_text(node)
+    backend = TheadBackend({"hgml": str(libhgml)}, sysfs=tmp_path / "sys")
+    backend.open()
+    try:
+        payload = backend.read(ReadRequest())
+    finally:
+        backend.close()
+    cards = {c.id: c for c in TheadBackend().parse(payload).cards}
+    a, b, c, d = (card_id(n) for n in range(50, 54))
+
+    def links(card: str) -> set[tuple[str, str, int | None]]:
+        found = cards[card].links
+        assert found is not None
+        return {(link.peer_id, link.link, link.count) for link in found}
+
+    assert links(a) == {(b, "icnlink", 3), (b, "pcie_switch", None), (c, "system", None)}
+    assert links(b) == {
+        (a, "icnlink", 3),
+        (a, "pcie_switch", None),
+        (c, "system", None),
+        (d, "system", None),
+    }
+    assert links(d) == {(c, "icnswitch", 2), (c, "pcie_host_bridge", None), (b, "system", None)}
+    assert [cards[x].numa_node for x in (a, b, c, d)] == [0, 0, 1, None]
+    entry = payload["topology"]["devices"][0]
+    assert "hgmlDeviceGetNumaNodeId" not in entry and entry["sysfsNumaNode"] == "0\n"
+    assert entry["hgmlDeviceGetPciInfo_v3"] == {"busId": "00000000:10:00.0"}

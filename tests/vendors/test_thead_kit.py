@@ -53,6 +53,19 @@ STRUCTS: dict[str, tuple[Any, list[str]]] = {
         ["pid", "timeStamp", "smUtil", "memUtil", "encUtil", "decUtil"],
     ),
     "hgmlGpmSupport_t": (hgml.hgmlGpmSupport_t, ["version", "isSupportedDevice"]),
+    "hgmlPciInfo_t": (
+        hgml.hgmlPciInfo_t,
+        [
+            "busIdLegacy",
+            "domain",
+            "bus",
+            "device",
+            "pciDeviceId",
+            "pciSubSystemId",
+            "busId",
+            "globalPpuId",
+        ],
+    ),
     "hgmlEventData_t": (
         hgml.hgmlEventData_t,
         ["device", "eventType", "eventData", "gpuInstanceId", "computeInstanceId"],

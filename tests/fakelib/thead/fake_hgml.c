@@ -24,11 +24,14 @@
  *     (one domain refused by `clock_faults`), the PCIe replay counter; a scenario's all-ones
  *     values are answered as given, as the headers' "not available";
  *   - hgmlDeviceGetTemperatureV, versioned (ARGUMENT_VERSION_MISMATCH for a wrong version);
+ *   - links and placement: the card's PCI bus id, ICN links (state, the bus id each reaches,
+ *     a PPU or a switch), the common PCIe ancestor of a pair (NOT_SUPPORTED where the scenario
+ *     gives none); no NUMA-node call, as in the public header;
  *   - XID events through the event set, each delivered once (a card's `xid`, then its
  *     `xids[]`), an event set refused by the kit's `faults.hgmlEventSetCreate`.
  *
  * Scenario: the NVML-family document of tests/fakelib/nvml_family.py (driver, devices[] of
- * {uuid, name, index, memory, util, temp, power, remapped, retired_pending, mig_mode, gpm, xid, xids[],
+ * {uuid, name, index, memory, util, temp, power, remapped, retired_pending, mig_mode, gpm, xid, xids[], bus_id, nvlinks[]{state, remote, type} (its ICN links), ancestor{<position>: level},
  * ecc{corrected_volatile, …}, ecc_off, energy, throttle, clocks{graphics, sm, memory},
  * clock_faults{…}, pcie_replays, processes[], samples[], migs[]{slot, uuid, gi, memory, sm,
  * faults}}) plus the kit's keys.
@@ -582,5 +585,101 @@ hgmlReturn_t hgmlEventSetWait_v2(hgmlEventSet_t set, hgmlEventData_t *data,
 hgmlReturn_t hgmlEventSetFree(hgmlEventSet_t set) {
     if (set != &the_event_set)
         return HGML_ERROR_INVALID_ARGUMENT;
+    return HGML_SUCCESS;
+}
+
+/* -- links and placement (R-X3) -------------------------------------------------------------- */
+
+#define MAX_ICNLINKS 36
+
+static void fill_pci(hgmlPciInfo_t *pci, const char *bus) {
+    memset(pci, 0, sizeof *pci);
+    snprintf(pci->busId, sizeof pci->busId, "%s", bus);
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%s", strlen(bus) > 4 ? bus + 4 : bus);
+}
+
+hgmlReturn_t hgmlDeviceGetPciInfo_v3(hgmlDevice_t device, hgmlPciInfo_t *pci) {
+    char bus[HGML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];
+    const char *given;
+    CARD("hgmlDeviceGetPciInfo_v3");
+    if (!pci)
+        return HGML_ERROR_INVALID_ARGUMENT;
+    given = fl_get(D "bus_id", d);
+    if (given)
+        snprintf(bus, sizeof bus, "%s", given);
+    else
+        snprintf(bus, sizeof bus, "00000000:%02X:00.0", 0x10 + d);
+    fill_pci(pci, bus);
+    pci->globalPpuId = (unsigned int)d;
+    return HGML_SUCCESS;
+}
+
+static hgmlReturn_t icnlink(hgmlDevice_t device, const char *entry, unsigned int link, int *d) {
+    hgmlReturn_t rc;
+    int n;
+    *d = card(device, entry, &rc);
+    if (*d < 0)
+        return rc;
+    n = fl_count(D "nvlinks", *d);
+    if (n == 0)
+        return HGML_ERROR_NOT_SUPPORTED;
+    if (link >= (unsigned int)n || link >= MAX_ICNLINKS)
+        return HGML_ERROR_INVALID_ARGUMENT;
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlDeviceGetIcnLinkState(hgmlDevice_t device, unsigned int link,
+                                       hgmlEnableState_t *isActive) {
+    int d;
+    hgmlReturn_t rc = icnlink(device, "hgmlDeviceGetIcnLinkState", link, &d);
+    if (rc != HGML_SUCCESS)
+        return rc;
+    if (!isActive)
+        return HGML_ERROR_INVALID_ARGUMENT;
+    *isActive = fl_int(0, D "nvlinks.%u.state", d, link) ? HGML_FEATURE_ENABLED : HGML_FEATURE_DISABLED;
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlDeviceGetIcnLinkRemotePciInfo_v2(hgmlDevice_t device, unsigned int link,
+                                                  hgmlPciInfo_t *pci) {
+    int d;
+    hgmlReturn_t rc = icnlink(device, "hgmlDeviceGetIcnLinkRemotePciInfo_v2", link, &d);
+    if (rc != HGML_SUCCESS)
+        return rc;
+    if (!pci)
+        return HGML_ERROR_INVALID_ARGUMENT;
+    fill_pci(pci, fl_str("", D "nvlinks.%u.remote", d, link));
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlDeviceGetIcnLinkRemoteDeviceType(hgmlDevice_t device, unsigned int link,
+                                                  hgmlIntIcnLinkDeviceType_t *type) {
+    int d;
+    hgmlReturn_t rc = icnlink(device, "hgmlDeviceGetIcnLinkRemoteDeviceType", link, &d);
+    if (rc != HGML_SUCCESS)
+        return rc;
+    if (!type)
+        return HGML_ERROR_INVALID_ARGUMENT;
+    *type = (hgmlIntIcnLinkDeviceType_t)fl_int(0, D "nvlinks.%u.type", d, link);
+    return HGML_SUCCESS;
+}
+
+hgmlReturn_t hgmlDeviceGetTopologyCommonAncestor(hgmlDevice_t device1, hgmlDevice_t device2,
+                                                 hgmlGpuTopologyLevel_t *pathInfo) {
+    const char *level;
+    hgmlReturn_t rc;
+    int a = card(device1, "hgmlDeviceGetTopologyCommonAncestor", &rc), b;
+    if (a < 0)
+        return rc;
+    if ((b = card(device2, "hgmlDeviceGetTopologyCommonAncestor", &rc)) < 0)
+        return rc;
+    if (!pathInfo)
+        return HGML_ERROR_INVALID_ARGUMENT;
+    level = fl_get("devices.%d.ancestor.%d", a, b);
+    if (!level)
+        level = fl_get("devices.%d.ancestor.%d", b, a);
+    if (!level)
+        return HGML_ERROR_NOT_SUPPORTED;
+    *pathInfo = (hgmlGpuTopologyLevel_t)atoi(level);
     return HGML_SUCCESS;
 }

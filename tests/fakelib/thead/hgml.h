@@ -139,6 +139,36 @@ typedef struct {
 
 #define HGML_GPM_SUPPORT_VERSION 2
 
+/* Links and placement. */
+#define HGML_DEVICE_PCI_BUS_ID_BUFFER_SIZE (32 - 4) /* 4 bytes reserved for globalPpuId */
+#define HGML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE 16
+
+typedef struct {
+    char busIdLegacy[HGML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE];
+    unsigned int domain;
+    unsigned int bus;
+    unsigned int device;
+    unsigned int pciDeviceId;
+    unsigned int pciSubSystemId;
+    char busId[HGML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];
+    unsigned int globalPpuId;
+} hgmlPciInfo_t;
+
+typedef enum {
+    HGML_TOPOLOGY_INTERNAL = 0,
+    HGML_TOPOLOGY_SINGLE = 10,
+    HGML_TOPOLOGY_MULTIPLE = 20,
+    HGML_TOPOLOGY_HOSTBRIDGE = 30,
+    HGML_TOPOLOGY_NODE = 40,
+    HGML_TOPOLOGY_SYSTEM = 50
+} hgmlGpuTopologyLevel_t;
+
+typedef enum {
+    HGML_ICNLINK_DEVICE_TYPE_PPU = 0x00,
+    HGML_ICNLINK_DEVICE_TYPE_SWITCH = 0x02,
+    HGML_ICNLINK_DEVICE_TYPE_UNKNOWN = 0xFF
+} hgmlIntIcnLinkDeviceType_t;
+
 /* XID events: an opaque event set, and what hgmlEventSetWait_v2 fills (NVML's layout). */
 typedef struct hgmlEventSet_st *hgmlEventSet_t;
 
@@ -200,6 +230,15 @@ hgmlReturn_t hgmlGpmSampleFree(hgmlGpmSample_t gpmSample);
 hgmlReturn_t hgmlGpmMigSampleGet(hgmlDevice_t device, unsigned int gpuInstanceId,
                                  hgmlGpmSample_t gpmSample);
 hgmlReturn_t hgmlGpmMetricsGet(hgmlGpmMetricsGet_t *metricsGet);
+hgmlReturn_t hgmlDeviceGetPciInfo_v3(hgmlDevice_t device, hgmlPciInfo_t *pci);
+hgmlReturn_t hgmlDeviceGetTopologyCommonAncestor(hgmlDevice_t device1, hgmlDevice_t device2,
+                                                 hgmlGpuTopologyLevel_t *pathInfo);
+hgmlReturn_t hgmlDeviceGetIcnLinkState(hgmlDevice_t device, unsigned int link,
+                                       hgmlEnableState_t *isActive);
+hgmlReturn_t hgmlDeviceGetIcnLinkRemotePciInfo_v2(hgmlDevice_t device, unsigned int link,
+                                                  hgmlPciInfo_t *pci);
+hgmlReturn_t hgmlDeviceGetIcnLinkRemoteDeviceType(hgmlDevice_t device, unsigned int link,
+                                                  hgmlIntIcnLinkDeviceType_t *type);
 hgmlReturn_t hgmlEventSetCreate(hgmlEventSet_t *set);
 hgmlReturn_t hgmlDeviceRegisterEvents(hgmlDevice_t device, unsigned long long eventTypes,
                                       hgmlEventSet_t set);

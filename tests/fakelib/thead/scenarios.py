@@ -139,3 +139,30 @@ def ppu_health() -> list[dict[str, Any]]:
             errors={"hgmlDeviceGetCurrentClocksEventReasons": FUNCTION_NOT_FOUND},
         ),
     ]
+
+
+def bus(n: int) -> str:
+    """The PCI bus id the fake gives card n by default."""
+    return f"00000000:{0x10 + n:02X}:00.0"
+
+
+ICN_SWITCH_BUS = "00000000:D0:00.0"
+
+
+def ppu_links() -> list[dict[str, Any]]:
+    """R-X3's links and placement on four PPUs through HGML's ICN links. Cards 0 and 1 are
+    joined by three direct ICN links (and a fourth of card 0 that is down) and share a PCIe
+    switch (PIX); cards 2 and 3 each have two active links into an ICN switch and share a host
+    bridge (PHB); 0/1 against 2/3 are across NUMA nodes (SYS), except card 3, which HGML cannot
+    place against card 0 (NOT_SUPPORTED) and whose PCI device names no NUMA node in sysfs."""
+    switch = {"state": 1, "remote": ICN_SWITCH_BUS, "type": 2}
+    return [
+        whole(
+            50,
+            nvlinks=[{"state": 1, "remote": bus(1)}] * 3 + [{"state": 0, "remote": bus(1)}],
+            ancestor={"1": 10, "2": 50},
+        ),
+        whole(51, nvlinks=[{"state": 1, "remote": bus(0)}] * 3, ancestor={"2": 50, "3": 50}),
+        whole(52, nvlinks=[switch, switch], ancestor={"3": 30}),
+        whole(53, nvlinks=[switch, switch]),
+    ]
