@@ -789,9 +789,11 @@ def test_the_whole_agent_publishes_links_and_who_a_fatal_xid_hit(
     kind, `links` with the NVLink count, `numa_node`, and the snapshot's optional `links` and
     `numaNode`; promtool takes the text. (R-X7) A fatal XID on a card an Instance holds puts the
     reason on that grant's `gpustack_instance_accelerator_unhealthy`, as AcceleratorFatalError
-    selects it; the healthy grant's series has no reason."""
+    selects it; the healthy grant's series has no reason; every XID is counted by code in
+    `gpustack_accelerator_xid_errors_total` and the snapshot's `health.xidErrors`."""
     cards = scenarios.h100_links()
     cards[0]["xid"] = 79
+    cards[0]["xids"] = [13, 79]
     # The agent reads the host's /sys: card 34 on a PCI domain no machine has, so its NUMA node
     # is absent here and everywhere.
     cards[4]["bus_id"] = "0000FFFF:9A:00.0"
@@ -823,6 +825,8 @@ def test_the_whole_agent_publishes_links_and_who_a_fatal_xid_hit(
         for ls, v in got["gpustack_instance_accelerator_unhealthy"]
     }
     assert unhealthy == {"llama": ("xid_79", 1.0), "qwen": ("", 0.0)}
+    xids = {(ls["id"], ls["xid"]): v for ls, v in got["gpustack_accelerator_xid_errors_total"]}
+    assert xids == {(a, "13"): 1.0, (a, "79"): 2.0}
     promtool = shutil.which("promtool")
     if promtool is not None:
         result = subprocess.run(
@@ -830,6 +834,8 @@ def test_the_whole_agent_publishes_links_and_who_a_fatal_xid_hit(
         )
         assert result.returncode == 0 and result.stdout + result.stderr == b"", result
     served = {card["id"]: card for card in doc["groups"][0]["accelerators"]}
+    assert served[a]["health"]["xidErrors"] == {"13": 1, "79": 2}
+    assert served[b]["health"]["xidErrors"] == {}
     assert {"peerID": b, "link": "nvlink", "count": 4} in served[a]["links"]
     assert (served[a]["numaNode"], "numaNode" in served[gpu(34)]) == (0, False)
     assert served[gpu(34)]["links"] == []
