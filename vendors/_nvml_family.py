@@ -249,7 +249,7 @@ def parse_xid_counts(value: Any) -> tuple[tuple[tuple[str, int], ...] | None, Re
     codes: list[tuple[int, str, int]] = []
     for key, raw in value.items():
         count = as_int(raw)
-        if count is None or count < 1:
+        if count is None or not 1 <= count < UINT64_MAX:
             return None, Reason.INVALID_DATA
         if key == ERROR_CODE_OTHER:
             codes.append((UINT64_MAX + 1, key, count))

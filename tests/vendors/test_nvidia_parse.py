@@ -617,6 +617,7 @@ def test_a_damaged_or_missing_topology_never_raises_and_places_nothing(topology:
         (err(3), None, Reason.UNSUPPORTED),
         (err(4), None, Reason.PERMISSION),
         ({"79": 0}, None, Reason.INVALID_DATA),
+        ({"79": 2**64}, None, Reason.INVALID_DATA),
         ({"79": True}, None, Reason.INVALID_DATA),
         ({"-1": 1}, None, Reason.INVALID_DATA),
         ({"0x4f": 1}, None, Reason.INVALID_DATA),
@@ -628,7 +629,8 @@ def test_xid_counts_parse_in_numeric_order_or_are_refused(
     counts: Any, figure: Any, reason: Reason | None
 ) -> None:
     """(R-X7) The XID counts read() recorded: codes in numeric order, `other` last; the event
-    set's failure is its reason; a zero, boolean or negative count, a code that is not decimal
+    set's failure is its reason; a zero, boolean, negative or 64-bit-overflowing count, a code
+    that is not decimal
     digits, more codes than the bound, anything but an object is `invalid_data`, never a
     figure; a payload recorded before the counts has none and says nothing."""
     (c,) = parse_card(nvmlDeviceGetPcieReplayCounter=0, xidErrorCounts=counts)
