@@ -630,9 +630,9 @@ def test_xid_counts_parse_in_numeric_order_or_are_refused(
 ) -> None:
     """(R-X7) The XID counts read() recorded: codes in numeric order, `other` last; the event
     set's failure is its reason; a zero, boolean, negative or 64-bit-overflowing count, a code
-    that is not decimal
-    digits, more codes than the bound, anything but an object is `invalid_data`, never a
-    figure; a payload recorded before the counts has none and says nothing."""
+    that is not decimal digits, more codes than the bound, anything but an object is
+    `invalid_data`, never a figure; a payload recorded before the counts has none and says
+    nothing."""
     (c,) = parse_card(nvmlDeviceGetPcieReplayCounter=0, xidErrorCounts=counts)
     assert c.health.xid_errors == figure
     assert c.health.reason("xid_errors") == reason
