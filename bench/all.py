@@ -36,6 +36,7 @@ BENCHES: dict[str, list[str]] = {
     "summarize": ["bench/summarize.py"],
     "soak": ["bench/soak.py"],
     "soak_hostile": ["bench/soak.py", "--hostile"],
+    "wakeups": ["bench/wakeups.py", "--seconds", "30"],
 }
 
 
@@ -83,6 +84,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", default="", help="comma-separated benchmark names")
     parser.add_argument("--soak-seconds", type=int, default=300)
+    parser.add_argument(
+        "--wakeups-baseline", default="", help="a checkout bench/wakeups.py measures first"
+    )
     args = parser.parse_args()
     wanted = [n for n in args.only.split(",") if n] or list(BENCHES)
     previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"results": {}}
@@ -92,6 +96,8 @@ def main() -> None:
         argv = BENCHES[name]
         if name in ("soak", "soak_hostile"):
             argv = [*argv, "--seconds", str(args.soak_seconds)]
+        if name == "wakeups" and args.wakeups_baseline:
+            argv = [*argv, "--baseline", args.wakeups_baseline]
         # Each result names the machine and day it was measured on: with --only, the others
         # are kept from an earlier run, perhaps on another day or kernel.
         results[name] = {**run(name, argv), "machine": here}

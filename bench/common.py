@@ -23,7 +23,7 @@ def free_port() -> int:
 
 
 def start_agent(
-    args: list[str], env: dict[str, str] | None = None
+    args: list[str], env: dict[str, str] | None = None, cwd: Path = REPO
 ) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
@@ -42,7 +42,7 @@ def start_agent(
             *args,
         ],
         env=full_env,
-        cwd=REPO,
+        cwd=cwd,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -114,6 +114,23 @@ def rows(r: dict[str, Any]) -> list[Row]:
                 _met(s["goal_under_10_percent_of_a_core"]),
             )
         )
+    if s := r.get("wakeups"):
+        idle, scraped = s["idle"], s["one_scraper_every_15s"]
+        base = s.get("baseline")
+        out.append(
+            (
+                f"wake-ups with no scraper, period {s['period_seconds']:g} s "
+                "(one scraper every 15 s)",
+                f"{idle['wakeups_per_second']:g}/s, {idle['millicores']:g} millicores "
+                f"({scraped['wakeups_per_second']:g}/s, {scraped['millicores']:g} millicores)",
+                f"before ({base['commit']}): {base['idle']['wakeups_per_second']:g}/s, "
+                f"{base['idle']['millicores']:g} millicores"
+                if base
+                else "—",
+                "none beyond the round's",
+                _met(s["goal_no_idle_wakeups"]),
+            )
+        )
     return out
 
 

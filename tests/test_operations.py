@@ -8,6 +8,7 @@ Exit codes throughout: 0 ok, 2 usage, 3 cannot reach or read (docs/configuration
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -148,6 +149,51 @@ def test_sighup_without_a_cert_dir_is_logged_and_ignored(launch: Launch) -> None
     wait_until(lambda: "SIGHUP: nothing to reload" in agent.logs(), what="SIGHUP logged")
     agent.wait_for("/readyz", 200)
     assert agent.proc.poll() is None
+
+
+# -- nothing to do, nothing done (R-O1) ---------------------------------------------------------
+
+
+def _voluntary_switches(pid: int) -> dict[str, int]:
+    """Each thread's voluntary context switches so far: how many times it slept and woke."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            status = (task / "status").read_text()
+            out[task.name] = int(re.search(r"voluntary_ctxt_switches:\s+(\d+)", status)[1])  # type: ignore[index]
+    return out
+
+
+def test_an_agent_with_nothing_to_do_does_not_wake(launch: Launch) -> None:
+    """(R-O1) Between rounds, with no client, no thread of the agent wakes: no housekeeping
+    tick in the server's main loop (uvicorn's woke ten times a second), no timer but the
+    round's. Counted by the kernel: each thread's voluntary context switches over 1.5 s, the
+    period an hour so that no round falls in the window."""
+    agent: Agent = launch("--replay", H100, "--monitor-period", "3600")
+    agent.wait_for("/readyz", 200)
+    time.sleep(0.3)  # the probe's connection closed and forgotten
+    before = _voluntary_switches(agent.proc.pid)
+    time.sleep(1.5)
+    after = _voluntary_switches(agent.proc.pid)
+    woke = {tid: after[tid] - n for tid, n in before.items() if after.get(tid, n) != n}
+    assert sum(woke.values()) <= 1, woke  # uvicorn's tick alone: 15 in the main thread
+    assert agent.proc.poll() is None
+
+
+def test_the_apps_answers_carry_this_seconds_date(launch: Launch) -> None:
+    """(R-O1) With no tick to renew it, the Date header is still the current second's on
+    what the app answers (a 404) as on the fast path, after the server slept for seconds."""
+    import email.utils
+
+    agent: Agent = launch("--replay", H100, "--monitor-period", "3600")
+    agent.wait_for("/readyz", 200)
+    with agent.client() as client:
+        time.sleep(2.2)
+        for path in ("/no-such-path", "/readyz"):
+            answer = client.get(path)
+            date = email.utils.parsedate_to_datetime(answer.headers["date"]).timestamp()
+            assert abs(date - time.time()) < 1.5, (path, answer.headers["date"])
+        assert answer.status_code == 200
 
 
 # -- the pod's own token, for --access-control=kubernetes (R-X4) ----------------------------------

@@ -15,6 +15,7 @@ once (the one thing a reload can mean here; flags are read once) and logs what i
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
@@ -472,14 +473,44 @@ def reload_on_hangup(certs: Certificates, cert_dir: Path | None) -> Callable[[],
 class AgentServer(uvicorn.Server):
     """uvicorn's server, whose shutdown also stops the agent (after connections were drained).
     Its signals are the agent's (`Signals`): uvicorn's own would re-raise a caught SIGTERM once
-    serving has ended, ending the process killed by the signal instead of with status 0."""
+    serving has ended, ending the process killed by the signal instead of with status 0.
+
+    Its main loop sleeps until it is asked to stop. uvicorn's polls ten times a second, to see
+    `should_exit`, renew the date header and count requests against a limit: here setting
+    `should_exit` wakes the loop, the protocol renews the date header when a request arrives
+    (serve/http.py), and no request limit is set. `wakes` counts the loop's wake-ups."""
 
     def __init__(
         self, config: uvicorn.Config, stoppable: Stoppable, timeout: float, signals: Signals
     ) -> None:
+        self._exit_asked = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self.wakes = 0
         super().__init__(config)
         self._stoppable, self._timeout = stoppable, timeout
         signals.attach(self)
+
+    @property
+    def should_exit(self) -> bool:
+        return self._exit_asked
+
+    @should_exit.setter
+    def should_exit(self, value: bool) -> None:
+        self._exit_asked = value
+        loop, wake = self._loop, self._wake
+        if value and loop is not None and wake is not None:
+            # From a signal handler or another thread: wakes the loop where it sleeps.
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to wake
+                loop.call_soon_threadsafe(wake.set)
+
+    async def main_loop(self) -> None:
+        self._wake = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        while not self._exit_asked:
+            await self._wake.wait()
+            self._wake.clear()
+            self.wakes += 1
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:

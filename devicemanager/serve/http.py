@@ -48,10 +48,13 @@ import logging
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from typing import Any, Protocol
 
 import httptools
+from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.server import ServerState
 
 from devicemanager.serve.counters import OTHER, HttpCounters, route_of
 from devicemanager.serve.handshake import TlsGate, gated
@@ -107,9 +110,23 @@ class Connections:
         default_factory=dict
     )
     heads_with: object = None
+    # The second of the date in the server's default headers (`renew_date`).
+    date_second: int = -1
 
     # Connections accepted and still in their TLS handshake (serve/handshake.py), since when.
     handshaking: dict[TlsGate, float] = field(default_factory=dict)
+
+    def renew_date(self, state: ServerState, config: Config) -> None:
+        """uvicorn's default headers (its date, and the headers configured) with this second's
+        date. Renewed when a request arrives in a new second, instead of by uvicorn's tick
+        ten times a second (agent/wiring.py's AgentServer has none): an idle server sleeps."""
+        now = time.time()
+        second = int(now)
+        if second == self.date_second:
+            return
+        self.date_second = second
+        date = [(b"date", formatdate(now, usegmt=True).encode())] if config.date_header else []
+        state.default_headers = date + config.encoded_headers
 
     def count(self, reason: str) -> None:
         """A bound acted: one of serve.counters.REASONS."""
@@ -225,6 +242,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         if self.closing:
             return
         self.registry.counters.answered(self._route(), status)
+        self.registry.renew_date(self.server_state, self.config)
         body = text.encode()
         content = [STATUS_LINE[status]]
         for name, value in (*self.server_state.default_headers, *headers):
@@ -252,6 +270,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def send_400_response(self, msg: str) -> None:
         self.registry.counters.answered(OTHER, 400)  # a request uvicorn could not parse
+        self.registry.renew_date(self.server_state, self.config)
         super().send_400_response(msg)
 
     # -- asyncio.Protocol -------------------------------------------------------------------
@@ -291,6 +310,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self.registry.renew_date(self.server_state, self.config)
         self.request_started = time.monotonic()
         self.header_bytes = 0  # parsed: the request line's target and each header
         self.pending_bytes = 0  # read while the section was incomplete
