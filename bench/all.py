@@ -37,6 +37,7 @@ BENCHES: dict[str, list[str]] = {
     "soak": ["bench/soak.py"],
     "soak_hostile": ["bench/soak.py", "--hostile"],
     "wakeups": ["bench/wakeups.py", "--seconds", "30"],
+    "startup": ["bench/startup.py", "--pairs", "9"],
 }
 
 
@@ -85,7 +86,9 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated benchmark names")
     parser.add_argument("--soak-seconds", type=int, default=300)
     parser.add_argument(
-        "--wakeups-baseline", default="", help="a checkout bench/wakeups.py measures first"
+        "--baseline",
+        default="",
+        help="another checkout, which bench/wakeups.py and bench/startup.py measure beside this",
     )
     args = parser.parse_args()
     wanted = [n for n in args.only.split(",") if n] or list(BENCHES)
@@ -96,8 +99,8 @@ def main() -> None:
         argv = BENCHES[name]
         if name in ("soak", "soak_hostile"):
             argv = [*argv, "--seconds", str(args.soak_seconds)]
-        if name == "wakeups" and args.wakeups_baseline:
-            argv = [*argv, "--baseline", args.wakeups_baseline]
+        if name in ("wakeups", "startup") and args.baseline:
+            argv = [*argv, "--baseline", args.baseline]
         # Each result names the machine and day it was measured on: with --only, the others
         # are kept from an earlier run, perhaps on another day or kernel.
         results[name] = {**run(name, argv), "machine": here}

@@ -131,6 +131,22 @@ def rows(r: dict[str, Any]) -> list[Row]:
                 _met(s["goal_no_idle_wakeups"]),
             )
         )
+    if s := r.get("startup"):
+        base = s.get("baseline")
+        ratio = s.get("current_over_baseline")
+        out.append(
+            (
+                "exec to `/readyz` 200, replay node",
+                f"{s['exec_to_ready_s']['median']} s "
+                f"({_range(s['exec_to_ready_s']['range'], ' s')})",
+                f"before ({base['commit']}): {base['exec_to_ready_s']['median']} s; "
+                f"after/before {ratio['median']} ({_range(ratio['range'])})"
+                if base and ratio
+                else "—",
+                "≤ 0.3 s",
+                _met(s["goal_at_most_0_3_s"]),
+            )
+        )
     return out
 
 

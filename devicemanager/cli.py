@@ -33,12 +33,20 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from devicemanager import __version__
-from devicemanager.agent.config import add_serve_flags, default_service_account_dir, settings_from
+from devicemanager.agent.config import (
+    Settings,
+    add_serve_flags,
+    default_service_account_dir,
+    settings_from,
+)
 from devicemanager.backend import BACKENDS, BackendUnavailable, create_backend, sdk_versions
 from devicemanager.model import ReadRequest
+
+if TYPE_CHECKING:
+    from devicemanager.serve.tls import Minting
 
 OK, ABSENT, USAGE, UNREACHABLE = 0, 1, 2, 3
 
@@ -66,19 +74,43 @@ def version() -> str:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from devicemanager.agent.wiring import serve
-
     try:
         settings = settings_from(args)
     except SystemExit as exc:  # the settings parser names the flag and what is wrong with it
         raise CliError(str(exc.code), USAGE) from None
+    # The self-signed pair is minted by a child process while this one imports the agent.
+    minting = _early_minting(settings)
+    from devicemanager.agent.wiring import serve
+
     try:
-        return serve(settings)
+        return serve(settings, minting)
     except (ValueError, ImportError) as exc:
         # A wrong scenario, manufacturer, library name or --cert-dir: say which.
         raise CliError(str(exc), USAGE) from None
     except OSError as exc:
         raise CliError(f"{type(exc).__name__}: {exc}", UNREACHABLE) from None
+
+
+def _early_minting(settings: Settings) -> Minting | None:
+    """The self-signed pair's child started now, for the names the agent will serve under;
+    None with --cert-dir, or when the node's name is not known yet (serve mints it then)."""
+    if settings.cert_dir is not None:
+        return None
+    from devicemanager.agent.config import default_node_name, serving_hosts
+    from devicemanager.serve.tls import Minting
+
+    name = settings.node_name
+    if not name and settings.replay is not None:
+        from devicemanager.agent.replay import load_scenario
+
+        try:
+            name = load_scenario(settings.replay).node
+        except (ValueError, OSError):
+            return None  # serve says what is wrong with the scenario
+    try:
+        return Minting(serving_hosts(name or default_node_name()))
+    except RuntimeError:
+        return None  # serve tries again, and says why it could not
 
 
 # -- snapshot and metrics: a running agent -------------------------------------------------------
@@ -782,7 +814,7 @@ def _summarize_cluster(args: argparse.Namespace, selection: Any) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from devicemanager.serve.client import METRICS_URL, SNAPSHOT_URL
+    from devicemanager.serve import METRICS_URL, SNAPSHOT_URL  # not the client: httpx
 
     common = _common()
     parser = argparse.ArgumentParser(

@@ -8,9 +8,13 @@ its resident set, docs/performance.md). Checked on the real agent through /proc/
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import json
 import ssl
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +22,7 @@ from cryptography import x509
 
 from devicemanager.serve import tls
 from devicemanager.serve.mint import write_pair
-from tests.conftest import NODES, Agent
+from tests.conftest import NODES, REPO, Agent, agent_env
 
 pytestmark = pytest.mark.timeout(60)
 H100 = NODES / "h100-8gpu-mixed"
@@ -66,3 +70,55 @@ def test_an_existing_key_is_never_overwritten(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="FileExistsError"):
         tls.mint_self_signed(tmp_path, ["localhost"])
     assert (tmp_path / tls.KEY_FILE).read_bytes() == b"someone else's\n"
+
+
+def test_a_start_refused_after_minting_began_leaves_no_key_behind(tmp_path: Path) -> None:
+    """(R-O1) `serve` starts the self-signed pair's child before it imports the agent; a start
+    then refused (here a --proc-root that is not there, exit 2) ends the child and removes its
+    private directory: no key material outlives a start that never served."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "devicemanager", "serve", "--replay", str(H100)),
+            *("--proc-root", str(tmp_path / "gone"), "--secure-port", "0"),
+        ],
+        env=agent_env({"TMPDIR": str(scratch)}),
+        cwd=REPO,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert b"--proc-root" in done.stderr
+    assert list(scratch.iterdir()) == []
+    left = []  # the child, killed, not left to finish a pair into a directory that is gone
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if str(scratch).encode() in cmdline.read_bytes():
+                left.append(cmdline.parent.name)
+    assert left == []
+
+
+def test_the_early_pair_names_the_replayed_node(launch) -> None:  # type: ignore[no-untyped-def]
+    """(R-O1) The pair minted while the agent starts is made out to the names it serves under,
+    the recorded node's among them, as one minted once the node is resolved."""
+    agent: Agent = launch("--replay", str(NODES / "mi300x-8gpu-cpx-mixed"))
+    agent.wait_for("/readyz", 200)
+    node = json.loads((NODES / "mi300x-8gpu-cpx-mixed" / "scenario.json").read_text())["node"]
+    pem = ssl.get_server_certificate(("127.0.0.1", agent.port))
+    cert = x509.load_pem_x509_certificate(pem.encode())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert node in names.get_values_for_type(x509.DNSName)
+
+
+def test_a_replayed_node_without_pod_resources_maps_no_grpc(launch) -> None:  # type: ignore[no-untyped-def]
+    """(R-X2) The kubelet's pod-resources client (grpc) is loaded where that path starts: a
+    recorded node with no pod-resources recording, and no cluster, never maps grpc's core;
+    one with a recording reads it (the H100 node's grants come from it)."""
+    bare: Agent = launch("--replay", str(NODES / "mi300x-8gpu-cpx-mixed"))
+    recorded: Agent = launch("--replay", str(H100))
+    bare.wait_for("/readyz", 200)
+    recorded.wait_for("/readyz", 200)
+    assert "cygrpc" not in Path(f"/proc/{bare.proc.pid}/maps").read_text()
+    assert "cygrpc" in Path(f"/proc/{recorded.proc.pid}/maps").read_text()

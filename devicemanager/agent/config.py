@@ -388,3 +388,8 @@ def parse_serve(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Se
 
 def default_node_name() -> str:
     return socket.gethostname()
+
+
+def serving_hosts(node_name: str) -> list[str]:
+    """The names and addresses a self-signed certificate is made out to."""
+    return ["localhost", "127.0.0.1", "::1", node_name, default_node_name()]

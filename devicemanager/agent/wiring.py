@@ -38,32 +38,39 @@ import uvicorn
 
 from devicemanager import __version__
 from devicemanager.agent import logs
-from devicemanager.agent.config import Settings, default_node_name
+from devicemanager.agent.config import Settings, default_node_name, serving_hosts
 from devicemanager.agent.monitor import BackendWorker, Monitor
 from devicemanager.agent.replay import ReplayBackend, Scenario, load_scenario
 from devicemanager.agent.selfmetrics import SelfMetrics
 from devicemanager.backend import Backend, create_backend, sdk_versions
-from devicemanager.kube.client import KubeClient, config_from
-from devicemanager.kube.cluster import ClusterRound
-from devicemanager.kube.dra import DraSource, RecordedDra
-from devicemanager.kube.informer import PodInformer
-from devicemanager.kube.kubelet import KubeletClient, Reading, SummaryPoller, kubelet_tls
-from devicemanager.kube.podresources import (
-    DEFAULT_SOCKET,
-    PodResourcesClient,
-    PodResourcesPoller,
-    RecordedPodResources,
-)
 from devicemanager.node.attribution import Attributor
 from devicemanager.node.pods import PodIndex, PodsFile
 from devicemanager.serve.access import Reviewer
 from devicemanager.serve.app import Routes, create_app
 from devicemanager.serve.counters import HttpCounters
 from devicemanager.serve.http import Limits, protocol_for
-from devicemanager.serve.tls import CERT_FILE, KEY_FILE, Certificates, server_context, why_refused
+from devicemanager.serve.tls import (
+    CERT_FILE,
+    KEY_FILE,
+    Certificates,
+    Minting,
+    server_context,
+    why_refused,
+)
 
 if TYPE_CHECKING:
     from lightkube.config.kubeconfig import KubeConfig
+
+    from devicemanager.kube.client import KubeClient
+    from devicemanager.kube.cluster import ClusterRound
+    from devicemanager.kube.dra import DraSource, RecordedDra
+    from devicemanager.kube.informer import PodInformer
+    from devicemanager.kube.kubelet import KubeletClient, Reading, SummaryPoller
+    from devicemanager.kube.podresources import PodResourcesPoller, RecordedPodResources
+
+# The cluster's clients (lightkube, httpx2, grpc) are imported where the path that needs them
+# starts (`connect`, `pod_resources`, `access_reviewer`): a replayed node or one without a
+# cluster starts without them. None is ever imported on the scrape path.
 
 log = logging.getLogger("devicemanager")
 
@@ -180,6 +187,8 @@ class _NoKubelet:
     """Stands in for the kubelet reader when its address is unknown: always a missing answer."""
 
     def __init__(self, why: str) -> None:
+        from devicemanager.kube.kubelet import Reading
+
         self._reading = Reading(error=why)
 
     def latest(self) -> Reading:
@@ -191,6 +200,8 @@ def kubelet_client(settings: Settings, config: KubeConfig) -> KubeletClient | No
     (re-read each time, the kubelet rotates it) and the cluster CA of its configuration."""
     if not settings.kubelet_host:
         return None
+    from devicemanager.kube.kubelet import KubeletClient, kubelet_tls
+
     single = config.get()
     user = single.user if single is not None else None
     token_file = user.token_file if user is not None else None
@@ -220,6 +231,12 @@ def connect(settings: Settings, node: Node) -> Cluster | None:
     """In a pod, or given --kubeconfig, and not replaying a recorded node: the live cluster."""
     if node.scenario is not None or node.pods_file is not None:
         return None
+    from devicemanager.kube.client import KubeClient, config_from
+    from devicemanager.kube.cluster import ClusterRound
+    from devicemanager.kube.dra import DraSource
+    from devicemanager.kube.informer import PodInformer
+    from devicemanager.kube.kubelet import SummaryPoller
+
     config = config_from(settings.kubeconfig, settings.service_account_dir)
     if config is None:
         log.warning(
@@ -261,9 +278,19 @@ def pod_resources(
         return None
     if node.scenario is not None and not choice:
         recording = node.scenario.podresources_file
-        return RecordedPodResources(recording) if recording is not None else None
+        if recording is None:
+            return None
+        from devicemanager.kube.podresources import RecordedPodResources
+
+        return RecordedPodResources(recording)
     if not choice and cluster is None:
         return None
+    from devicemanager.kube.podresources import (
+        DEFAULT_SOCKET,
+        PodResourcesClient,
+        PodResourcesPoller,
+    )
+
     socket = Path(choice) if choice else DEFAULT_SOCKET
     return PodResourcesPoller(
         PodResourcesClient(socket, settings.pod_resources_timeout), settings.monitor_period
@@ -278,6 +305,8 @@ def access_reviewer(
     cluster to ask: failing closed starts with configuration."""
     if settings.access_control == "off":
         return None
+    from devicemanager.kube.client import KubeClient, config_from
+
     config = config_from(settings.kubeconfig, settings.service_account_dir)
     if config is None:
         raise SystemExit(
@@ -324,6 +353,8 @@ def build_monitor(
 
     scenario = node.scenario
     if scenario is not None and scenario.slices_file is not None:
+        from devicemanager.kube.dra import RecordedDra
+
         dra = RecordedDra(node.name, scenario.slices_file, scenario.claims_file)
     return Monitor(
         [BackendWorker(b) for b in node.backends],
@@ -365,7 +396,7 @@ class Stoppable:
     """What `serve` started, stopped once, in order, whichever way the server ends."""
 
     monitor: Monitor
-    certs: Certificates
+    certs: Certificates | None  # None until made, which the first round does not wait for
     cluster: Cluster | None = None
     access_client: KubeClient | None = None
     podresources: PodResourcesPoller | RecordedPodResources | None = None
@@ -383,7 +414,8 @@ class Stoppable:
             if self.cluster.kubelet is not None:
                 self.cluster.kubelet.stop()
         closed = self.monitor.stop(timeout=timeout)
-        self.certs.close()  # the self-signed key directory goes first thing after the monitor
+        if self.certs is not None:  # the self-signed key directory goes first after the monitor
+            self.certs.close()
         if self.cluster is not None:
             self.cluster.client.close()
             if self.cluster.kubelet_client is not None:
@@ -534,17 +566,23 @@ def raise_descriptor_limit() -> None:
             log.debug("the descriptor limit stays at %d", soft)
 
 
-def serve(settings: Settings) -> int:
-    check_start(settings)
-    signals = Signals()
-    signals.install()
+def serve(settings: Settings, minting: Minting | None = None) -> int:
+    """Run the agent until a stop signal. `minting`: the self-signed pair, already being minted
+    (`devicemanager serve` starts it before importing this module), for the hosts it names."""
     try:
-        return _serve(settings, signals)
+        check_start(settings)
+        signals = Signals()
+        signals.install()
+        try:
+            return _serve(settings, signals, minting)
+        finally:
+            signals.restore()
     finally:
-        signals.restore()
+        if minting is not None:
+            minting.abandon()  # nothing left once the server has loaded the pair
 
 
-def _serve(settings: Settings, signals: Signals) -> int:
+def _serve(settings: Settings, signals: Signals, minting: Minting | None = None) -> int:
     logs.configure(settings.log_level, settings.log_format)
     node = resolve_node(settings)
     build = build_labels(node)
@@ -569,62 +607,72 @@ def _serve(settings: Settings, signals: Signals) -> int:
     monitor = build_monitor(
         settings, node, cluster=cluster, kubelet=kubelet, build=build, own=SelfMetrics(counters)
     )
-    hosts = ["localhost", "127.0.0.1", "::1", node.name, default_node_name()]
-    certs = Certificates(settings.cert_dir, hosts=hosts)
-    stoppable = Stoppable(monitor, certs, cluster, review[1] if review else None, kubelet)
-    signals.hangup = reload_on_hangup(certs, settings.cert_dir)
-
-    def ssl_context(
-        _config: uvicorn.Config, _default: Callable[[], ssl.SSLContext]
-    ) -> ssl.SSLContext:
-        return certs.context()
-
-    limits = Limits(
-        max_connections=settings.http_max_connections,
-        request_timeout=settings.http_request_timeout,
-        max_header_bytes=settings.http_max_header_bytes,
-        max_headers=settings.http_max_headers,
-    )
-    protocol, _ = protocol_for(limits, Routes(monitor, review[0] if review else None), counters)
-    config = uvicorn.Config(
-        create_app(monitor, review[0] if review else None, counters),
-        host=settings.bind_address,
-        port=settings.secure_port,
-        ssl_context_factory=ssl_context,
-        http=protocol,
-        loop="devicemanager.serve.http:new_event_loop",
-        log_config=None,
-        access_log=False,
-        lifespan="off",
-        server_header=False,
-        timeout_keep_alive=75,  # longer than a 60 s scrape interval: one connection per scraper
-        timeout_graceful_shutdown=max(1, round(settings.shutdown_timeout)),
-    )
-    log.info(
-        "serving",
-        extra={
-            "period_seconds": settings.monitor_period,
-            "address": f"https://{settings.bind_address}:{settings.secure_port}",
-            "self_signed": certs.self_signed,
-            "access_control": settings.access_control,
-            "kubelet": cluster.kubelet_client.url
-            if cluster is not None and cluster.kubelet_client is not None
-            else None,
-        },
-    )
+    stoppable = Stoppable(monitor, None, cluster, review[1] if review else None, kubelet)
+    # The first round starts as soon as what it reads is there: it runs while the rest of the
+    # start (the self-signed certificate, minted by a child process; the server) goes on.
     if cluster is not None:
         cluster.informer.start()
         if cluster.dra is not None:
             cluster.dra.start()
         if cluster.kubelet is not None:
             cluster.kubelet.start()
-    if isinstance(kubelet, PodResourcesPoller):
-        kubelet.start()
+    if kubelet is not None:
+        from devicemanager.kube.podresources import PodResourcesPoller  # loaded: kubelet is one
+
+        if isinstance(kubelet, PodResourcesPoller):
+            kubelet.start()
     settle_interpreter()
     monitor.start()
-    if settings.cert_dir is not None:
-        certs.watch()
     try:
+        hosts = serving_hosts(node.name)
+        if minting is not None and minting.hosts != hosts:
+            minting.abandon()  # started for other names: mint for these
+            minting = None
+        certs = stoppable.certs = Certificates(settings.cert_dir, hosts=hosts, minting=minting)
+        signals.hangup = reload_on_hangup(certs, settings.cert_dir)
+
+        def ssl_context(
+            _config: uvicorn.Config, _default: Callable[[], ssl.SSLContext]
+        ) -> ssl.SSLContext:
+            return certs.context()
+
+        limits = Limits(
+            max_connections=settings.http_max_connections,
+            request_timeout=settings.http_request_timeout,
+            max_header_bytes=settings.http_max_header_bytes,
+            max_headers=settings.http_max_headers,
+        )
+        routes = Routes(monitor, review[0] if review else None)
+        protocol, _ = protocol_for(limits, routes, counters)
+        config = uvicorn.Config(
+            create_app(monitor, review[0] if review else None, counters),
+            host=settings.bind_address,
+            port=settings.secure_port,
+            ssl_context_factory=ssl_context,
+            http=protocol,
+            ws="none",  # no WebSocket route: neither websockets nor wsproto is imported
+            loop="devicemanager.serve.http:new_event_loop",
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            server_header=False,
+            timeout_keep_alive=75,  # longer than a 60 s scrape interval: one per scraper
+            timeout_graceful_shutdown=max(1, round(settings.shutdown_timeout)),
+        )
+        log.info(
+            "serving",
+            extra={
+                "period_seconds": settings.monitor_period,
+                "address": f"https://{settings.bind_address}:{settings.secure_port}",
+                "self_signed": certs.self_signed,
+                "access_control": settings.access_control,
+                "kubelet": cluster.kubelet_client.url
+                if cluster is not None and cluster.kubelet_client is not None
+                else None,
+            },
+        )
+        if settings.cert_dir is not None:
+            certs.watch()
         AgentServer(config, stoppable, settings.shutdown_timeout, signals).run()
     finally:
         stoppable.stop(settings.shutdown_timeout)

@@ -37,12 +37,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from devicemanager.kube.client import KubeClient, KubeError
+if TYPE_CHECKING:
+    from devicemanager.kube.client import KubeClient
 
 log = logging.getLogger("devicemanager.serve.access")
 
@@ -105,7 +106,12 @@ class Reviewer:
         refused: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        # The API server's client module, loaded where access control starts: a reviewer
+        # is made only when it is on, and the app imports this module either way.
+        from devicemanager.kube.client import KubeError
+
         self.client, self.ttl, self.timeout = client, ttl, timeout
+        self._failures: tuple[type[Exception], ...] = (KubeError, ValueError, TypeError)
         self.max_entries, self.max_waiting = max_entries, max_waiting
         self._clock = clock
         self._refused = refused
@@ -170,7 +176,7 @@ class Reviewer:
         self.reviews += 1
         try:
             verdict = self._review(token, path)
-        except (KubeError, ValueError, TypeError) as exc:
+        except self._failures as exc:
             if not self._failing:
                 log.warning("access review failed; refusing (503)", extra={"error": str(exc)})
             self._failing = True

@@ -20,11 +20,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from devicemanager.serve import DEFAULT_PORT
+from devicemanager.serve import AGENT, METRICS_URL, SNAPSHOT_URL
 
-AGENT = f"https://127.0.0.1:{DEFAULT_PORT}"
-SNAPSHOT_URL = f"{AGENT}/monitor/snapshot"
-METRICS_URL = f"{AGENT}/metrics"
 MAX_BYTES = 16 << 20  # far above a full snapshot (4 MiB) or exposition; a bound, not a goal
 MAX_CA_BYTES = 1 << 20  # a CA bundle is tens of KiB; the system's whole one is about 200
 MAX_TOKEN_BYTES = 16 * 1024  # the longest bearer token the agent takes (serve/access.py)

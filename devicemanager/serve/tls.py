@@ -26,32 +26,68 @@ MINT_TIMEOUT = 60.0  # seconds for the child that mints a self-signed pair (a fr
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # where the child finds devicemanager
 
 
+class Minting:
+    """A self-signed pair for `hosts` being minted into a fresh private directory by a
+    short-lived child, so that cryptography's pages never join this process's resident set
+    (serve/mint.py). Started as early as the hosts are known (`devicemanager serve` starts it
+    before importing the agent) and waited for when the server needs it."""
+
+    def __init__(self, hosts: Sequence[str], directory: Path | None = None) -> None:
+        self.hosts = list(hosts)
+        self.tmp: tempfile.TemporaryDirectory[str] | None = None
+        if directory is None:
+            self.tmp = tempfile.TemporaryDirectory(prefix="devicemanager-tls-")
+            directory = Path(self.tmp.name)
+        self.directory = directory
+        self._child: subprocess.Popen[bytes] | None = None
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")) if p
+            ),
+        }
+        try:
+            self._child = subprocess.Popen(
+                [sys.executable, "-m", "devicemanager.serve.mint", str(directory), *self.hosts],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+        except OSError as exc:
+            self.abandon()
+            raise RuntimeError(f"minting a self-signed certificate failed: {exc}") from exc
+
+    def wait(self) -> None:
+        """Until the pair is written; RuntimeError, saying why, when it was not."""
+        child = self._child
+        if child is None:
+            return
+        try:
+            _, err = child.communicate(timeout=MINT_TIMEOUT)
+        except subprocess.TimeoutExpired as exc:
+            self.abandon()
+            raise RuntimeError(f"minting a self-signed certificate failed: {exc}") from exc
+        self._child = None
+        if child.returncode != 0:
+            tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+            raise RuntimeError(
+                f"minting a self-signed certificate failed (exit {child.returncode}): {tail[0]}"
+            )
+
+    def abandon(self) -> None:
+        """The child ended and the directory removed: the start did not get as far as serving."""
+        if self._child is not None:
+            self._child.kill()
+            self._child.communicate()
+            self._child = None
+        if self.tmp is not None:
+            self.tmp.cleanup()
+
+
 def mint_self_signed(directory: Path, hosts: Sequence[str]) -> None:
-    """A self-signed pair for `hosts` written into `directory` by a short-lived child, so that
-    cryptography's pages never join this process's resident set (serve/mint.py)."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            p for p in (str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")) if p
-        ),
-    }
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "devicemanager.serve.mint", str(directory), *hosts],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            timeout=MINT_TIMEOUT,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise RuntimeError(f"minting a self-signed certificate failed: {exc}") from exc
-    if done.returncode != 0:
-        tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
-        raise RuntimeError(
-            f"minting a self-signed certificate failed (exit {done.returncode}): {tail[0]}"
-        )
+    """A self-signed pair for `hosts` written into `directory` by a short-lived child."""
+    Minting(hosts, directory).wait()
 
 
 def _no_passphrase() -> bytes:
@@ -106,13 +142,24 @@ def _stamp(path: Path) -> tuple[int, int, int]:
 class Certificates:
     """The current serving context, reloaded from a directory when its files change."""
 
-    def __init__(self, cert_dir: Path | None, hosts: Sequence[str] = ("localhost", "127.0.0.1")):
+    def __init__(
+        self,
+        cert_dir: Path | None,
+        hosts: Sequence[str] = ("localhost", "127.0.0.1"),
+        minting: Minting | None = None,
+    ):
+        """Without `cert_dir`, self-signed: the pair `minting` started, else one minted now."""
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if cert_dir is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="devicemanager-tls-")
-            cert_dir = Path(self._tmp.name)
-            mint_self_signed(cert_dir, list(hosts))
-            log.info("serving a self-signed certificate", extra={"hosts": list(hosts)})
+            minting = minting or Minting(hosts)
+            try:
+                minting.wait()
+            except BaseException:
+                minting.abandon()
+                raise
+            self._tmp = minting.tmp
+            cert_dir = minting.directory
+            log.info("serving a self-signed certificate", extra={"hosts": minting.hosts})
         self.cert_dir = cert_dir
         self.cert_file, self.key_file = cert_dir / CERT_FILE, cert_dir / KEY_FILE
         # Fail at start, not at the first handshake, when --cert-dir is wrong.
