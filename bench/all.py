@@ -23,6 +23,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import environment_drift
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results.json"
 
@@ -86,6 +89,11 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated benchmark names")
     parser.add_argument("--soak-seconds", type=int, default=300)
     parser.add_argument(
+        "--allow-drift",
+        action="store_true",
+        help="run even when the environment is not requirements.lock (recorded with each result)",
+    )
+    parser.add_argument(
         "--baseline",
         default="",
         help="another checkout, which bench/wakeups.py and bench/startup.py measure beside this",
@@ -94,7 +102,20 @@ def main() -> None:
     wanted = [n for n in args.only.split(",") if n] or list(BENCHES)
     previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"results": {}}
     results = dict(previous.get("results", {}))
-    here = machine()
+    # The figures are those of requirements.lock: an environment that drifted from it is
+    # refused, or, with --allow-drift, said loudly and recorded beside every result.
+    drift = environment_drift()
+    if drift:
+        lines = [f"  {n}: lock {d['lock']}, installed {d['installed']}" for n, d in drift.items()]
+        sys.stderr.write(
+            "WARNING: this environment is not requirements.lock:\n" + "\n".join(lines) + "\n"
+        )
+        if not args.allow_drift:
+            raise SystemExit(
+                "refused: the figures would not be the lock's; install it "
+                "(pip install -r requirements.lock) or pass --allow-drift"
+            )
+    here = {**machine(), "lock_drift": drift}
     for name in wanted:
         argv = BENCHES[name]
         if name in ("soak", "soak_hostile"):

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 REPO = Path(__file__).resolve().parent.parent
+LOCK = REPO / "requirements.lock"
 
 
 def free_port() -> int:
@@ -64,3 +65,37 @@ def start_agent(
 def report(figures: dict[str, Any]) -> None:
     """Every benchmark ends with one JSON line, so runs can be compared mechanically."""
     print(json.dumps(figures, sort_keys=True))
+
+
+def _pins(text: str) -> dict[str, str]:
+    """name -> version of each `name==version` line (pip freeze's form and the lock's)."""
+    out = {}
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if "==" in line and not line.startswith("-"):
+            name, version = line.split("==", 1)
+            out[name.strip().lower().replace("_", "-").replace(".", "-")] = version.strip()
+    return out
+
+
+def lock_drift(freeze: str, lock: str) -> dict[str, dict[str, str | None]]:
+    """Each pin of the lock that the environment does not hold as pinned: what the lock says
+    and what is installed (None: not installed). Distributions the lock does not name (the
+    test tools) are not drift."""
+    installed = _pins(freeze)
+    return {
+        name: {"lock": version, "installed": installed.get(name)}
+        for name, version in sorted(_pins(lock).items())
+        if installed.get(name) != version
+    }
+
+
+def environment_drift() -> dict[str, dict[str, str | None]]:
+    """`pip freeze` of the interpreter that runs the benchmarks against requirements.lock."""
+    freeze = subprocess.run(
+        [sys.executable, "-m", "pip", "freeze", "--exclude", "devicemanager"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return lock_drift(freeze, LOCK.read_text())

@@ -235,9 +235,12 @@ def extra_rows(r: dict[str, Any]) -> list[Row]:
 
 def machine_line(m: dict[str, Any]) -> str:
     virt = ", virtualised" if m.get("virtualised") else ""
+    drift = m.get("lock_drift") or {}
+    off = "".join(f", {name} {d['installed']} (the lock: {d['lock']})" for name, d in drift.items())
     return (
         f"Measured on {m['date']}: {m['cores']} cores of {m['cpu']}{virt}, {m['memory_gib']} GiB, "
         f"Linux {m['kernel']}, Python {m['python']}"
+        + (f", not requirements.lock: {off[2:]}" if off else "")
     )
 
 

@@ -265,3 +265,30 @@ def test_every_pin_is_needed_and_agrees_with_the_others() -> None:
     assert set(wanted) - set(pins) == set(), "dependencies with no pin in requirements.lock"
     assert set(pins) - set(wanted) == set(), "pins no dependency needs: drop them"
     assert mismatched == [], mismatched
+
+
+def test_the_benchmarks_tell_an_environment_that_is_not_the_lock() -> None:
+    """(R-O6) bench/all.py compares `pip freeze` with requirements.lock before it measures: a
+    pin installed at another version, or missing, is drift (bench/all.py refuses it unless
+    --allow-drift, and records it beside each result); what the lock does not name (the test
+    tools) and the spelling of a name are not."""
+    from bench.common import lock_drift
+
+    lock = "# a comment\ngrpcio==1.85.3\nPyYAML==6.0.4\ntyping_extensions==4.16.0\nh2==4.4.1\n"
+    freeze = "grpcio==1.85.1\npyyaml==6.0.4\ntyping-extensions==4.16.0\npytest==9.2.0\n"
+    freeze += "-e /work/tree\n"
+    assert lock_drift(freeze, lock) == {
+        "grpcio": {"lock": "1.85.3", "installed": "1.85.1"},
+        "h2": {"lock": "4.4.1", "installed": None},
+    }
+    assert lock_drift(lock, lock) == {}
+
+
+def test_the_environment_the_tests_run_in_is_the_lock() -> None:
+    """(R-O6) The pins of requirements.lock are what is installed here: the figures of
+    bench/results.json and the tests were measured on what the image installs."""
+    from bench.common import environment_drift
+
+    drift = environment_drift()
+    missing = {name for name, d in drift.items() if d["installed"] is None}
+    assert {n: d for n, d in drift.items() if n not in missing} == {}
