@@ -114,6 +114,31 @@ def rows(r: dict[str, Any]) -> list[Row]:
                 _met(s["goal_under_10_percent_of_a_core"]),
             )
         )
+    if s := r.get("peer"):
+        rss, cpu = s["rss_agent_over_peer"], s["cpu_agent_over_peer"]
+        out += [
+            (
+                "resident memory beside prometheus-node-exporter, replay node (no cluster: "
+                "neither lightkube nor grpc loaded), one gzip scraper every 15 s each",
+                f"{s['agent_rss_mib']['median']} MiB",
+                f"node_exporter {s['node_exporter_rss_mib']['median']} MiB: agent/node_exporter "
+                f"{rss['median']} ({_range(rss['range'])})",
+                "≤ 48 MiB, ≤ 2.5x node_exporter",
+                _met(s["goal_rss_at_most_48_mib"] and s["goal_rss_within_2_5x"]),
+            ),
+            (
+                "CPU beside prometheus-node-exporter, period 15 s, same scrapes",
+                f"{s['agent_millicores']['median']} millicores",
+                f"node_exporter {s['node_exporter_millicores']['median']} millicores: "
+                + (
+                    f"agent/node_exporter {cpu['median']} ({_range(cpu['range'])})"
+                    if cpu
+                    else "too little to tell apart"
+                ),
+                "≤ 1.5x node_exporter",
+                _met(s["goal_cpu_within_1_5x"]),
+            ),
+        ]
     if s := r.get("wakeups"):
         idle, scraped = s["idle"], s["one_scraper_every_15s"]
         base = s.get("baseline")
