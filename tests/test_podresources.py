@@ -24,7 +24,7 @@ from devicemanager.kube.podresources import (
     read_recording,
 )
 from devicemanager.kube.proto import podresources_v1_pb2 as pb
-from tests.conftest import FIXED_TIME, NODES, REPO
+from tests.conftest import FIXED_TIME, NODES, REPO, Agent
 from tests.podresources_server import Behaviour, load, serving
 
 RECORDED = NODES / "a100-device-plugin-only" / "podresources.json"
@@ -437,3 +437,15 @@ def test_the_socket_is_read_through_a_read_only_mount(socket: Path) -> None:
         assert answer.ok and answer.pods
     finally:
         subprocess.run(["umount", str(mounted)], check=False)
+
+
+def test_a_replayed_node_without_pod_resources_maps_no_grpc(launch) -> None:  # type: ignore[no-untyped-def]
+    """(R-X2) The kubelet's pod-resources client (grpc) is loaded where that path starts: a
+    recorded node with no pod-resources recording, and no cluster, never maps grpc's core;
+    one with a recording reads it (the H100 node's grants come from it)."""
+    bare: Agent = launch("--replay", str(NODES / "mi300x-8gpu-cpx-mixed"))
+    recorded: Agent = launch("--replay", str(NODES / "h100-8gpu-mixed"))
+    bare.wait_for("/readyz", 200)
+    recorded.wait_for("/readyz", 200)
+    assert "cygrpc" not in Path(f"/proc/{bare.proc.pid}/maps").read_text()
+    assert "cygrpc" in Path(f"/proc/{recorded.proc.pid}/maps").read_text()

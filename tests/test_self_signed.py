@@ -110,15 +110,3 @@ def test_the_early_pair_names_the_replayed_node(launch) -> None:  # type: ignore
     cert = x509.load_pem_x509_certificate(pem.encode())
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert node in names.get_values_for_type(x509.DNSName)
-
-
-def test_a_replayed_node_without_pod_resources_maps_no_grpc(launch) -> None:  # type: ignore[no-untyped-def]
-    """(R-X2) The kubelet's pod-resources client (grpc) is loaded where that path starts: a
-    recorded node with no pod-resources recording, and no cluster, never maps grpc's core;
-    one with a recording reads it (the H100 node's grants come from it)."""
-    bare: Agent = launch("--replay", str(NODES / "mi300x-8gpu-cpx-mixed"))
-    recorded: Agent = launch("--replay", str(H100))
-    bare.wait_for("/readyz", 200)
-    recorded.wait_for("/readyz", 200)
-    assert "cygrpc" not in Path(f"/proc/{bare.proc.pid}/maps").read_text()
-    assert "cygrpc" in Path(f"/proc/{recorded.proc.pid}/maps").read_text()
