@@ -25,6 +25,7 @@ from tests.conftest import REPO
 
 # What bootstrap and the stand-ins run besides bash's builtins.
 TOOLS = ("bash", "cat", "cp", "cut", "dirname", "mkdir", "rm", "sha256sum")
+LOCKED = "pip install -q --constraint requirements.lock -e"
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,8 @@ class Machine:
         return self.log.read_text().splitlines() if self.log.exists() else []
 
     def stamp(self) -> str:
-        return hashlib.sha256((self.repo / "pyproject.toml").read_bytes()).hexdigest()
+        files = (self.repo / "pyproject.toml", self.repo / "requirements.lock")
+        return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
 
 
 @pytest.fixture
@@ -78,6 +80,7 @@ def machine(tmp_path: Path) -> Machine:
     (repo / "scripts").mkdir(parents=True)
     shutil.copy2(REPO / "scripts" / "bootstrap", repo / "scripts" / "bootstrap")
     shutil.copy2(REPO / "pyproject.toml", repo / "pyproject.toml")
+    shutil.copy2(REPO / "requirements.lock", repo / "requirements.lock")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in TOOLS:
@@ -111,7 +114,7 @@ def test_a_venv_made_by_an_older_python_is_rebuilt(machine: Machine) -> None:
     assert machine.asked() == [
         "venv .venv",
         "pip install -q --upgrade pip",
-        "pip install -q -e .",
+        f"{LOCKED} .",
     ]
     rebuilt = subprocess.run(
         [str(venv / "bin" / "python"), "--version"], capture_output=True, text=True, check=True
@@ -146,7 +149,7 @@ def test_the_run_set_up_installs_no_test_tools(machine: Machine) -> None:
     # set-up would install them; a run set-up must not.
     run = machine.bootstrap(python=python)
     assert (run.returncode, run.stderr) == (0, "")
-    assert machine.asked() == ["venv .venv", "pip install -q --upgrade pip", "pip install -q -e ."]
+    assert machine.asked() == ["venv .venv", "pip install -q --upgrade pip", f"{LOCKED} ."]
     venv = machine.repo / ".venv"
     assert (venv / ".bootstrapped-run").read_text() == machine.stamp() + "\n"
     assert not (venv / ".bootstrapped-test").exists()
@@ -159,7 +162,7 @@ def test_the_run_set_up_installs_no_test_tools(machine: Machine) -> None:
         "apt-get update -qq",
         "apt-get install -y -qq --no-install-recommends curl gcc libc6-dev prometheus",
         "pip install -q --upgrade pip",
-        "pip install -q -e .[test]",
+        f"{LOCKED} .[test]",
     ]
     assert (venv / ".bootstrapped-test").read_text() == machine.stamp() + "\n"
 
