@@ -8,6 +8,8 @@ for the 4,096 PIDs (--proc-root), rounds back to back, and a scraper reading /me
 snapshot (gzip) throughout. The floor, measured in the same run: a bare interpreter that
 imports what the agent imports to serve (its own modules, uvicorn, uvloop, httptools,
 starlette, prometheus_client, lightkube and its httpx2, grpc, psutil) and does nothing.
+The agent loads the cluster's clients as a node in a cluster does (CLUSTER_IMPORTS), though
+this bench gives it a pods file rather than an API server.
 cryptography is not among them: the self-signed pair is minted by a child process.
 Goal: the agent at most 64 MiB (dcgm-exporter's users report 400 to 512 MiB).
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -33,10 +36,18 @@ from bench.common import REPO, report, start_agent
 from bench.load import NODE, pod_list, write_load
 
 MIB = 1048576
+# What a node in a cluster loads at start beside the serving path (the watch and its client,
+# the kubelet's summary and pod-resources readers), which `serve` imports only where those
+# paths start: this bench has no API server, so the agent is made to load them as such a
+# node does, by a sitecustomize of the run's making, and the floor imports them too.
+CLUSTER_IMPORTS = (
+    "import devicemanager.kube.client, devicemanager.kube.informer, devicemanager.kube.dra, "
+    "devicemanager.kube.cluster, devicemanager.kube.kubelet, devicemanager.kube.podresources"
+)
 FLOOR_IMPORTS = (
     "import devicemanager.cli, devicemanager.agent.wiring, devicemanager.serve.http, "
-    "devicemanager.kube.podresources, bench.load, uvloop, httptools, "
-    "uvicorn.protocols.http.httptools_impl, uvicorn.lifespan.off; import time; time.sleep(60)"
+    "bench.load, uvloop, httptools, uvicorn.protocols.http.httptools_impl, "
+    f"uvicorn.lifespan.off; {CLUSTER_IMPORTS}; import time; time.sleep(60)"
 )
 
 
@@ -55,6 +66,14 @@ def proc_tree(root: Path, pods: list[tuple[str, str, list[int]]]) -> None:
             (d / "comm").write_text("python3\n")
             # Started 1 s after boot, in state S: field 22 is the start time in ticks.
             (d / "stat").write_text(f"{pid} (python3) S " + " ".join(["0"] * 18) + " 100 0\n")
+
+
+def as_in_a_cluster(root: Path) -> Path:
+    """A directory whose sitecustomize loads what a node in a cluster loads (CLUSTER_IMPORTS)."""
+    site = root / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(CLUSTER_IMPORTS + "\n")
+    return site
 
 
 def import_floor() -> int:
@@ -104,7 +123,10 @@ def main() -> None:
                 "--monitor-period",
                 "0.05",
             ],
-            env={"DM_BENCH_LOAD": str(load)},
+            env={
+                "DM_BENCH_LOAD": str(load),
+                "PYTHONPATH": os.pathsep.join((str(REPO), str(as_in_a_cluster(root)))),
+            },
         )
         try:
             stamps: set[str] = set()
