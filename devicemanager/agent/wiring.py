@@ -510,7 +510,7 @@ class AgentServer(uvicorn.Server):
     Its main loop sleeps until it is asked to stop. uvicorn's polls ten times a second, to see
     `should_exit`, renew the date header and count requests against a limit: here setting
     `should_exit` wakes the loop, the protocol renews the date header when a request arrives
-    (serve/http.py), and no request limit is set. `wakes` counts the loop's wake-ups."""
+    (serve/http.py), and no request limit is set."""
 
     def __init__(
         self, config: uvicorn.Config, stoppable: Stoppable, timeout: float, signals: Signals
@@ -518,7 +518,6 @@ class AgentServer(uvicorn.Server):
         self._exit_asked = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
-        self.wakes = 0
         super().__init__(config)
         self._stoppable, self._timeout = stoppable, timeout
         signals.attach(self)
@@ -542,7 +541,6 @@ class AgentServer(uvicorn.Server):
         while not self._exit_asked:
             await self._wake.wait()
             self._wake.clear()
-            self.wakes += 1
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
