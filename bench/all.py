@@ -121,7 +121,6 @@ def main() -> None:
     here = {**machine(), "lock_drift": drift}
     for name in wanted:
         argv = BENCHES[name]
-        if name in ("soak", "soak_hostile"):
         if name == "peer" and not (
             shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
         ):
@@ -131,7 +130,7 @@ def main() -> None:
                 "(apt-get install prometheus-node-exporter)\n"
             )
             continue
-        if name == "soak":
+        if name in ("soak", "soak_hostile"):
             argv = [*argv, "--seconds", str(args.soak_seconds)]
         if name in ("wakeups", "startup") and args.baseline:
             argv = [*argv, "--baseline", args.baseline]
