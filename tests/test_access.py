@@ -6,6 +6,8 @@ delegate them; cached briefly, failing closed, the probes open.
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -154,26 +156,30 @@ def test_probes_are_answered_while_every_connection_is_busy(
     )
     agent.wait_for("/readyz", 200)
     api.delays["tokenreview"] = 3.0  # three requests wait on a slow review: every slot busy
-    results: list[int] = []
-    waiting = [
-        threading.Thread(
-            target=lambda: results.append(get(agent, "/metrics", "worker-token").status_code)
-        )
-        for _ in range(3)
-    ]
-    for thread in waiting:
-        thread.start()
-    time.sleep(1.0)
+    # Each of the three is a TLS connection whose handshake completed and whose request was
+    # sent before the next starts, here on this thread: the three slots are taken for certain,
+    # however slowly threads would be scheduled on a loaded machine.
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    request = b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer worker-token\r\n\r\n"
+    waiting = []
+    for _ in range(3):
+        raw = socket.create_connection(("127.0.0.1", agent.port), timeout=10)
+        conn = context.wrap_socket(raw, server_hostname="localhost")
+        conn.sendall(request)
+        waiting.append(conn)
     try:
+        time.sleep(0.3)  # the last request read by the agent, its review asked
         # Past the cap with nothing idle to close: a probe is still answered, anything else 503.
         assert get(agent, "/livez").status_code == 200
         assert get(agent, "/readyz").status_code == 200
         busy = get(agent, "/metrics", "worker-token")
         assert busy.status_code == 503 and busy.headers["retry-after"] == "1"
+        results = [conn.recv(64).split(b"\r\n", 1)[0] for conn in waiting]
     finally:
-        for thread in waiting:
-            thread.join(10)
-    assert results == [200, 200, 200]
+        for conn in waiting:
+            conn.close()
+    assert results == [b"HTTP/1.1 200 OK"] * 3
 
 
 def test_access_control_without_a_cluster_refuses_to_start(tmp_path: Path) -> None:
