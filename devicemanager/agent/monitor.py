@@ -217,8 +217,8 @@ class Monitor:
         self._read_at: dict[str, float | None] = {}
         self._faults = FaultLog()
         self._raw_errors: dict[str, str | None] = {}
-        self._dropped_floats: dict[str, tuple[str, ...]] = {}
-        self._refused_figures: dict[str, tuple[str, ...]] = {}
+        # (NaN or out of range, manufacturer) -> the figures last left out, logged on a change
+        self._figures_left_out: dict[tuple[str, str], tuple[str, ...]] = {}
         self._wall, self._mono = wall, mono
         self.current = publish(snapshot.empty(period, node), mono(), exposition.Extras(build=build))
         self.rounds = 0
@@ -275,8 +275,19 @@ class Monitor:
                 error = f"payload could not be parsed: {_describe(exc)}"
                 results.append(self._result(worker, BackendState.ERROR, took, error))
                 continue
-            self._log_dropped_floats(worker.manufacturer, dropped)
-            self._log_refused(worker.manufacturer, refused)
+            self._log_figures_left_out(
+                "nan",
+                worker.manufacturer,
+                dropped,
+                "backend %s answered figures that are not finite; they are absent",
+            )
+            self._log_figures_left_out(
+                "range",
+                worker.manufacturer,
+                refused,
+                "backend %s answered figures outside what the hardware can hold; they are "
+                "absent (invalid_data)",
+            )
             self._raw_errors[worker.manufacturer] = None
             worker.last_success = read_at
             results.append(
@@ -304,31 +315,20 @@ class Monitor:
         )
         return BackendResult(status=status)
 
-    def _log_dropped_floats(self, manufacturer: str, dropped: tuple[str, ...]) -> None:
-        # Once per change, like the backend states: a card that keeps answering NaN would
-        # otherwise log every period.
-        if self._dropped_floats.get(manufacturer, ()) == dropped:
+    def _log_figures_left_out(
+        self, kind: str, manufacturer: str, paths: tuple[str, ...], message: str
+    ) -> None:
+        # Once per change, like the backend states: a card that keeps answering NaN, or a
+        # sentinel, every round would otherwise log every period.
+        key = (kind, manufacturer)
+        if self._figures_left_out.get(key, ()) == paths:
             return
-        self._dropped_floats[manufacturer] = dropped
-        if dropped:
+        self._figures_left_out[key] = paths
+        if paths:
             log.warning(
-                "backend %s answered figures that are not finite; they are absent",
+                message,
                 manufacturer,
-                extra={"manufacturer": manufacturer, "figures": list(dropped[:20])},
-            )
-
-    def _log_refused(self, manufacturer: str, refused: tuple[str, ...]) -> None:
-        # Once per change, as the NaN figures: a sentinel the library answers every round would
-        # otherwise log every period.
-        if self._refused_figures.get(manufacturer, ()) == refused:
-            return
-        self._refused_figures[manufacturer] = refused
-        if refused:
-            log.warning(
-                "backend %s answered figures outside what the hardware can hold; they are "
-                "absent (invalid_data)",
-                manufacturer,
-                extra={"manufacturer": manufacturer, "figures": list(refused[:20])},
+                extra={"manufacturer": manufacturer, "figures": list(paths[:20])},
             )
 
     def _log_transitions(self, results: Sequence[BackendResult]) -> None:

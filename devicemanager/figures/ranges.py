@@ -94,8 +94,9 @@ def _partition(part: PartitionReading, path: str, refused: list[str]) -> Partiti
     changes: dict[str, Any] = {}
     if memory:
         refused.append(f"{path}.memory")
-        changes.update(memory_total_mib=None, memory_used_mib=None)
-        changes["memory_reason"] = Reason.INVALID_DATA
+        changes.update(
+            memory_total_mib=None, memory_used_mib=None, memory_reason=Reason.INVALID_DATA
+        )
     if cores:
         refused.append(f"{path}.cores_percent")
         changes.update(cores_percent=None, cores_reason=Reason.INVALID_DATA)

@@ -297,8 +297,8 @@ class Resolver:
             if started_after(stat.start_ticks, read_at, self.ticks_per_second):
                 # The reported process is gone and its PID recycled: seen, but not that one.
                 return Identified(reason=Reason.UNSTABLE)
-            known = self._cache.get(pid)
-            if pid in self._ended and known is not None and known.start_ticks == stat.start_ticks:
+            cached = self._cache.get(pid)
+            if pid in self._ended and cached is not None and cached.start_ticks == stat.start_ticks:
                 # The pidfd says the process identified here ended; a process with its PID and
                 # its start time is its successor within one tick: not to be told apart this
                 # round. Forgotten, so the next round (whose vendor read saw only the
@@ -308,7 +308,6 @@ class Resolver:
                 self._release(pid)
                 return Identified(reason=Reason.UNSTABLE)
             raw = self._read_raw(pid, "cgroup")
-            cached = self._cache.get(pid)
             if (
                 cached is not None
                 and cached.start_ticks == stat.start_ticks

@@ -140,11 +140,10 @@ class Reviewer:
             return BUSY
         flight = asyncio.get_running_loop().create_future()
         self._inflight[key] = flight
-        verdict = UNAVAILABLE
         if not known:
             self._new_waiting += 1
+        verdict = LATE  # unless the review answers within the deadline
         try:
-            verdict = LATE
             with anyio.move_on_after(self.timeout):
                 verdict = await anyio.to_thread.run_sync(
                     self.review,
