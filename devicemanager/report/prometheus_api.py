@@ -177,20 +177,23 @@ def _answer(client: httpx.Client, q: Query, family: Family, promql: str, at: flo
     return data.get("result")
 
 
+def _client(q: Query) -> httpx.Client:
+    """The HTTP client every query of `q` is asked through: its headers, token and CA."""
+    headers = {"Accept": "application/json", **dict(q.headers)}
+    if q.token is not None:
+        headers["Authorization"] = f"Bearer {q.token}"
+    verify: str | bool = q.cacert if q.cacert else True
+    return httpx.Client(verify=verify, timeout=q.timeout, headers=headers, follow_redirects=True)
+
+
 def read_prometheus(
     q: Query, selection: Selection = EVERYTHING, families: Sequence[Family] = FAMILIES
 ) -> tuple[Parsed, ...]:
     """Every family's series at one moment, as parsed sources (one per scrape target), with
     exactly what `selection` keeps."""
     at = time.time() if q.at is None else q.at
-    headers = {"Accept": "application/json", **dict(q.headers)}
-    if q.token is not None:
-        headers["Authorization"] = f"Bearer {q.token}"
-    verify: str | bool = q.cacert if q.cacert else True
     answers = _Answers(q.url, q.max_series)
-    with httpx.Client(
-        verify=verify, timeout=q.timeout, headers=headers, follow_redirects=True
-    ) as client:
+    with _client(q) as client:
         for family in families:
             promql = query_for(family, selection, q.labels)
             if promql is not None:
@@ -220,14 +223,8 @@ def read_window(
     legacy) that held any grant in it; with exactly the grants `selection` keeps."""
     at = time.time() if q.at is None else q.at
     step = idle.step_for(window) if step is None else step
-    headers = {"Accept": "application/json", **dict(q.headers)}
-    if q.token is not None:
-        headers["Authorization"] = f"Bearer {q.token}"
-    verify: str | bool = q.cacert if q.cacert else True
     counted = 0
-    with httpx.Client(
-        verify=verify, timeout=q.timeout, headers=headers, follow_redirects=True
-    ) as client:
+    with _client(q) as client:
         for source in idle.SOURCES:
             answers: dict[tuple[idle.Role, idle.Stat], list[tuple[idle.Key, float]]] = {}
             for role, stat, promql in idle.queries(source, window, step, q.labels):
