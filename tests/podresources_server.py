@@ -30,6 +30,7 @@ class Behaviour:
     serve_v1: bool = True  # False: a kubelet before 1.20 (only v1alpha1)
     serve_allocatable: bool = True  # False: a kubelet before 1.21
     garbage: bool = False  # answer bytes that do not decode
+    answer_bytes: int = 0  # > 0: answer this many bytes (a message larger than any bound)
     calls: list[str] = field(default_factory=list)
     released: threading.Event = field(default_factory=threading.Event)
 
@@ -45,6 +46,8 @@ def _handler(behaviour: Behaviour, method: str, response: Any) -> grpc.RpcMethod
             behaviour.released.wait(behaviour.delay)
         if behaviour.garbage:
             return b"\xff\xff\xff\xff not a protobuf message"
+        if behaviour.answer_bytes:
+            return b"\x00" * behaviour.answer_bytes
         doc = behaviour.recording.get("list" if method == "List" else "allocatable", {})
         message = json_format.ParseDict(doc, response(), ignore_unknown_fields=True)
         return bytes(message.SerializeToString())

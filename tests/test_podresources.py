@@ -133,6 +133,43 @@ class Clock:
         return self.now
 
 
+def test_an_answer_larger_than_the_bound_is_refused_before_it_is_read(socket: Path) -> None:
+    """(R-X2) The kubelet's answer is bounded (MAX_MESSAGE_BYTES): one whose length prefix says
+    more is refused, the stream reset, and the error says how large it was; the next call, on
+    the same connection, still answers. The bound is grpclib's gap (it reads any length), so
+    this also fails if grpclib stops exposing the call's stream."""
+    from devicemanager.kube.podresources import MAX_MESSAGE_BYTES
+
+    too_large = MAX_MESSAGE_BYTES + 1
+    with serving(socket, Behaviour(load(RECORDED), answer_bytes=too_large)):
+        answer = PodResourcesClient(socket, timeout=10).read()
+    assert answer.pods is None and answer.error is not None
+    assert answer.error == (
+        f"List: RESOURCE_EXHAUSTED: an answer of {too_large} bytes, larger than "
+        f"{MAX_MESSAGE_BYTES} bytes"
+    )
+    at_bound = Behaviour(load(RECORDED), answer_bytes=MAX_MESSAGE_BYTES, serve_allocatable=False)
+    with serving(socket, at_bound):
+        answer = PodResourcesClient(socket, timeout=10).read()
+    # 16 MiB of zero bytes, exactly the bound: read whole and then found to be no message.
+    assert answer.pods is None and answer.error is not None
+    assert answer.error.startswith("List: INTERNAL: the answer is no List response")
+
+
+def test_a_kubelet_that_restarted_is_read_again_at_the_next_read(socket: Path) -> None:
+    """(R-X2) Nothing outlives a read: a kubelet that restarted (a new socket at the same path)
+    answers the next read of the same client, as the poller makes it every period."""
+    client = PodResourcesClient(socket, timeout=5)
+    with serving(socket, Behaviour(load(RECORDED))) as first:
+        assert client.read().ok
+    socket.unlink(missing_ok=True)
+    down = client.read()
+    assert not down.ok and down.error is not None and "does not exist" in down.error
+    with serving(socket, Behaviour(load(RECORDED))) as second:
+        again = client.read()
+    assert again.ok and first.calls == second.calls == ["List", "GetAllocatableResources"]
+
+
 def test_a_failed_read_keeps_the_last_answer_for_three_periods_and_then_drops_it(
     socket: Path,
 ) -> None:
@@ -439,13 +476,17 @@ def test_the_socket_is_read_through_a_read_only_mount(socket: Path) -> None:
         subprocess.run(["umount", str(mounted)], check=False)
 
 
-def test_a_replayed_node_without_pod_resources_maps_no_grpc(launch) -> None:  # type: ignore[no-untyped-def]
-    """(R-X2) The kubelet's pod-resources client (grpc) is loaded where that path starts: a
-    recorded node with no pod-resources recording, and no cluster, never maps grpc's core;
-    one with a recording reads it (the H100 node's grants come from it)."""
+def test_a_replayed_node_without_pod_resources_loads_no_grpc(launch) -> None:  # type: ignore[no-untyped-def]
+    """(R-X2) The kubelet's pod-resources client (grpclib) is loaded where that path starts: a
+    recorded node with no pod-resources recording, and no cluster, never maps it (its one
+    compiled part, multidict's extension, is the mark); one with a recording reads it through
+    the same module (the H100 node's grants come from it). grpcio's core is mapped by neither:
+    the agent no longer depends on it."""
     bare: Agent = launch("--replay", str(NODES / "mi300x-8gpu-cpx-mixed"))
     recorded: Agent = launch("--replay", str(NODES / "h100-8gpu-mixed"))
     bare.wait_for("/readyz", 200)
     recorded.wait_for("/readyz", 200)
-    assert "cygrpc" not in Path(f"/proc/{bare.proc.pid}/maps").read_text()
-    assert "cygrpc" in Path(f"/proc/{recorded.proc.pid}/maps").read_text()
+    bare_maps = Path(f"/proc/{bare.proc.pid}/maps").read_text()
+    recorded_maps = Path(f"/proc/{recorded.proc.pid}/maps").read_text()
+    assert "_multidict" not in bare_maps and "_multidict" in recorded_maps
+    assert "cygrpc" not in bare_maps + recorded_maps

@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from devicemanager.kube.kubelet import KubeletClient, Reading, SummaryPoller
     from devicemanager.kube.podresources import PodResourcesPoller, RecordedPodResources
 
-# The cluster's clients (lightkube, httpx2, grpc) are imported where the path that needs them
+# The cluster's clients (lightkube, httpx2, grpclib) are imported where the path that needs them
 # starts (`connect`, `pod_resources`, `access_reviewer`): a replayed node or one without a
 # cluster starts without them. None is ever imported on the scrape path.
 

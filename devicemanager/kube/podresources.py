@@ -17,6 +17,8 @@ both responses) through the same messages and the same conversion.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import threading
 import time
@@ -24,8 +26,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import grpc
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from grpclib.client import Channel
+from grpclib.const import Cardinality, Status
+from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from devicemanager.grants.deviceplugins import (
     MAX_CONTAINERS,
@@ -98,25 +103,67 @@ def from_allocatable(response: pb.AllocatableResourcesResponse) -> tuple[Contain
     return tuple(_devices("", response.devices[: MAX_DEVICES * 4]))
 
 
-def describe(exc: grpc.RpcError, method: str, timeout: float) -> str:
-    """A failed call as an operator reads it."""
-    code = exc.code() if isinstance(exc, grpc.Call) else None
-    details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
-    if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+class Refused(Exception):
+    """An answer this client will not take: larger than its bound, or compressed unasked."""
+
+
+def describe(exc: BaseException, method: str, timeout: float) -> str:
+    """A failed call as an operator reads it, named by gRPC's status codes as the kubelet's own
+    logs and grpcurl name them."""
+    if isinstance(exc, TimeoutError):
         return f"{method}: no answer in {timeout:g}s"
-    if code is grpc.StatusCode.UNIMPLEMENTED:
-        if method == "List":
-            return "List: the kubelet does not serve podresources v1 (Kubernetes before 1.20)"
-        return (
-            "GetAllocatableResources: not served (Kubernetes before 1.21, or the "
-            "KubeletPodResourcesGetAllocatable feature gate is off)"
-        )
-    name = code.name if code is not None else type(exc).__name__
-    return f"{method}: {name}: {details}"
+    if isinstance(exc, GRPCError):
+        if exc.status is Status.UNIMPLEMENTED:
+            if method == "List":
+                return "List: the kubelet does not serve podresources v1 (Kubernetes before 1.20)"
+            return (
+                "GetAllocatableResources: not served (Kubernetes before 1.21, or the "
+                "KubeletPodResourcesGetAllocatable feature gate is off)"
+            )
+        return f"{method}: {exc.status.name}: {exc.message}"
+    if isinstance(exc, Refused):
+        return f"{method}: RESOURCE_EXHAUSTED: {exc}"
+    if isinstance(exc, DecodeError):
+        return f"{method}: INTERNAL: the answer is no {method} response ({exc})"
+    if isinstance(exc, (OSError, StreamTerminatedError)):
+        return f"{method}: UNAVAILABLE: {exc or type(exc).__name__}"
+    return f"{method}: INTERNAL: {type(exc).__name__}: {exc}"
+
+
+async def _unary(channel: Channel, path: str, request: Any, reply_type: Any) -> Any:
+    """One unary call whose answer is refused before it is read when its length prefix says it
+    is larger than MAX_MESSAGE_BYTES.
+
+    grpclib reads a message of whatever length its 4-byte prefix declares (up to 4 GiB), so the
+    prefix is read here, through the call's HTTP/2 stream (`Stream._stream`, grpclib's own
+    object for it; tests/test_podresources.py fails if that changes), and a larger answer resets
+    the stream: HTTP/2's flow control holds what the kubelet sent meanwhile to one window
+    (4 MiB). The status in the trailers is still checked as grpclib checks it.
+    """
+    async with channel.request(path, Cardinality.UNARY_UNARY, type(request), reply_type) as call:
+        await call.send_message(request, end=True)
+        await call.recv_initial_metadata()
+        prefix = await call._stream.recv_data(5)
+        if len(prefix) < 5:  # no message: the trailers carry the status, else it is a bug
+            await call.recv_trailing_metadata()
+            raise GRPCError(Status.INTERNAL, "the answer carries no message")
+        if prefix[0]:
+            raise Refused("a compressed answer, and none was asked for")
+        length = int.from_bytes(prefix[1:], "big")
+        if length > MAX_MESSAGE_BYTES:
+            raise Refused(f"an answer of {length} bytes, larger than {MAX_MESSAGE_BYTES} bytes")
+        reply = reply_type.FromString(await call._stream.recv_data(length))
+        await call.recv_trailing_metadata()
+        return reply
 
 
 class PodResourcesClient:
-    """Reads the kubelet's socket; one channel for the agent's life, one deadline per read."""
+    """Reads the kubelet's socket: one connection per read, both calls under one deadline.
+
+    The calls run on an event loop of the read's own (the poller's thread has no other), so
+    nothing is shared with the server's loop and nothing outlives a read: a kubelet that
+    restarted is simply connected to again at the next period.
+    """
 
     def __init__(
         self,
@@ -125,26 +172,6 @@ class PodResourcesClient:
         mono: Callable[[], float] = time.monotonic,
     ) -> None:
         self.socket, self.timeout, self._mono = socket, timeout, mono
-        self._channel: grpc.Channel | None = None
-
-    def _connect(self) -> grpc.Channel:
-        if self._channel is None:
-            self._channel = grpc.insecure_channel(
-                f"unix://{self.socket}",
-                options=[
-                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                    ("grpc.enable_http_proxy", 0),
-                ],
-            )
-        return self._channel
-
-    def _call(self, path: str, request: Any, response: Any, timeout: float) -> Any:
-        method = self._connect().unary_unary(
-            path,
-            request_serializer=type(request).SerializeToString,
-            response_deserializer=response.FromString,
-        )
-        return method(request, timeout=timeout, wait_for_ready=False)
 
     def read(self) -> KubeletAnswer:
         """Both calls under one deadline; never raises."""
@@ -154,47 +181,47 @@ class PodResourcesClient:
                 error=f"{self.socket} does not exist (is the pod-resources directory mounted?)",
                 duration_seconds=round(self._mono() - started, 6),
             )
-        deadline = started + self.timeout
+        answer = asyncio.run(self._read(started))
+        return dataclasses.replace(answer, duration_seconds=round(self._mono() - started, 6))
+
+    async def _read(self, started: float) -> KubeletAnswer:
+        channel = Channel(path=str(self.socket))
         try:
-            listed = self._call(
-                LIST, pb.ListPodResourcesRequest(), pb.ListPodResourcesResponse, self.timeout
-            )
-            pods, error = from_list(listed)
-        except grpc.RpcError as exc:  # an undecodable answer is one too (StatusCode.INTERNAL)
-            return KubeletAnswer(
-                error=describe(exc, "List", self.timeout),
-                duration_seconds=round(self._mono() - started, 6),
-            )
-        allocatable: tuple[ContainerDevices, ...] | None = None
-        allocatable_error = None
-        remaining = deadline - self._mono()
-        if remaining <= 0:
-            allocatable_error = f"GetAllocatableResources: no time left of {self.timeout:g}s"
-        else:
             try:
-                answer = self._call(
-                    ALLOCATABLE,
-                    pb.AllocatableResourcesRequest(),
-                    pb.AllocatableResourcesResponse,
-                    remaining,
-                )
-                allocatable = from_allocatable(answer)
-            except grpc.RpcError as exc:
-                allocatable_error = describe(exc, "GetAllocatableResources", self.timeout)
-        return KubeletAnswer(
-            pods=pods,
-            allocatable=allocatable,
-            error=error,
-            allocatable_error=allocatable_error,
-            duration_seconds=round(self._mono() - started, 6),
-        )
+                async with asyncio.timeout(self.timeout):
+                    listed = await _unary(
+                        channel, LIST, pb.ListPodResourcesRequest(), pb.ListPodResourcesResponse
+                    )
+                pods, error = from_list(listed)
+            except Exception as exc:  # every failure is an answer's error, never the thread's
+                return KubeletAnswer(error=describe(exc, "List", self.timeout))
+            allocatable: tuple[ContainerDevices, ...] | None = None
+            allocatable_error = None
+            remaining = started + self.timeout - self._mono()
+            if remaining <= 0:
+                allocatable_error = f"GetAllocatableResources: no time left of {self.timeout:g}s"
+            else:
+                try:
+                    async with asyncio.timeout(remaining):
+                        answer = await _unary(
+                            channel,
+                            ALLOCATABLE,
+                            pb.AllocatableResourcesRequest(),
+                            pb.AllocatableResourcesResponse,
+                        )
+                    allocatable = from_allocatable(answer)
+                except Exception as exc:
+                    allocatable_error = describe(exc, "GetAllocatableResources", self.timeout)
+            return KubeletAnswer(
+                pods=pods, allocatable=allocatable, error=error, allocatable_error=allocatable_error
+            )
+        finally:
+            channel.close()
 
     __call__ = read
 
     def close(self) -> None:
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
+        """Nothing outlives a read."""
 
 
 class PodResourcesPoller:
