@@ -8,6 +8,11 @@ set (`/proc/<pid>/status` VmRSS, at the window's end) and CPU time (user + syste
 window); the ratios agent/node_exporter are taken per window, and reported as the median
 and range of the windows.
 
+A third process runs beside them, scraped the same way: the same replayed agent made to load
+what a node in a cluster loads as well (the watch's and the kubelet's clients: lightkube,
+httpx2, grpclib; bench/footprint.py's CLUSTER_IMPORTS), so the figure a real node pays is
+printed next to the replay's.
+
     python bench/peer.py [--windows 4] [--window-seconds 60] [--warmup 30]
 
 Needs `prometheus-node-exporter` (Debian: `apt-get install prometheus-node-exporter`);
@@ -31,6 +36,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import REPO, free_port, report, start_agent
+from bench.footprint import as_in_a_cluster
 
 MIB = 1048576
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -117,19 +123,31 @@ def main() -> None:
     version = (asked.stdout + asked.stderr).splitlines()[:1] or ["unknown"]
     with tempfile.TemporaryDirectory() as tmp:
         exporter, exporter_port = start_node_exporter(binary, Path(tmp))
-        agent, agent_port = start_agent(["--replay", str(REPO / "fixtures" / "nodes" / NODE)])
+        replay = ["--replay", str(REPO / "fixtures" / "nodes" / NODE)]
+        agent, agent_port = start_agent(replay)
+        site = os.pathsep.join((str(REPO), str(as_in_a_cluster(Path(tmp)))))
+        clustered, clustered_port = start_agent(replay, env={"PYTHONPATH": site})
         stop = threading.Event()
-        counts: dict[str, dict[str, int]] = {"agent": {}, "node_exporter": {}}
+        ports = {
+            "agent": agent_port,
+            "node_exporter": exporter_port,
+            "agent_with_cluster_clients": clustered_port,
+        }
+        counts: dict[str, dict[str, int]] = {name: {} for name in ports}
         scrapers = [
             threading.Thread(
                 target=scrape,
                 args=(f"https://127.0.0.1:{port}/metrics", stop, counts[name]),
             )
-            for name, port in (("agent", agent_port), ("node_exporter", exporter_port))
+            for name, port in ports.items()
         ]
         for scraper in scrapers:
             scraper.start()
-        pids = {"agent": agent.pid, "node_exporter": exporter.pid}
+        pids = {
+            "agent": agent.pid,
+            "node_exporter": exporter.pid,
+            "agent_with_cluster_clients": clustered.pid,
+        }
         windows: list[dict[str, dict[str, float]]] = []
         try:
             time.sleep(args.warmup)
@@ -152,10 +170,10 @@ def main() -> None:
             stop.set()
             for scraper in scrapers:
                 scraper.join(20)
-            agent.terminate()
-            exporter.terminate()
-            agent.wait(15)
-            exporter.wait(15)
+            for process in (agent, exporter, clustered):
+                process.terminate()
+            for process in (agent, exporter, clustered):
+                process.wait(15)
 
     def of(name: str, figure: str) -> list[float]:
         return [w[name][figure] for w in windows]
@@ -178,6 +196,9 @@ def main() -> None:
             "agent_rss_mib": summary(of("agent", "rss_mib"), 1),
             "node_exporter_rss_mib": summary(of("node_exporter", "rss_mib"), 1),
             "rss_agent_over_peer": summary(rss_ratio),
+            "agent_with_cluster_clients_rss_mib": summary(
+                of("agent_with_cluster_clients", "rss_mib"), 1
+            ),
             "agent_millicores": summary(of("agent", "millicores"), 2),
             "node_exporter_millicores": summary(of("node_exporter", "millicores"), 2),
             "cpu_agent_over_peer": summary(cpu_ratio) if cpu_ratio else None,

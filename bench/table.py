@@ -65,15 +65,18 @@ def rows(r: dict[str, Any]) -> list[Row]:
                 "gzip < 5 ms",
                 _met(s["goal_p99_under_5ms"]),
             ),
-            (
-                f"scrape p99 while rounds of {s['busy_processes_placed']:,} processes run back "
-                "to back, gzip (plain)",
-                f"{s['busy_p99_ms']['gzip']['median']} ms, range "
-                f"{_range(s['busy_p99_ms']['gzip']['range'])} "
-                f"({s['busy_p99_ms']['plain']['median']} ms)",
-                f"a round takes {s['busy_round_ms']} ms",
-                "gzip < 5 ms",
-                _met(s["goal_busy_p99_under_5ms"]),
+            *(
+                (
+                    f"scrape p99 while rounds of {b['processes_placed']:,} processes run back "
+                    "to back, gzip (plain)",
+                    f"{b['p99_ms']['gzip']['median']} ms, range "
+                    f"{_range(b['p99_ms']['gzip']['range'])} "
+                    f"({b['p99_ms']['plain']['median']} ms)",
+                    f"a round takes {b['round_ms']} ms",
+                    "gzip < 5 ms" if i == 0 else "reported",
+                    _met(b["gzip_p99_under_5ms"]) if i == 0 else "-",
+                )
+                for i, b in enumerate(s["busy"])
             ),
         ]
     if s := r.get("round"):
@@ -119,10 +122,12 @@ def rows(r: dict[str, Any]) -> list[Row]:
         out += [
             (
                 "resident memory beside prometheus-node-exporter, replay node (no cluster: "
-                "neither lightkube nor grpc loaded), one gzip scraper every 15 s each",
+                "neither lightkube nor grpclib loaded), one gzip scraper every 15 s each",
                 f"{s['agent_rss_mib']['median']} MiB",
                 f"node_exporter {s['node_exporter_rss_mib']['median']} MiB: agent/node_exporter "
-                f"{rss['median']} ({_range(rss['range'])})",
+                f"{rss['median']} ({_range(rss['range'])}); the same node loading what a node in "
+                f"a cluster loads (lightkube, httpx2, grpclib): "
+                f"{s['agent_with_cluster_clients_rss_mib']['median']} MiB",
                 "≤ 48 MiB, ≤ 2.5x node_exporter",
                 _met(s["goal_rss_at_most_48_mib"] and s["goal_rss_within_2_5x"]),
             ),
