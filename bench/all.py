@@ -35,6 +35,7 @@ BENCHES: dict[str, list[str]] = {
     "scrape": ["bench/scrape.py", "--seconds", "4", "--pairs", "5"],
     "round": ["bench/round.py", "--pairs", "21"],
     "footprint": ["bench/footprint.py", "--rounds", "200"],
+    "imports": ["bench/imports.py"],
     "sampler": ["bench/sampler.py", "--seconds", "10", "--pairs", "3"],
     "attribution": ["bench/attribution.py"],
     "podindex": ["bench/podindex.py"],

@@ -292,3 +292,61 @@ def test_the_environment_the_tests_run_in_is_the_lock() -> None:
     drift = environment_drift()
     missing = {name for name, d in drift.items() if d["installed"] is None}
     assert {n: d for n, d in drift.items() if n not in missing} == {}
+
+
+# -- the agent's bytecode, as the image installs it -----------------------------------------------
+
+
+def test_the_images_install_leaves_every_module_compiled(tmp_path: Path) -> None:
+    """(R-O6) The image installs the agent's wheel with pip and then sets
+    PYTHONDONTWRITEBYTECODE: every module must already have bytecode that matches its source,
+    or each start compiles the agent anew (about 0.1 s; bench/startup.py compiles its checkouts
+    for the same reason). Built and installed here as the Dockerfile's two stages do (a wheel,
+    then `pip install --no-index` of it), with PYTHONDONTWRITEBYTECODE already set."""
+    import subprocess
+    import sys
+    import venv
+    from importlib.util import MAGIC_NUMBER, cache_from_source
+
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    wheels, target = tmp_path / "wheels", tmp_path / "image"
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels), "."],
+        cwd=REPO,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    venv.create(target, with_pip=False)
+    (wheel,) = wheels.glob("devicemanager-*.whl")
+    subprocess.run(
+        [
+            *pip,
+            "--python",
+            str(target / "bin" / "python"),
+            "install",
+            "--no-deps",
+            "--no-index",
+            str(wheel),
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    (site,) = (target / "lib").glob("python3.*/site-packages")
+    sources = [p for top in ("devicemanager", "vendors") for p in (site / top).rglob("*.py")]
+    assert len(sources) > 50 and (site / "devicemanager" / "agent" / "wiring.py") in sources
+    stale = []
+    for source in sources:
+        compiled = Path(cache_from_source(str(source)))
+        header = compiled.read_bytes()[:16] if compiled.exists() else b""
+        stat = source.stat()
+        matches = (
+            header[:4] == MAGIC_NUMBER
+            and int.from_bytes(header[8:12], "little") == int(stat.st_mtime) & 0xFFFFFFFF
+            and int.from_bytes(header[12:16], "little") == stat.st_size & 0xFFFFFFFF
+        )
+        if not matches:
+            stale.append(str(source.relative_to(site)))
+    assert not stale, f"no matching bytecode for {stale[:5]}"
