@@ -148,17 +148,22 @@ ERROR_CODE_OTHER = "other"
 
 
 # How one card is joined to another (R-X3), by what its library says: a direct link (`nvlink`,
-# `xgmi`, T-Head's ICN link `icnlink`), NVLink through the NVSwitch fabric (`nvswitch`; ICN
-# links through a switch `icnswitch`), or the PCIe path between them as
-# `nvidia-smi topo -m` names it (PIX `pcie_switch`, PXB `pcie_switches`, PHB `pcie_host_bridge`,
-# NODE `numa_node`, SYS `system`; `pcie_board`: one board, e.g. a dual-GPU card), or `pcie`
-# where the library says PCIe and not which path. A pair the library does not place has none.
+# `xgmi`, T-Head's ICN link `icnlink`, Hygon's `hsl`, Huawei's `hccs`, MetaX's `metaxlink`), a
+# link through a switch fabric (`nvswitch`; ICN links through a switch `icnswitch`; HCCS through
+# a switch `hccs_switch`), or the PCIe path between them as `nvidia-smi topo -m` names it (PIX
+# `pcie_switch`, PXB `pcie_switches`, PHB `pcie_host_bridge`, NODE `numa_node`, SYS `system`;
+# `pcie_board`: one board, e.g. a dual-GPU card), or `pcie` where the library says PCIe and not
+# which path. A pair the library does not place has none.
 LINK_KINDS: tuple[str, ...] = (
     "nvlink",
     "nvswitch",
     "xgmi",
     "icnlink",
     "icnswitch",
+    "hsl",
+    "hccs",
+    "hccs_switch",
+    "metaxlink",
     "pcie_board",
     "pcie_switch",
     "pcie_switches",

@@ -170,6 +170,9 @@ RSMI_PROTOTYPES: Mapping[str, Sequence[Any]] = {
     "rsmi_dev_gpu_clk_freq_get": (c_uint32, c_uint32, POINTER(Frequencies)),
     "rsmi_dev_pci_replay_counter_get": (c_uint32, _U64P),
     "rsmi_dev_memory_reserved_pages_get": (c_uint32, _U32P, POINTER(RetiredPage)),
+    # Links and placement (R-X3); RSMI_IO_LINK_TYPE holds 0xFFFFFFFF, so 4 bytes, unsigned.
+    "rsmi_topo_get_numa_node_number": (c_uint32, _U32P),
+    "rsmi_topo_get_link_type": (c_uint32, c_uint32, _U64P, _U32P),
     "rsmi_compute_process_info_get": (POINTER(ProcessInfo), _U32P),
     "rsmi_compute_process_gpus_get": (c_uint32, _U32P, _U32P),
     "rsmi_compute_process_info_by_device_get": (c_uint32, c_uint32, POINTER(ProcessInfo)),

@@ -26,8 +26,10 @@ library gives no UUID, is `MIG-<card id>/<gpu instance>/<compute instance>`, wit
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from ctypes import byref, c_char, c_float, c_int64, c_uint32, c_uint64
 from pathlib import Path
 from typing import Any, ClassVar
@@ -37,6 +39,7 @@ from devicemanager.model import (
     MIB,
     Card,
     CardHealth,
+    CardLink,
     DeviceProcesses,
     PartitionReading,
     Payload,
@@ -54,6 +57,7 @@ from vendors._hygon_mig import MIG_CONFIG as MIG_CONFIG
 from vendors._hygon_mig import MIG_CONFIG_ENV as MIG_CONFIG_ENV
 from vendors._hygon_mig import Instance, instance_reading, mig_instances, mig_reading, read_mig
 from vendors._hygon_vdcu import VDCU, read_vdcu, vdcu_reading
+from vendors._placement import due, index_of, numa_node, parse_pairs
 
 MANUFACTURER = "hygon"
 
@@ -537,6 +541,7 @@ def parse(payload: Payload) -> VendorReading:
         if c.id not in seen:
             seen.add(c.id)
             unique_cards.append(c)
+    unique_cards = _placed(unique_cards, ids, parse_topology(payload))
     driver = payload.get("rsmi_version_str_get")
     libraries = payload.get("libraries")
     loaded = (
@@ -554,6 +559,53 @@ def parse(payload: Payload) -> VendorReading:
     )
 
 
+# -- links and placement (R-X3) ----------------------------------------------------------------
+
+# RSMI_IO_LINK_TYPE as Hygon's rocm_smi.h keeps it (upstream's values): PCIe 1, and 2, which the
+# header still calls RSMI_IOLINK_TYPE_XGMI and Hygon's own tools (hcu-dcgm's LinkTypeHSL, `hy-smi
+# --showtopotype`) name HSL, Hygon's card-to-card link. UNDEFINED 0 and anything else place the
+# pair nowhere. The call gives hops, not how many links: no count.
+HYGON_LINKS = {1: "pcie", 2: "hsl"}
+
+
+def _link(pair: Mapping[str, Any]) -> str | None:
+    answer = pair.get("rsmi_topo_get_link_type")
+    if not isinstance(answer, Mapping) or _error(answer) is not None:
+        return None
+    return HYGON_LINKS.get(as_int(answer.get("type")) or 0)
+
+
+def parse_topology(
+    payload: Mapping[str, Any],
+) -> Mapping[Any, tuple[tuple[tuple[Any, str], ...], int | None]]:
+    """Per enumeration index, its links ((peer index, kind)) and its NUMA node
+    (`rsmi_topo_get_numa_node_number`); empty where the payload has no topology."""
+    return parse_pairs(
+        payload,
+        "index",
+        index_of,
+        lambda e: numa_node(e.get("rsmi_topo_get_numa_node_number")),
+        _link,
+    )
+
+
+def _placed(
+    cards: list[Card],
+    ids: Mapping[int, tuple[str, ...]],
+    topology: Mapping[Any, tuple[tuple[tuple[Any, str], ...], int | None]],
+) -> list[Card]:
+    """Each card with its links to the others, by their canonical ids, and its NUMA node."""
+    out = []
+    for card in cards:
+        if card.index not in topology or ids.get(card.index, ("",))[0] != card.id:
+            out.append(card)
+            continue
+        links, node = topology[card.index]
+        named = tuple(CardLink(ids[peer][0], kind) for peer, kind in links if peer in ids)
+        out.append(dataclasses.replace(card, links=named, numa_node=node))
+    return out
+
+
 # -- read: the libraries ----------------------------------------------------------------------
 
 
@@ -567,9 +619,15 @@ class HygonBackend:
         self,
         libraries: Mapping[str, str] | None = None,
         mig_config: str | os.PathLike[str] | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.configured = dict(libraries or {})
         self.mig_config = Path(mig_config or os.environ.get(MIG_CONFIG_ENV) or MIG_CONFIG)
+        self._clock = clock
+        # The node's links and NUMA nodes, last read (R-X3), and the cards they were read for.
+        self._topology: dict[str, Any] | None = None
+        self._topology_cards: tuple[Any, ...] = ()
         self._rsmi: lib.Bound | None = None
         self._dmi: lib.Bound | None = None
         self._mig: lib.Bound | None = None
@@ -906,9 +964,11 @@ class HygonBackend:
                 "partitions": [list(p) for p in partitions],
             },
         }
+        now = self._clock()
         devices = [self._device(i) for i in range(count)]
         payload["devices"] = devices
         ids = card_ids(devices)
+        payload["topology"] = self._topology_of(ids, now)
         carved = [
             d
             for d in devices
@@ -936,6 +996,43 @@ class HygonBackend:
                 {index: bus_id_of(bdf) for index, bdf in buses.items()},
             )
         return payload
+
+    def _topology_of(self, ids: Mapping[int, tuple[str, ...]], now: float) -> Any:
+        """Each card's NUMA node and the link type of each pair of cards (R-X3): read when none
+        is held, once TOPOLOGY_PERIOD has passed since the last read, or when the cards
+        changed; else the last read, whose `readAt` says when it was made."""
+        cards = tuple(sorted((index, names[0]) for index, names in ids.items()))
+        if not due(self._topology, cards, self._topology_cards, now):
+            return self._topology
+        indices = [index for index, _ in cards]
+        topology: dict[str, Any] = {
+            "readAt": now,
+            "devices": [
+                {
+                    "index": i,
+                    "rsmi_topo_get_numa_node_number": self._rsmi_out(
+                        "rsmi_topo_get_numa_node_number", c_uint32, i
+                    ),
+                }
+                for i in indices
+            ],
+            "pairs": [
+                {"a": a, "b": b, "rsmi_topo_get_link_type": self._link_type(a, b)}
+                for k, a in enumerate(indices)
+                for b in indices[k + 1 :]
+            ],
+        }
+        self._topology, self._topology_cards = topology, cards
+        return topology
+
+    def _link_type(self, a: int, b: int) -> Any:
+        hops, kind = c_uint64(), c_uint32()
+        rc = self._rsmi_call("rsmi_topo_get_link_type", a, b, byref(hops), byref(kind))
+        if rc is None:
+            return failed(NOT_EXPORTED, lib.RSMI_NOT_SUPPORTED)
+        if rc != lib.RSMI_SUCCESS:
+            return failed(lib.rsmi_status_name(rc), rc)
+        return {"hops": int(hops.value), "type": int(kind.value)}
 
     def parse(self, payload: Payload) -> VendorReading:
         return parse(payload)

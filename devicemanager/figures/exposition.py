@@ -309,7 +309,8 @@ def topology_families(snapshot: Snapshot) -> Iterator[GaugeFamily]:
     info = GaugeFamily(
         "gpustack_accelerator_link_info",
         "1 per way the card is joined to a peer card of its node (link: nvlink, nvswitch, xgmi, "
-        "icnlink, icnswitch, or the PCIe path pcie_board, pcie_switch, pcie_switches, "
+        "icnlink, icnswitch, hsl, hccs, hccs_switch, metaxlink, or the PCIe path pcie_board, "
+        "pcie_switch, pcie_switches, "
         "pcie_host_bridge, numa_node, system, pcie); a pair the library does not place has "
         "none. Read once a minute.",
         labels=labels,

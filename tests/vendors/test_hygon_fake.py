@@ -23,6 +23,7 @@ from tests.fakelib import nvidia as fake_nvml
 from tests.fakelib.hygon import GIB, MIB, scenarios
 from tests.fakelib.hygon.scenarios import dcu, mig_uuid
 from tests.vendors import kit
+from tests.vendors.conftest import ManualClock
 from tests.vendors.kit import series
 from tests.world import gpu, pod, process, uid
 from vendors.hygon import HygonBackend
@@ -248,6 +249,66 @@ def test_the_whole_agent_publishes_dcu_health(
         assert result.returncode == 0 and result.stdout + result.stderr == b"", result
     health = doc["groups"][0]["accelerators"][1]["health"]
     assert health["absentReasons"]["energy_joules"] == "unsupported"
+
+
+# -- links and placement (R-X3) ------------------------------------------------------------------
+
+
+def test_links_and_numa_nodes_through_our_ctypes(libs: dict[str, str], scenario) -> None:  # type: ignore[no-untyped-def]
+    """(R-X3) Per pair of cards the link Hygon's ROCm SMI names (`rsmi_topo_get_link_type`:
+    HSL, the header's XGMI value, or PCIe; no count, the call gives hops), and each card's
+    NUMA node (`rsmi_topo_get_numa_node_number`); a link type 0 (UNDEFINED) and a
+    NOT_SUPPORTED answer place the pair nowhere (never "pcie"), and a NUMA node the library
+    does not give is absent with its failure in the payload, not node 0."""
+    scenario(scenarios.links_and_numa())
+    payload = read(libs, ReadRequest())
+    cards = {c.id: c for c in HygonBackend().parse(payload).cards}
+    a, b, c, d = (dcu(n) for n in range(4))
+
+    def links(card_id: str) -> set[tuple[str, str, int | None]]:
+        found = cards[card_id].links
+        assert found is not None
+        return {(x.peer_id, x.link, x.count) for x in found}
+
+    assert links(a) == {(b, "hsl", None), (c, "pcie", None)}
+    assert links(b) == {(a, "hsl", None)}
+    assert links(c) == {(a, "pcie", None)}
+    assert links(d) == set()
+    assert [cards[x].numa_node for x in (a, b, c, d)] == [0, 0, 1, None]
+    topology = payload["topology"]
+    assert len(topology["pairs"]) == 6  # one call per unordered pair
+    assert topology["devices"][3]["rsmi_topo_get_numa_node_number"] == {
+        "error": "RSMI_STATUS_NOT_SUPPORTED",
+        "code": 2,
+    }
+    (undefined,) = [p for p in topology["pairs"] if (p["a"], p["b"]) == (1, 2)]
+    assert undefined["rsmi_topo_get_link_type"] == {"hops": 1, "type": 0}
+
+
+def test_hygon_links_are_read_once_a_minute(libs: dict[str, str], scenario) -> None:  # type: ignore[no-untyped-def]
+    """(R-X3) The backend's clock advances one 15 s period a round: the topology read in the
+    first round is carried by the next three and read again in the fifth, 60 s later; a card
+    that leaves enumeration has it read again at once."""
+
+    def read_at(doc: dict[str, Any], n: int) -> list[tuple[float, int]]:
+        scenario(doc)
+        clock = ManualClock(1000.0)
+        backend = HygonBackend(libs, mig_config="/nonexistent", clock=clock)
+        backend.open()
+        try:
+            out = []
+            for _ in range(n):
+                topology = backend.read(ReadRequest())["topology"]
+                out.append((topology["readAt"], len(topology["devices"])))
+                clock.advance(15.0)
+            return out
+        finally:
+            backend.close()
+
+    assert read_at(scenarios.links_and_numa(), 5) == [(1000.0, 4)] * 4 + [(1060.0, 4)]
+    leaving = scenarios.links_and_numa()
+    leaving["cards"][3]["gone_after"] = 1  # round one's enumeration, then gone
+    assert read_at(leaving, 2) == [(1000.0, 4), (1015.0, 3)]
 
 
 # -- per-process --------------------------------------------------------------------------------

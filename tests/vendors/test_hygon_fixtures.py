@@ -176,7 +176,9 @@ def test_the_fixture_is_what_read_records_from_the_fakes(
     for key, value in fake.write(tmp_path / "scenario", build()).items():
         monkeypatch.setenv(key, value)
     backend = hygon.HygonBackend(
-        libs, mig_config=fake.registry(tmp_path / "dmi_mig_config", registry)
+        libs,
+        mig_config=fake.registry(tmp_path / "dmi_mig_config", registry),
+        clock=lambda: 1000.0,  # the topology's `readAt`, the same on every recording
     )
     backend.open()
     try:

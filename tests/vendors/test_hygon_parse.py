@@ -468,7 +468,16 @@ json_values = st.recursive(
     max_leaves=20,
 )
 FIELDS = [*sorted(device()), "processes", "known"]
-TOP = ["devices", "processes", "request", "vdcu", "mig", "libraries", "rsmi_version_str_get"]
+TOP = [
+    "devices",
+    "processes",
+    "request",
+    "vdcu",
+    "mig",
+    "libraries",
+    "rsmi_version_str_get",
+    "topology",
+]
 
 
 @settings(max_examples=300, deadline=None)
@@ -499,6 +508,55 @@ def test_no_damaged_mig_or_vdcu_answer_makes_parse_raise(card: Any, instance: An
         vdcu=[v, {"index": 1, "dmiGetVDeviceInfo": v, "dmiGetVDevBusyPercent": v}],
     )
     hygon.parse(p)
+
+
+@settings(max_examples=200, deadline=None)
+@given(json_values, json_values, json_values)
+def test_no_damaged_topology_makes_parse_raise(node: Any, link: Any, entry: Any) -> None:
+    """(R-X3) A topology of any shape is links and NUMA nodes or none, never a raise."""
+    topology = {
+        "readAt": 1.0,
+        "devices": [{"index": 0, "rsmi_topo_get_numa_node_number": node}, {"index": 1}, entry],
+        "pairs": [{"a": 0, "b": 1, "rsmi_topo_get_link_type": link}, entry],
+    }
+    for c in hygon.parse(payload(device(0), device(1), topology=topology)).cards:
+        assert c.links is None or all(x.link in ("hsl", "pcie") for x in c.links)
+        assert c.numa_node is None or 0 <= c.numa_node < 4096
+
+
+def test_links_and_numa_nodes_from_the_recorded_topology() -> None:
+    """(R-X3) Type 2 (the header's XGMI, Hygon's HSL) and 1 (PCIe) place a pair, by the peers'
+    canonical ids; type 0 (UNDEFINED), a type the header does not define and a failed call
+    place it nowhere; a NUMA node that failed or is past any node count is absent; a payload
+    recorded before links were read has none (None, not an empty tuple)."""
+    ids = [f"GPU-{UID + n:x}" for n in range(4)]
+    topology = {
+        "readAt": 5.0,
+        "devices": [
+            {"index": 0, "rsmi_topo_get_numa_node_number": 1},
+            {"index": 1, "rsmi_topo_get_numa_node_number": err("RSMI_STATUS_NOT_SUPPORTED", 2)},
+            {"index": 2, "rsmi_topo_get_numa_node_number": 0xFFFFFFFF},
+            {"index": 3, "rsmi_topo_get_numa_node_number": 0},
+        ],
+        "pairs": [
+            {"a": 0, "b": 1, "rsmi_topo_get_link_type": {"hops": 1, "type": 2}},
+            {"a": 0, "b": 2, "rsmi_topo_get_link_type": {"hops": 3, "type": 1}},
+            {"a": 0, "b": 3, "rsmi_topo_get_link_type": {"hops": 1, "type": 0}},
+            {"a": 1, "b": 2, "rsmi_topo_get_link_type": {"hops": 1, "type": 7}},
+            {"a": 1, "b": 3, "rsmi_topo_get_link_type": err("RSMI_STATUS_NOT_SUPPORTED", 2)},
+        ],
+    }
+    cards = hygon.parse(payload(*(device(n) for n in range(4)), topology=topology)).cards
+    links = {c.id: {(x.peer_id, x.link, x.count) for x in c.links or ()} for c in cards}
+    assert links == {
+        ids[0]: {(ids[1], "hsl", None), (ids[2], "pcie", None)},
+        ids[1]: {(ids[0], "hsl", None)},
+        ids[2]: {(ids[0], "pcie", None)},
+        ids[3]: set(),
+    }
+    assert [c.numa_node for c in cards] == [1, None, None, 0]
+    (before,) = hygon.parse(payload(device(0))).cards
+    assert (before.links, before.numa_node) == (None, None)
 
 
 # -- the card's health beyond one bit (R-X7) ---------------------------------------------------

@@ -13,6 +13,9 @@
  *     cu_occupancy in percent or CU_OCCUPANCY_INVALID; Hygon's _v2 row, VRAM in MiB;
  *   - NOT_FOUND for a process that is not (or no longer) there; a lost card answering
  *     `lost_code` (FILE_ERROR by default: its sysfs files are gone) from every device call;
+ *   - links and placement (R-X3): each card's NUMA node (`numa`; absent: NOT_SUPPORTED) and the
+ *     link type and hops of a pair (`links` of either card, keyed by the other's scenario
+ *     position; a pair in neither answers NOT_SUPPORTED);
  *   - the health figures (issue 29): the energy counter and its resolution, each clock domain's
  *     levels and current index (NOT_SUPPORTED for domains other than sys and mem), the PCIe
  *     replay counter, retired pages (a NULL buffer answers the count; a short one
@@ -23,7 +26,7 @@
  * temp_junction (millidegrees), power (microwatts), power_type, ecc_corr, ecc_unc, lost_code,
  * energy (counts), energy_resolution (microjoules per count), clocks{sys, mem}{levels[] (Hz),
  * current (index; all ones: none)}, clock_faults{sys, mem}, pcie_replays, pages[] (retired
- * page states: 0 reserved, 1 pending, 2 unreservable)},
+ * page states: 0 reserved, 1 pending, 2 unreservable), numa, links{<position>: {type, hops}}},
  * processes[] of {pid, pasid, vram, sdma, cu, devices[] of {dev, vram, cu}, v2{vram_mib,
  * rates[]}, faults{}} plus the kit's fault keys.
  */
@@ -287,6 +290,38 @@ rsmi_status_t rsmi_dev_memory_reserved_pages_get(uint32_t dv_ind, uint32_t *num_
 /* -- processes ------------------------------------------------------------------------------ */
 
 /* How many processes a list call sees: the scenario's, plus those that started since. */
+rsmi_status_t rsmi_topo_get_numa_node_number(uint32_t dv_ind, uint32_t *numa_node) {
+    DEVICE("rsmi_topo_get_numa_node_number");
+    if (!numa_node)
+        return RSMI_STATUS_INVALID_ARGS;
+    if (!fl_get(D "numa", d))
+        return RSMI_STATUS_NOT_SUPPORTED;
+    *numa_node = (uint32_t)fl_int(0, D "numa", d);
+    return RSMI_STATUS_SUCCESS;
+}
+
+static const char *link_field(int a, int b, const char *field) {
+    const char *value = fl_get(D "links.%d.%s", a, b, field);
+    return value ? value : fl_get(D "links.%d.%s", b, a, field);
+}
+
+rsmi_status_t rsmi_topo_get_link_type(uint32_t dv_ind_src, uint32_t dv_ind_dst, uint64_t *hops,
+                                      RSMI_IO_LINK_TYPE *type) {
+    rsmi_status_t rc;
+    int a = device(dv_ind_src, "rsmi_topo_get_link_type", &rc), b;
+    if (a < 0)
+        return rc;
+    if ((b = device(dv_ind_dst, "rsmi_topo_get_link_type", &rc)) < 0)
+        return rc;
+    if (!hops || !type)
+        return RSMI_STATUS_INVALID_ARGS;
+    if (!link_field(a, b, "type"))
+        return RSMI_STATUS_NOT_SUPPORTED;
+    *type = (RSMI_IO_LINK_TYPE)atoll(link_field(a, b, "type"));
+    *hops = link_field(a, b, "hops") ? (uint64_t)atoll(link_field(a, b, "hops")) : 1u;
+    return RSMI_STATUS_SUCCESS;
+}
+
 static int extra_processes(int reading, uint32_t capacity) {
     long long grow = fl_int(0, "grow");
     int listed = fl_count("processes");

@@ -315,7 +315,9 @@ NODE_TABLE: dict[
         "slices (one busy with a 50% cores cap, one idle), card 4 whole through the Hygon device "
         "plugin (hygon.com/dcu by PCI bus id, from the kubelet), card 5 carved into two static "
         "vDCUs of 16 GiB held by GPUStack Instances (recorded as vDCU-1 and vdev2; the second on "
-        "a libhydmi that does not serve its busy percent). Synthetic: read() over the fake "
+        "a libhydmi that does not serve its busy percent). Cards 0-3 on NUMA node 0 and 4-7 on "
+        "node 1, each four joined by HSL, PCIe between the fours (a synthetic topology, not "
+        "recorded). Synthetic: read() over the fake "
         "Hygon libraries; figures after public K100_AI numbers, not recorded on hardware.",
         scenarios.k100ai_whole_and_slices,
         WHOLE_AND_VDCU,
@@ -333,7 +335,9 @@ NODE_TABLE: dict[
         "The library has no UUID: partitions are named MIG-<card>/<gi>/<ci>, and the MIG-<uuid> "
         "GPUStack records comes from the driver's /etc/dmi_mig_config. Profile geometry after "
         "GPUStack's measurement on a 64 GB Hygon card; whether K100_AI offers the same profiles "
-        "is not verified. Synthetic: read() over the fake Hygon libraries.",
+        "is not verified. Cards 0-3 on NUMA node 0 and 4-7 on node 1, each four joined by HSL, "
+        "PCIe between the fours (a synthetic topology, not recorded). Synthetic: read() over "
+        "the fake Hygon libraries.",
         scenarios.k100ai_mig,
         MIG,
         ReadRequest(
@@ -362,7 +366,11 @@ def record(name: str, work: Path) -> dict[str, Any]:
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        backend = HygonBackend(libs, mig_config=fake.registry(work / "dmi_mig_config", registry))
+        backend = HygonBackend(
+            libs,
+            mig_config=fake.registry(work / "dmi_mig_config", registry),
+            clock=lambda: 1000.0,  # the topology's `readAt`, the same on every render
+        )
         backend.open()
         try:
             payload = backend.read(request)

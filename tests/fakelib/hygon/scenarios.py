@@ -44,13 +44,27 @@ def k100(n: int, **options: Any) -> dict[str, Any]:
     return card(unique_id(n), bus(n), serial=f"HCU{n:04d}K1A", **options)
 
 
+def eight_card_topology(cards: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Links and placement for an eight-card K100_AI node (synthetic, after the common
+    two-socket layout): cards 0-3 on NUMA node 0 and 4-7 on node 1, the cards of each four
+    joined by HSL, each pair across the two fours over PCIe (three hops, through the sockets'
+    interconnect)."""
+    for n, doc in enumerate(cards):
+        doc["numa"] = n // 4
+        doc["links"] = {
+            str(m): {"type": 2, "hops": 1} if m // 4 == n // 4 else {"type": 1, "hops": 3}
+            for m in range(n + 1, len(cards))
+        }
+    return cards
+
+
 def k100ai_whole_and_slices() -> dict[str, Any]:
     """Eight K100_AI: cards 0-1 busy whole, card 2 carved by HAMi into a dynamic vDCU (30% of
     its CUs, 8 GiB) whose process is busy, card 3 in two GPUStack logical slices, one idle;
     card 5 carved into two static vDCUs of 16 GiB and 30 CUs each (global indexes 1 and 2),
     vDCU 1 busy 63% of its own CUs, vDCU 2 on a libhydmi that does not serve its busy percent
     (`dmiGetVDevBusyPercent` NOT_SUPPORTED)."""
-    cards = [k100(n, used=1 * GIB, busy=0) for n in range(8)]
+    cards = eight_card_topology([k100(n, used=1 * GIB, busy=0) for n in range(8)])
     cards[0].update(vram_used=52 * GIB, busy=97, temp_edge=71_000, power=286_000_000)
     cards[1].update(vram_used=40 * GIB, busy=88, temp_edge=66_000, power=254_000_000)
     cards[2].update(vram_used=6 * GIB, busy=27, temp_edge=52_000, power=141_000_000)
@@ -80,7 +94,7 @@ def k100ai_mig() -> dict[str, Any]:
     """Eight K100_AI with the node in multi-instance mode: card 0 carved in four 2g.15gb
     instances (GPU instances 3-6, MIG indexes 0-3, one busy), card 1 in one 4g.31gb (index 4).
     The rest hold no instance."""
-    cards = [k100(n, used=0) for n in range(8)]
+    cards = eight_card_topology([k100(n, used=0) for n in range(8)])
     cards[0].update(vram_used=14 * GIB, busy=24, temp_edge=57_000, power=151_000_000)
     cards[0]["mig"] = {
         "migs": [
@@ -220,3 +234,18 @@ def k100ai_health() -> dict[str, Any]:
             ),
         ]
     )
+
+
+HSL, PCIE = 2, 1  # RSMI_IO_LINK_TYPE: the header's XGMI (Hygon's HSL) and PCIEXPRESS
+
+
+def links_and_numa() -> dict[str, Any]:
+    """R-X3 on four K100_AI. Cards 0 and 1 are joined by HSL, on NUMA node 0; card 2 reaches
+    card 0 over PCIe (two hops), on NUMA node 1; card 1 against card 2 answers the link type 0
+    (UNDEFINED): not placed; card 3 answers NOT_SUPPORTED for its NUMA node and for every pair
+    it is in."""
+    cards = [k100(n) for n in range(4)]
+    cards[0].update(numa=0, links={"1": {"type": HSL, "hops": 1}, "2": {"type": PCIE, "hops": 2}})
+    cards[1].update(numa=0, links={"2": {"type": 0, "hops": 1}})
+    cards[2].update(numa=1)
+    return node(cards)

@@ -50,6 +50,16 @@ typedef enum {
 
 typedef enum { RSMI_SW_COMP_DRIVER = 0 } rsmi_sw_component_t;
 
+/* The kind of link between two devices, as upstream ROCm SMI numbers it; Hygon's tools name
+ * the XGMI value HSL. */
+typedef enum {
+    RSMI_IOLINK_TYPE_UNDEFINED = 0,
+    RSMI_IOLINK_TYPE_PCIEXPRESS,
+    RSMI_IOLINK_TYPE_XGMI,
+    RSMI_IOLINK_TYPE_NUMIOLINKTYPES,
+    RSMI_IOLINK_TYPE_SIZE = 0xFFFFFFFF
+} RSMI_IO_LINK_TYPE;
+
 /* A 64-bit enum: the highest block bit is 1 << 63, so the argument is passed as 8 bytes. */
 typedef enum {
     RSMI_GPU_BLOCK_INVALID = 0x0ULL,
@@ -148,6 +158,9 @@ rsmi_status_t rsmi_dev_gpu_clk_freq_get(uint32_t dv_ind, rsmi_clk_type_t clk_typ
 rsmi_status_t rsmi_dev_pci_replay_counter_get(uint32_t dv_ind, uint64_t *counter);
 rsmi_status_t rsmi_dev_memory_reserved_pages_get(uint32_t dv_ind, uint32_t *num_pages,
                                                  rsmi_retired_page_record_t *records);
+rsmi_status_t rsmi_topo_get_numa_node_number(uint32_t dv_ind, uint32_t *numa_node);
+rsmi_status_t rsmi_topo_get_link_type(uint32_t dv_ind_src, uint32_t dv_ind_dst, uint64_t *hops,
+                                      RSMI_IO_LINK_TYPE *type);
 rsmi_status_t rsmi_compute_process_info_get(rsmi_process_info_t *procs, uint32_t *num_items);
 rsmi_status_t rsmi_compute_process_gpus_get(uint32_t pid, uint32_t *dv_indices,
                                             uint32_t *num_devices);
