@@ -222,6 +222,23 @@ class SocTotalResource(Structure):
     )
 
 
+class PcieInfoAll(Structure):
+    """dcmi_pcie_info_all: the NPU's PCI ids and its address (domain, bus, device, function),
+    then reserved room (64 bytes, as the header's comment says)."""
+
+    _fields_ = [
+        ("venderid", c_uint),
+        ("subvenderid", c_uint),
+        ("deviceid", c_uint),
+        ("subdeviceid", c_uint),
+        ("domain", c_int),
+        ("bdf_busid", c_uint),
+        ("bdf_deviceid", c_uint),
+        ("bdf_funcid", c_uint),
+        ("reserve", ctypes.c_ubyte * 32),
+    ]
+
+
 P = POINTER
 # name -> argtypes; every entry point returns int.
 PROTOTYPES: Mapping[str, tuple[Any, ...]] = {
@@ -246,6 +263,9 @@ PROTOTYPES: Mapping[str, tuple[Any, ...]] = {
     "dcmi_get_device_frequency": (c_int, c_int, c_int, P(c_uint)),
     "dcmi_get_device_resource_info": (c_int, c_int, P(ProcMemInfo), P(c_int)),
     "dcmi_get_device_info": (c_int, c_int, c_int, c_uint, c_void_p, P(c_uint)),
+    # Links and placement (R-X3).
+    "dcmi_get_device_pcie_info_v2": (c_int, c_int, P(PcieInfoAll)),
+    "dcmi_get_topo_info_by_device_id": (c_int, c_int, c_int, c_int, P(c_int)),
 }
 
 DCMI = Library(
@@ -422,6 +442,30 @@ class Dcmi:
 
     def frequency(self, card: int, device: int, kind: int) -> tuple[int, int | None]:
         return self._int_out("dcmi_get_device_frequency", card, device, kind, unsigned=True)  # MHz
+
+    # -- links and placement (R-X3) ---------------------------------------------------------
+
+    def pcie_info(self, card: int, device: int) -> tuple[int, dict[str, Any] | None]:
+        """The NPU's PCI address, as the card's PCI device in sysfs is named by it."""
+        info = PcieInfoAll()
+        code = self._call("dcmi_get_device_pcie_info_v2", card, device, byref(info))
+        if code != SUCCESS:
+            return code, None
+        return code, {
+            name: int(getattr(info, name))
+            for name in (
+                "venderid",
+                "deviceid",
+                "domain",
+                "bdf_busid",
+                "bdf_deviceid",
+                "bdf_funcid",
+            )
+        }
+
+    def topo(self, card1: int, dev1: int, card2: int, dev2: int) -> tuple[int, int | None]:
+        """How two NPUs are joined: a DCMI_TOPO_TYPE_* value."""
+        return self._int_out("dcmi_get_topo_info_by_device_id", card1, dev1, card2, dev2)
 
     # -- per process ---------------------------------------------------------------------------
 

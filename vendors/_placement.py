@@ -14,6 +14,7 @@ counts the links between two cards, so no link here has a count.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ def sysfs_name(domain: int, bus: int, device: int, function: int) -> str:
     return f"{domain:04x}:{bus:02x}:{device:02x}.{function:x}"
 
 
-def sysfs_numa(sysfs: str | Path, name: str) -> Any:
+def sysfs_numa(sysfs: str | os.PathLike[str], name: str) -> Any:
     """What the kernel says of the PCI device's NUMA node (the text of its `numa_node`), or the
     failure to read it as a payload records one."""
     path = Path(sysfs) / "bus" / "pci" / "devices" / name / "numa_node"

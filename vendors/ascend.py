@@ -25,8 +25,11 @@ Facts used here: ../shared/reference/vendors.md §6 and §12, reference-implemen
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from devicemanager.backend import BackendUnavailable, Library
@@ -37,6 +40,7 @@ from devicemanager.model import (
     Address,
     Card,
     CardHealth,
+    CardLink,
     DeviceProcesses,
     PartitionReading,
     Payload,
@@ -59,6 +63,7 @@ from vendors._ascend_lib import (
 )
 from vendors._common import error_code as _error
 from vendors._common import failed, listing, reasons
+from vendors._placement import SYSFS_NUMA, due, numa_node, parse_pairs, sysfs_name, sysfs_numa
 
 MANUFACTURER = "ascend"
 
@@ -666,6 +671,67 @@ def parse_partitions(
     return tuple(answered.values())
 
 
+# -- links and placement (R-X3) -------------------------------------------------------------------
+
+TOPO = "dcmi_get_topo_info_by_device_id"
+PCIE_INFO = "dcmi_get_device_pcie_info_v2"
+# DCMI_TOPO_TYPE_* (Huawei's API reference; the newer dcmi_interface_api.h in Huawei's driver
+# sources), as `npu-smi info -t topo` names them: SYS, PHB, PXB and PIX are the PCIe paths
+# `nvidia-smi topo -m` names alike, HCCS a direct link, HCCS_SW HCCS through a switch. SELF (0)
+# is no pair; 6 is SIO in the newer header and BUTT ("unknown") in the reference's list, so it
+# places nothing; UB (8) and BUTT have no kind here: not placed.
+ASCEND_LINKS = {
+    1: "system",
+    2: "pcie_host_bridge",
+    3: "hccs",
+    4: "pcie_switches",
+    5: "pcie_switch",
+    7: "hccs_switch",
+}
+
+
+def _npu(value: Any) -> Hashable | None:
+    """An NPU as the topology names it: [card, device]."""
+    if not isinstance(value, list) or len(value) != 2:
+        return None
+    card, device = as_int(value[0]), as_int(value[1])
+    return None if card is None or device is None else (card, device)
+
+
+def parse_topology(
+    payload: Mapping[str, Any],
+) -> Mapping[Hashable, tuple[tuple[tuple[Hashable, str], ...], int | None]]:
+    """Per (card, device), its links ((peer, kind)) and its NUMA node (the `numa_node` sysfs
+    gives the NPU's PCI device); empty where the payload has no topology."""
+    return parse_pairs(
+        payload,
+        "npu",
+        _npu,
+        lambda e: numa_node(e.get(SYSFS_NUMA)),
+        lambda p: (
+            ASCEND_LINKS.get(as_int(p.get(TOPO)) or 0) if _error(p.get(TOPO)) is None else None
+        ),
+    )
+
+
+def _placed(
+    named: Mapping[int, tuple[Mapping[str, Any], Card]],
+    topology: Mapping[Hashable, tuple[tuple[tuple[Hashable, str], ...], int | None]],
+) -> dict[int, tuple[Mapping[str, Any], Card]]:
+    """Each NPU with its links to the others, by their canonical ids, and its NUMA node."""
+    ids = {_npu([d.get("card"), d.get("device")]): c.id for d, c in named.values()}
+    out = {}
+    for n, (device, card) in named.items():
+        me = _npu([device.get("card"), device.get("device")])
+        if me is None or me not in topology:
+            out[n] = (device, card)
+            continue
+        links, node = topology[me]
+        found = tuple(CardLink(ids[peer], kind) for peer, kind in links if peer in ids)
+        out[n] = (device, dataclasses.replace(card, links=found, numa_node=node))
+    return out
+
+
 # -- parse ----------------------------------------------------------------------------------------
 
 
@@ -676,6 +742,7 @@ def parse(payload: Payload) -> VendorReading:
         card = parse_card(device)
         if card is not None and card.id not in {c.id for _, c in named.values()}:
             named[n] = (device, card)
+    named = _placed(named, parse_topology(payload))
     cards = tuple(card for _, card in named.values())
     processes = tuple(
         p for p in (parse_processes(d, c) for d, c in named.values()) if p is not None
@@ -703,9 +770,20 @@ class AscendBackend:
     manufacturer = MANUFACTURER
     libraries: ClassVar[tuple[Library, ...]] = (DCMI,)
 
-    def __init__(self, libraries: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        libraries: Mapping[str, str] | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sysfs: str | os.PathLike[str] = "/sys",
+    ) -> None:
         self.configured = dict(libraries or {})
+        self._clock = clock
+        self._sysfs = sysfs
         self._dcmi: Dcmi | None = None
+        # The node's links and NUMA nodes, last read (R-X3), and the NPUs they were read for.
+        self._topology: dict[str, Any] | None = None
+        self._topology_npus: tuple[Any, ...] = ()
         # Identity an NPU gave in an earlier round, by (card, device): a device that fell off
         # stops answering even its die, and its grant should see it unhealthy, not vanish.
         self._known: dict[tuple[int, int], dict[str, Any]] = {}
@@ -854,6 +932,7 @@ class AscendBackend:
 
     def read(self, request: ReadRequest) -> Payload:
         dcmi = self._lib
+        now = self._clock()
         code, card_list = dcmi.card_list()
         if card_list is None:
             raise DcmiError(f"dcmi_get_card_list answered {code}")
@@ -865,6 +944,7 @@ class AscendBackend:
             for dev in range(max(0, min(num or 0, MAX_DEVICES_IN_CARD))):
                 devices.append(self._device(card, dev, request))
         self._read_vnpus(devices, request)
+        topology = self._topology_of(devices, now)
         code, version = dcmi.driver_version()
         return {
             "dcmi_get_driver_version": self._answer("dcmi_get_driver_version", code, version),
@@ -875,7 +955,45 @@ class AscendBackend:
                 "partitions": [list(p) for p in sorted(request.partition_ids)],
             },
             "devices": devices,
+            "topology": topology,
         }
+
+    def _topology_of(self, devices: list[dict[str, Any]], now: float) -> Any:
+        """Each NPU's NUMA node and the topology type of each pair of NPUs (R-X3): read when none
+        is held, once TOPOLOGY_PERIOD has passed since the last read, or when the NPUs changed;
+        else the last read, whose `readAt` says when it was made."""
+        npus = tuple(
+            (d["card"], d["device"], named[0][0])
+            for d in devices
+            if (named := identity(d)) is not None
+        )
+        if not due(self._topology, npus, self._topology_npus, now):
+            return self._topology
+        dcmi = self._lib
+        entries = []
+        for card, dev, _ in npus:
+            code, pcie = dcmi.pcie_info(card, dev)
+            entry: dict[str, Any] = {
+                "npu": [card, dev],
+                PCIE_INFO: self._answer(PCIE_INFO, code, pcie),
+            }
+            if pcie is not None:
+                name = sysfs_name(
+                    pcie["domain"] & 0xFFFF,
+                    pcie["bdf_busid"] & 0xFF,
+                    pcie["bdf_deviceid"] & 0x1F,
+                    pcie["bdf_funcid"] & 0x7,
+                )
+                entry[SYSFS_NUMA] = sysfs_numa(self._sysfs, name)
+            entries.append(entry)
+        pairs = []
+        for k, (c1, d1, _) in enumerate(npus):
+            for c2, d2, _ in npus[k + 1 :]:
+                code, kind = dcmi.topo(c1, d1, c2, d2)
+                pairs.append({"a": [c1, d1], "b": [c2, d2], TOPO: self._answer(TOPO, code, kind)})
+        topology: dict[str, Any] = {"readAt": now, "devices": entries, "pairs": pairs}
+        self._topology, self._topology_npus = topology, npus
+        return topology
 
     def parse(self, payload: Payload) -> VendorReading:
         return parse(payload)

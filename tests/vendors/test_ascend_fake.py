@@ -18,6 +18,7 @@ from tests.conftest import Agent
 from tests.fakelib import ascend as fake_dcmi
 from tests.fakelib.ascend import scenarios
 from tests.vendors import kit
+from tests.vendors.conftest import ManualClock
 from tests.vendors.kit import series
 from tests.world import pod, process, uid
 from vendors.ascend import VDEV_TOTAL, AscendBackend, gpustack_id, hami_id
@@ -335,6 +336,86 @@ def test_a_driver_without_vnpus_answers_unsupported(libdcmi: Path, scenario) -> 
 
 
 # -- through the monitor round ------------------------------------------------------------------
+
+
+# -- links and placement (R-X3) ------------------------------------------------------------------
+
+
+def numa_sysfs(root: Path, nodes: dict[str, str]) -> Path:
+    """A sysfs tree whose PCI devices (by name) hold the given `numa_node` text."""
+    for name, text in nodes.items():
+        pci = root / "bus" / "pci" / "devices" / name
+        pci.mkdir(parents=True)
+        (pci / "numa_node").write_text(text)
+    return root
+
+
+def test_links_and_numa_nodes_through_our_ctypes(  # type: ignore[no-untyped-def]
+    libdcmi: Path, scenario, tmp_path: Path
+) -> None:
+    """(R-X3) Per pair of NPUs the topology type DCMI names (`dcmi_get_topo_info_by_device_id`:
+    HCCS, HCCS through a switch, PIX; no count), and each NPU's NUMA node from its PCI device
+    in sysfs (`dcmi_get_device_pcie_info_v2` names it); a type no header gives one meaning and
+    a NOT_SUPPORT answer place the pair nowhere (never "pcie"), and an NPU whose sysfs gives no
+    node (-1, or no file) has none, the failure in the payload."""
+    scenario(scenarios.links_910b2())
+    sysfs = numa_sysfs(
+        tmp_path / "sys", {"0000:01:00.0": "0\n", "0000:11:00.0": "1\n", "0000:21:00.0": "-1\n"}
+    )
+    backend = AscendBackend({"dcmi": str(libdcmi)}, sysfs=sysfs)
+    backend.open()
+    try:
+        payload = backend.read(NOTHING)
+    finally:
+        backend.close()
+    cards = {c.id: c for c in AscendBackend().parse(payload).cards}
+    a, b, c, d = (npu(n) for n in range(4))
+
+    def links(card_id: str) -> set[tuple[str, str, int | None]]:
+        found = cards[card_id].links
+        assert found is not None
+        return {(x.peer_id, x.link, x.count) for x in found}
+
+    assert links(a) == {(b, "hccs", None), (c, "pcie_switch", None), (d, "hccs_switch", None)}
+    assert links(b) == {(a, "hccs", None)}
+    assert links(c) == {(a, "pcie_switch", None)}
+    assert links(d) == {(a, "hccs_switch", None)}
+    assert [cards[x].numa_node for x in (a, b, c, d)] == [0, 1, None, None]
+    topology = payload["topology"]
+    assert len(topology["pairs"]) == 6
+    assert topology["devices"][3]["sysfsNumaNode"]["error"] == "FileNotFoundError"
+    assert topology["devices"][1]["dcmi_get_device_pcie_info_v2"]["bdf_busid"] == 0x11
+    (refused,) = [p for p in topology["pairs"] if (p["a"], p["b"]) == ([1, 0], [3, 0])]
+    assert refused["dcmi_get_topo_info_by_device_id"] == {
+        "error": "dcmi_get_topo_info_by_device_id",
+        "code": -8255,
+    }
+
+
+def test_ascend_links_are_read_once_a_minute(libdcmi: Path, scenario, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """(R-X3) One 15 s period a round on the backend's clock: the topology read in the first
+    round is carried by the next three and read again in the fifth, 60 s later; an NPU that
+    leaves enumeration has it read again at once."""
+
+    def read_at(npus: list[dict[str, Any]], n: int) -> list[tuple[float, int]]:
+        scenario(npus)
+        clock = ManualClock(1000.0)
+        backend = AscendBackend({"dcmi": str(libdcmi)}, clock=clock, sysfs=tmp_path)
+        backend.open()
+        try:
+            out = []
+            for _ in range(n):
+                topology = backend.read(NOTHING)["topology"]
+                out.append((topology["readAt"], len(topology["devices"])))
+                clock.advance(15.0)
+            return out
+        finally:
+            backend.close()
+
+    assert read_at(scenarios.links_910b2(), 5) == [(1000.0, 4)] * 4 + [(1060.0, 4)]
+    leaving = scenarios.links_910b2()
+    leaving[3]["gone_after"] = 1
+    assert read_at(leaving, 2) == [(1000.0, 4), (1015.0, 3)]
 
 
 def gpustack(containers: dict[str, list[dict[str, Any]]]) -> dict[str, str]:

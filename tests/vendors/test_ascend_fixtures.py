@@ -197,7 +197,11 @@ def test_the_fixture_is_what_read_records_from_the_fake(
     monkeypatch.setenv(
         fake_dcmi.SCENARIO_ENV, str(fake_dcmi.write(tmp_path / "s.txt", build(), "25.5.1"))
     )
-    backend = ascend.AscendBackend({"dcmi": str(libdcmi)})
+    backend = ascend.AscendBackend(
+        {"dcmi": str(libdcmi)},
+        clock=lambda: 1000.0,  # the topology's `readAt`, the same on every recording
+        sysfs=tmp_path / "no-sysfs",  # no NUMA node: the read's failure is recorded
+    )
     backend.open()
     try:
         for _ in range(rounds):

@@ -72,6 +72,7 @@ STRUCTS: dict[str, tuple[Any, list[str]]] = {
         ],
     ),
     "struct dcmi_proc_mem_info": (lib.ProcMemInfo, ["proc_id", "proc_mem_usage"]),
+    "struct dcmi_pcie_info_all": (lib.PcieInfoAll, [name for name, *_ in lib.PcieInfoAll._fields_]),
     "struct dcmi_ecc_info": (lib.EccInfo, [name for name, *_ in lib.EccInfo._fields_]),
     "struct dcmi_base_resource": (
         lib.BaseResource,
@@ -118,6 +119,7 @@ def test_our_structs_are_laid_out_as_gcc_lays_out_the_header(tmp_path: Path) -> 
     assert got["struct dcmi_hbm_info"].size == 32
     assert got["struct dcmi_chip_info"].size == 100
     assert got["struct dcmi_die_id"].size == 20
+    assert got["struct dcmi_pcie_info_all"].size == 64  # as the header's comment says (R-X3)
     assert got["struct dcmi_ecc_info"].size == 36  # an int flag and eight unsigned counts (R-X7)
 
 

@@ -378,6 +378,60 @@ def test_no_top_level_shape_makes_parse_raise(payload: Any) -> None:
     parsed_or_refused(ascend.parse, payload if isinstance(payload, dict) else {"devices": payload})
 
 
+@settings(max_examples=200, deadline=None)
+@given(JSON, JSON, JSON)
+def test_no_damaged_topology_makes_parse_raise(node: Any, kind: Any, entry: Any) -> None:
+    """(R-X3) A topology of any shape is links and NUMA nodes or none, never a raise."""
+    other = npu(card=1, **{"dcmi_get_device_die_v2": [w + 1 for w in WORDS]})
+    topology = {
+        "readAt": 1.0,
+        "devices": [{"npu": [0, 0], "sysfsNumaNode": node}, {"npu": [1, 0]}, entry],
+        "pairs": [{"a": [0, 0], "b": [1, 0], "dcmi_get_topo_info_by_device_id": kind}, entry],
+    }
+    for c in parse(npu(), other, topology=topology).cards:
+        assert c.links is None or len(c.links) <= 1
+        assert c.numa_node is None or 0 <= c.numa_node < 4096
+
+
+@pytest.mark.parametrize(
+    ("kind", "link"),
+    [
+        (0, None),  # SELF: no pair
+        (1, "system"),
+        (2, "pcie_host_bridge"),
+        (3, "hccs"),
+        (4, "pcie_switches"),
+        (5, "pcie_switch"),
+        (6, None),  # SIO in the newer header, BUTT ("unknown") in the older reference
+        (7, "hccs_switch"),
+        (8, None),  # UB: no kind here
+        (9, None),  # BUTT
+        ({"error": "dcmi_get_topo_info_by_device_id", "code": -8255}, None),
+        ("3", None),
+    ],
+)
+def test_each_topology_type_is_its_kind_or_places_nothing(kind: Any, link: str | None) -> None:
+    """(R-X3) DCMI_TOPO_TYPE_* as the kinds `nvidia-smi topo -m` names alike (SYS, PHB, PXB,
+    PIX) and HCCS, direct or through a switch; a type without one meaning, a failed call and a
+    value that is not a number place the pair nowhere, never "pcie". NUMA nodes from sysfs's
+    text; -1 (no affinity) is none."""
+    other = npu(card=1, **{"dcmi_get_device_die_v2": [w + 1 for w in WORDS]})
+    topology = {
+        "readAt": 1.0,
+        "devices": [
+            {"npu": [0, 0], "sysfsNumaNode": "1\n"},
+            {"npu": [1, 0], "sysfsNumaNode": "-1\n"},
+        ],
+        "pairs": [{"a": [0, 0], "b": [1, 0], "dcmi_get_topo_info_by_device_id": kind}],
+    }
+    first, second = parse(npu(), other, topology=topology).cards
+    assert [x.link for x in first.links or ()] == ([] if link is None else [link])
+    assert [x.peer_id for x in second.links or ()] == ([] if link is None else [first.id])
+    assert (first.numa_node, second.numa_node) == (1, None)
+    (before,) = parse(npu()).cards
+    assert (before.links, before.numa_node) == (None, None)
+
+
 # -- the NPU's health beyond one bit (R-X7) ----------------------------------------------------
 
 ECC_ON = {

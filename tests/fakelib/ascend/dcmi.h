@@ -35,6 +35,33 @@ struct dcmi_chip_info {
     unsigned int aicore_cnt;
 };
 
+struct dcmi_pcie_info_all {
+    unsigned int venderid;
+    unsigned int subvenderid;
+    unsigned int deviceid;
+    unsigned int subdeviceid;
+    int domain;
+    unsigned int bdf_busid;
+    unsigned int bdf_deviceid;
+    unsigned int bdf_funcid;
+    unsigned char reserve[32];
+};
+
+/* How two devices are joined (dcmi_get_topo_info_by_device_id), as the newer header numbers it;
+ * Huawei's API reference for older drivers ends the list at PIX 5 with BUTT 6 (unknown). */
+enum {
+    DCMI_TOPO_TYPE_SELF = 0,
+    DCMI_TOPO_TYPE_SYS,
+    DCMI_TOPO_TYPE_PHB,
+    DCMI_TOPO_TYPE_HCCS,
+    DCMI_TOPO_TYPE_PXB,
+    DCMI_TOPO_TYPE_PIX,
+    DCMI_TOPO_TYPE_SIO,
+    DCMI_TOPO_TYPE_HCCS_SW,
+    DCMI_TOPO_TYPE_UB,
+    DCMI_TOPO_TYPE_BUTT
+};
+
 struct dcmi_die_id {
     unsigned int soc_die[DCMI_DIE_ID_COUNT];
 };
@@ -183,5 +210,8 @@ int dcmi_get_device_resource_info(int card_id, int device_id, struct dcmi_proc_m
                                   int *proc_num);
 int dcmi_get_device_info(int card_id, int device_id, int main_cmd, unsigned int sub_cmd, void *buf,
                          unsigned int *size);
+int dcmi_get_device_pcie_info_v2(int card_id, int device_id, struct dcmi_pcie_info_all *pcie_info);
+int dcmi_get_topo_info_by_device_id(int card_id1, int device_id1, int card_id2, int device_id2,
+                                    int *topo_type);
 
 #endif

@@ -13,14 +13,19 @@
  *   - negative DCMI codes (-8001.. -8255) from any call, per device;
  *   - the VDEV_MNG sub-commands of dcmi_get_device_info: the vNPU list (1), one vNPU's template
  *     and resources (0), its activity (5), each refusable on its own;
- *   - a lost device answering -8008 (or its own code) from every call.
+ *   - a lost device answering -8008 (or its own code) from every call;
+ *   - links and placement (R-X3): each NPU's PCI address (dcmi_get_device_pcie_info_v2; bus
+ *     `bus`, default 0x01 + 0x10 x its position), and the topology type of a pair (`topo` of
+ *     either NPU, keyed by the other's scenario position; SELF for an NPU with itself; a pair
+ *     in neither answers DCMI_ERR_NOT_SUPPORT).
  *
  * Scenario (JSON, see tests/fakelib/ascend/__init__.py): driver, devices[] of {card, device,
  * type, logic, phy, die[5], chip{type, name, ver, aicore}, hbm{size, usage, freq, temp} (MB),
  * memory{size, available} (MB), aicore, temp, power (0.1 W), health, error_codes[] (the error
  * codes the NPU reports now, decimal; error_count: the count to answer instead of their number,
  * as a driver past its list would), processes[]{pid, mem},
- * reported_count, vdevs[]{id, template, aic, memory (MB), util, total_kb, free_kb}, lost_code}
+ * reported_count, vdevs[]{id, template, aic, memory (MB), util, total_kb, free_kb}, lost_code,
+ * domain, bus, topo{<position>: type}}
  * plus the kit's fault keys. Compiled with -DFAKE_DCMI_OLD_DRIVER it leaves out the entry points
  * an older driver lacks (dcmi_get_device_die_v2, dcmi_get_driver_version).
  */
@@ -251,6 +256,41 @@ int dcmi_get_device_power_info(int card_id, int device_id, int *power) {
 int dcmi_get_device_health(int card_id, int device_id, unsigned int *health) {
     ENTRY("dcmi_get_device_health");
     *health = (unsigned int)fl_u64(0, D "health", d);
+    return DCMI_OK;
+}
+
+int dcmi_get_device_pcie_info_v2(int card_id, int device_id, struct dcmi_pcie_info_all *pcie_info) {
+    ENTRY("dcmi_get_device_pcie_info_v2");
+    if (!pcie_info)
+        return DCMI_ERR_INVALID_PARAMETER;
+    memset(pcie_info, 0, sizeof(*pcie_info));
+    pcie_info->venderid = 0x19e5; /* Huawei */
+    pcie_info->deviceid = 0xd802;
+    pcie_info->domain = (int)fl_int(0, D "domain", d);
+    pcie_info->bdf_busid = (unsigned int)fl_int((0x01 + 0x10 * d) & 0xFF, D "bus", d);
+    return DCMI_OK;
+}
+
+int dcmi_get_topo_info_by_device_id(int card_id1, int device_id1, int card_id2, int device_id2,
+                                    int *topo_type) {
+    int rc, a, b;
+    const char *kind;
+    if ((a = entry(card_id1, device_id1, "dcmi_get_topo_info_by_device_id", &rc)) < 0)
+        return rc;
+    if ((b = entry(card_id2, device_id2, "dcmi_get_topo_info_by_device_id", &rc)) < 0)
+        return rc;
+    if (!topo_type)
+        return DCMI_ERR_INVALID_PARAMETER;
+    if (a == b) {
+        *topo_type = DCMI_TOPO_TYPE_SELF;
+        return DCMI_OK;
+    }
+    kind = fl_get(D "topo.%d", a, b);
+    if (!kind)
+        kind = fl_get(D "topo.%d", b, a);
+    if (!kind)
+        return DCMI_ERR_NOT_SUPPORT;
+    *topo_type = atoi(kind);
     return DCMI_OK;
 }
 

@@ -28,6 +28,7 @@ from devicemanager.grants.grants import node_grants
 from devicemanager.model import Identities, Payload
 from devicemanager.node.pods import PodIndex
 from tests.fakelib import ascend as fake_dcmi
+from tests.fakelib.ascend.scenarios import eight_910b2_hccs
 from vendors.ascend import AscendBackend, gpustack_id, hami_id
 
 NAME = "atlas800t-a2-8npu-vnpu-mixed"
@@ -108,20 +109,33 @@ NPUS: dict[int, tuple[int, int, int, int, dict[str, Any]]] = {
 
 
 def scenario_devices() -> list[dict[str, Any]]:
-    return [
-        fake_dcmi.device(
-            n,
-            0,
-            n=n,
-            die=die(n),
-            hbm=(65536, used),
-            aicore=aicore,
-            temp=temp,
-            power=power,
-            **extra,
-        )
-        for n, (used, aicore, temp, power, extra) in NPUS.items()
-    ]
+    return eight_910b2_hccs(
+        [
+            fake_dcmi.device(
+                n,
+                0,
+                n=n,
+                die=die(n),
+                hbm=(65536, used),
+                aicore=aicore,
+                temp=temp,
+                power=power,
+                **extra,
+            )
+            for n, (used, aicore, temp, power, extra) in NPUS.items()
+        ]
+    )
+
+
+def numa_sysfs(root: Path) -> Path:
+    """The node's sysfs as the recording saw it: each NPU's PCI device (bus 0xC1 + n) and its
+    NUMA node, NPUs 0-3 on node 0 and 4-7 on node 1 (synthetic, after the Atlas 800T A2's two
+    sockets)."""
+    for n in NPUS:
+        pci = root / "bus" / "pci" / "devices" / f"0000:{0xC1 + n:02x}:00.0"
+        pci.mkdir(parents=True)
+        (pci / "numa_node").write_text(f"{n // 4}\n")
+    return root
 
 
 def gpustack(accelerators: dict[str, list[dict[str, Any]]]) -> dict[str, str]:
@@ -290,7 +304,11 @@ def record(lib: Path, pod_docs: list[dict[str, Any]], scratch: Path) -> Payload:
         fake_dcmi.write(scratch / "scenario.txt", scenario_devices(), DRIVER)
     )
     recorded = node_grants(PodIndex.of(pod_docs))
-    backend = AscendBackend({"dcmi": str(lib)})
+    backend = AscendBackend(
+        {"dcmi": str(lib)},
+        clock=lambda: 1000.0,  # the topology's `readAt`, the same on every recording
+        sysfs=numa_sysfs(scratch / "sys"),
+    )
     try:
         backend.open()
         first = backend.parse(backend.read(recorded.request("ascend")))
@@ -312,7 +330,9 @@ DESCRIPTION = (
     "vNPUs, vdev 100 busy (62% AI core, 11000 MiB) and vdev 101 idle, and NPU 4 into one vir08 "
     "(vdev 102), held by Instances that recorded them as the bare vdev id, the device plugin's "
     "Ascend910-4c-101-3 and vdavinci102; NPU 5 whole to a plain Job pod; NPU 6 idle; NPU 7 "
-    "raising a major alarm, with the error code 0x80E01801 active. The payload is what "
+    "raising a major alarm, with the error code 0x80E01801 active. Links: the eight NPUs "
+    "joined to each other by HCCS, NPUs 0-3 on NUMA node 0 and 4-7 on node 1 (a synthetic "
+    "topology after the Atlas 800T A2's, not recorded). The payload is what "
     "read() records over the fake libdcmi.so "
     "(tests/fakelib/ascend/node.py); processes in a vNPU are assumed to be listed on its "
     "physical NPU too. Not recorded on hardware."

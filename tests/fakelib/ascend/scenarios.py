@@ -209,3 +209,27 @@ def error_codes_910b2() -> list[dict[str, Any]]:
         device(3, n=3, **B2, error_codes=[CARD_DROP], error_count=200),
         device(4, n=4, **B2, error_codes=list(range(0x1000, 0x1000 + 70))),
     ]
+
+
+HCCS, PIX, SIO_OR_BUTT, HCCS_SW = 3, 5, 6, 7  # DCMI_TOPO_TYPE_*
+
+
+def links_910b2() -> list[dict[str, Any]]:
+    """R-X3 on four 910B2 (PCI buses 01, 11, 21, 31 by default). NPUs 0 and 1 are joined by
+    HCCS, 0 and 3 by HCCS through a switch, 0 and 2 share a PCIe switch (PIX); 1 against 2
+    answers 6 (SIO in the newer header, "unknown" in the older): not placed; 1 against 3 and 2
+    against 3 answer DCMI_ERR_NOT_SUPPORT."""
+    npus = [device(c, n=c, **B2) for c in range(4)]
+    npus[0]["topo"] = {"1": HCCS, "2": PIX, "3": HCCS_SW}
+    npus[1]["topo"] = {"2": SIO_OR_BUTT}
+    return npus
+
+
+def eight_910b2_hccs(npus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An Atlas 800T A2's links (synthetic, after its layout): the eight NPUs all joined to each
+    other by HCCS; PCI buses 0xC1, 0xC2, ... so sysfs can place them (NPUs 0-3 on NUMA node 0,
+    4-7 on node 1, as the recording's sysfs says)."""
+    for n, doc in enumerate(npus):
+        doc["bus"] = 0xC1 + n
+        doc["topo"] = {str(m): HCCS for m in range(n + 1, len(npus))}
+    return npus
