@@ -191,6 +191,8 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "mxSmlGetTotalEccErrors": (c_uint, [c_uint, POINTER(EccErrorCount)]),
     "mxSmlGetCurrentClocksThrottleReason": (c_uint, [c_uint, POINTER(ctypes.c_ulonglong)]),
     "mxSmlGetClocks": (c_uint, [c_uint, c_uint, _U, POINTER(c_uint)]),
+    # Links and placement (R-X3): mxSmlGpuTopologyLevel_t, an unsigned enum.
+    "mxSmlGetDeviceTopology": (c_uint, [c_uint, c_uint, POINTER(c_uint)]),
 }
 REQUIRED = ("mxSmlInit", "mxSmlGetDeviceCount", "mxSmlGetDeviceInfo")
 

@@ -43,6 +43,22 @@ def sysfs_name(domain: int, bus: int, device: int, function: int) -> str:
     return f"{domain:04x}:{bus:02x}:{device:02x}.{function:x}"
 
 
+def bus_name(text: Any) -> str | None:
+    """A PCI address as a library writes it (`0000:07:00.0`, `00000000:07:00.0`, any case) as
+    sysfs names the device, or None where it is not one."""
+    if not isinstance(text, str):
+        return None
+    try:
+        domain, bus, rest = text.strip().split(":")
+        device, function = rest.split(".")
+        parts = int(domain, 16), int(bus, 16), int(device, 16), int(function, 16)
+    except ValueError:
+        return None
+    if not (0 <= parts[0] <= 0xFFFF and 0 <= parts[1] <= 0xFF and 0 <= parts[2] <= 0x1F):
+        return None
+    return sysfs_name(*parts) if 0 <= parts[3] <= 7 else None
+
+
 def sysfs_numa(sysfs: str | os.PathLike[str], name: str) -> Any:
     """What the kernel says of the PCI device's NUMA node (the text of its `numa_node`), or the
     failure to read it as a payload records one."""

@@ -25,15 +25,18 @@ What MXSML does that a reader would not guess:
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import socket
-from collections.abc import Callable, Iterable, Mapping
+import time
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, ClassVar
 
 from devicemanager.backend import BackendUnavailable, Library
 from devicemanager.model import (
     Card,
     CardHealth,
+    CardLink,
     DeviceProcesses,
     PartitionReading,
     Payload,
@@ -46,6 +49,15 @@ from devicemanager.model import (
 )
 from vendors import _metax_lib as mx
 from vendors._common import error_code, failed, finite, listing, load, reasons
+from vendors._placement import (
+    SYSFS_NUMA,
+    bus_name,
+    due,
+    index_of,
+    numa_node,
+    parse_pairs,
+    sysfs_numa,
+)
 
 MANUFACTURER = "metax"
 
@@ -459,10 +471,64 @@ def _requested(payload: Mapping[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+# -- links and placement (R-X3) ----------------------------------------------------------------
+
+TOPOLOGY = "mxSmlGetDeviceTopology"
+# mxSmlGpuTopologyLevel_t (MxSml.h 2.3.1): sequential from 0, NVML's levels with MetaXLink and
+# Ethernet among them. INTERNAL is one board, SINGLE a PCIe switch (PIX), MULTIPLE several (PXB),
+# HOSTBRIDGE one host bridge (PHB), NODE one NUMA node, SYSTEM across them (SYS). ETH ("the same
+# Eth") and UNDEFINED have no kind here: the pair is placed nowhere.
+METAX_LINKS = {
+    0: "pcie_board",
+    1: "pcie_switch",
+    2: "pcie_switches",
+    3: "pcie_host_bridge",
+    4: "numa_node",
+    5: "metaxlink",
+    6: "system",
+}
+
+
+def _topology_kind(pair: Mapping[str, Any]) -> str | None:
+    answer = pair.get(TOPOLOGY)
+    level = as_int(answer) if error_code(answer) is None else None
+    return None if level is None else METAX_LINKS.get(level)
+
+
+def parse_topology(
+    payload: Mapping[str, Any],
+) -> Mapping[Hashable, tuple[tuple[tuple[Hashable, str], ...], int | None]]:
+    """Per sequence index, its links ((peer index, kind)) and its NUMA node (the `numa_node`
+    sysfs gives the card's PCI device, named by DeviceInfo.bdfId); empty where the payload has
+    no topology."""
+    return parse_pairs(
+        payload,
+        "deviceId",
+        index_of,
+        lambda e: numa_node(e.get(SYSFS_NUMA)),
+        _topology_kind,
+    )
+
+
+def _placed(cards: list[tuple[int, Card]], payload: Mapping[str, Any]) -> list[Card]:
+    """Each card with its links to the others, by their canonical ids, and its NUMA node."""
+    topology = parse_topology(payload)
+    ids = dict(cards)
+    out = []
+    for index, card in cards:
+        if index not in topology:
+            out.append(card)
+            continue
+        links, node = topology[index]
+        found = tuple(CardLink(ids[p].id, kind) for p, kind in links if p in ids)
+        out.append(dataclasses.replace(card, links=found, numa_node=node))
+    return out
+
+
 def parse(payload: Payload) -> VendorReading:
     node = payload.get("node")
     node = node if isinstance(node, str) and node else None
-    cards: list[Card] = []
+    cards: list[tuple[int, Card]] = []
     processes: list[DeviceProcesses] = []
     partitions: list[PartitionReading] = []
     modes: dict[str, Reason | None] = {}
@@ -472,7 +538,8 @@ def parse(payload: Payload) -> VendorReading:
         card = parse_card(device, node)
         if card is None:
             continue
-        cards.append(card)
+        position = as_int(device.get("deviceId"))
+        cards.append((card.index if position is None else position, card))
         version = device.get("mxSmlGetDeviceVersion")
         if driver is None and isinstance(version, str) and version:
             driver = version
@@ -496,7 +563,7 @@ def parse(payload: Payload) -> VendorReading:
         known.add((parent, wanted))
     return VendorReading(
         manufacturer=MANUFACTURER,
-        cards=tuple(cards),
+        cards=tuple(_placed(cards, payload)),
         processes=tuple(processes),
         partitions=tuple(partitions),
         driver_version=driver,
@@ -514,9 +581,19 @@ class MetaxBackend:
     libraries: ClassVar[tuple[Library, ...]] = (MXSML,)
 
     def __init__(
-        self, libraries: Mapping[str, str] | None = None, node_name: str | None = None
+        self,
+        libraries: Mapping[str, str] | None = None,
+        node_name: str | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sysfs: str | os.PathLike[str] = "/sys",
     ) -> None:
         self.configured = dict(libraries or {})
+        self._clock = clock
+        self._sysfs = sysfs
+        # The node's links and NUMA nodes, last read (R-X3), and the cards they were read for.
+        self._topology: dict[str, Any] | None = None
+        self._topology_cards: tuple[Any, ...] = ()
         # HAMi names a whole card after the node (`<node>-metax-<index>`); read() records the
         # name so that parse() stays pure and a recording replays with its own node's name.
         self.node_name = node_name if node_name is not None else node_name_from_environment()
@@ -741,8 +818,10 @@ class MetaxBackend:
     def read(self, request: ReadRequest) -> Payload:
         if self._mx is None:
             raise BackendUnavailable("read() before open()")
+        now = self._clock()
         count = min(int(self._fn("mxSmlGetDeviceCount")()), MAX_DEVICES)
         sliced = frozenset(parent for parent, _ in request.partition_ids)
+        devices = [self._device(i, request.carved_device_ids, sliced) for i in range(count)]
         return {
             "node": self.node_name,
             "mxSmlGetDeviceCount": count,
@@ -750,8 +829,40 @@ class MetaxBackend:
                 "carved": sorted(request.carved_device_ids),
                 "partitions": [list(p) for p in sorted(request.partition_ids)],
             },
-            "devices": [self._device(i, request.carved_device_ids, sliced) for i in range(count)],
+            "devices": devices,
+            "topology": self._topology_of(devices, now),
         }
+
+    def _topology_of(self, devices: list[dict[str, Any]], now: float) -> Any:
+        """Each physical card's NUMA node and the topology level of each pair (R-X3): read when
+        none is held, once TOPOLOGY_PERIOD has passed since the last read, or when the cards
+        changed; else the last read, whose `readAt` says when it was made."""
+        named = [
+            (d["deviceId"], identity)
+            for d in devices
+            if "mxSmlGetDeviceState" in d and (identity := _identity(d)) is not None
+        ]
+        cards = tuple((index, identity.get("uuid")) for index, identity in named)
+        if not due(self._topology, cards, self._topology_cards, now):
+            return self._topology
+        entries = []
+        for index, identity in named:
+            entry: dict[str, Any] = {"deviceId": index}
+            name = bus_name(identity.get("bdfId"))
+            if name is not None:
+                entry[SYSFS_NUMA] = sysfs_numa(self._sysfs, name)
+            entries.append(entry)
+        topology: dict[str, Any] = {
+            "readAt": now,
+            "devices": entries,
+            "pairs": [
+                {"a": a, "b": b, TOPOLOGY: self._int(TOPOLOGY, a, b, ctype=ctypes.c_uint)}
+                for k, (a, _) in enumerate(named)
+                for b, _ in named[k + 1 :]
+            ],
+        }
+        self._topology, self._topology_cards = topology, cards
+        return topology
 
     def parse(self, payload: Payload) -> VendorReading:
         return parse(payload)

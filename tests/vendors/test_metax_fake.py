@@ -27,10 +27,11 @@ from tests.fakelib import metax as fake
 from tests.fakelib.metax import scenarios
 from tests.fakelib.metax.scenarios import sgpu_uuid
 from tests.vendors import kit
+from tests.vendors.conftest import ManualClock
 from tests.vendors.kit import series
 from tests.world import gpu, pod, process, uid
 from vendors import _metax_lib as mx
-from vendors.metax import MetaxBackend
+from vendors.metax import MetaxBackend, error
 
 pytestmark = pytest.mark.timeout(90)
 GIB = 1 << 30
@@ -641,3 +642,83 @@ def test_record_writes_what_the_live_backend_reads(
     # Every card carved: per-process and sGPU answers for each, ready to become a scenario.
     assert all("mxSmlGetSingleGpuProcess_v3" in d and "sgpu" in d for d in payload["devices"])
     assert len(parse(payload).partitions) == 2
+
+
+# -- links and placement (R-X3) ------------------------------------------------------------------
+
+
+def test_links_and_numa_nodes_through_our_ctypes(libmxsml: Path, scenario, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """(R-X3) Per pair of cards the topology level MXSML names (`mxSmlGetDeviceTopology`:
+    MetaXLink, the PCIe paths; no count), and each card's NUMA node from its PCI device in
+    sysfs (DeviceInfo.bdfId names it); a level with no kind here (ETH) and an
+    OperationNotSupport answer place the pair nowhere (never "pcie"), and a card whose sysfs
+    gives no node has none, the failure in the payload. A VF is in no pair."""
+    scenario(*scenarios.links())
+    sysfs = tmp_path / "sys"
+    for name, text in (("0000:0e:00.0", "0\n"), ("0000:0f:00.0", "0\n"), ("0000:10:00.0", "1\n")):
+        (sysfs / "bus" / "pci" / "devices" / name).mkdir(parents=True)
+        (sysfs / "bus" / "pci" / "devices" / name / "numa_node").write_text(text)
+    backend = MetaxBackend({"mxsml": str(libmxsml)}, node_name="n1", sysfs=sysfs)
+    backend.open()
+    try:
+        payload = backend.read(ReadRequest())
+    finally:
+        backend.close()
+    cards = {c.id: c for c in parse(payload).cards}
+    a, b, c, d = (gpu(80 + n) for n in range(4))
+
+    def links(card_id: str) -> set[tuple[str, str, int | None]]:
+        found = cards[card_id].links
+        assert found is not None
+        return {(x.peer_id, x.link, x.count) for x in found}
+
+    assert links(a) == {(b, "metaxlink", None), (c, "numa_node", None)}
+    assert links(b) == {(a, "metaxlink", None)}
+    assert links(c) == {(a, "numa_node", None)}
+    assert links(d) == set()
+    assert [cards[x].numa_node for x in (a, b, c, d)] == [0, 0, 1, None]
+    topology = payload["topology"]
+    assert len(topology["pairs"]) == 6
+    assert topology["devices"][3]["sysfsNumaNode"]["error"] == "FileNotFoundError"
+    (refused,) = [p for p in topology["pairs"] if (p["a"], p["b"]) == (2, 3)]
+    assert refused["mxSmlGetDeviceTopology"] == error(3)  # OperationNotSupport
+    (eth,) = [p for p in topology["pairs"] if (p["a"], p["b"]) == (1, 2)]
+    assert eth["mxSmlGetDeviceTopology"] == 7
+
+    scenario(*scenarios.vf_in_list())
+    backend.open()
+    try:
+        payload = backend.read(ReadRequest())
+    finally:
+        backend.close()
+    assert [e["deviceId"] for e in payload["topology"]["devices"]] == [0, 3]
+    assert [(p["a"], p["b"]) for p in payload["topology"]["pairs"]] == [(0, 3)]
+
+
+def test_metax_links_are_read_once_a_minute(libmxsml: Path, scenario, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """(R-X3) One 15 s period a round on the backend's clock: the topology read in the first
+    round is carried by the next three and read again in the fifth, 60 s later; a card that
+    leaves enumeration has it read again at once."""
+
+    def read_at(cards: list[dict[str, Any]], n: int) -> list[tuple[float, int]]:
+        scenario(cards)
+        clock = ManualClock(1000.0)
+        backend = MetaxBackend(
+            {"mxsml": str(libmxsml)}, node_name="n1", clock=clock, sysfs=tmp_path
+        )
+        backend.open()
+        try:
+            out = []
+            for _ in range(n):
+                topology = backend.read(ReadRequest())["topology"]
+                out.append((topology["readAt"], len(topology["devices"])))
+                clock.advance(15.0)
+            return out
+        finally:
+            backend.close()
+
+    cards, _ = scenarios.links()
+    assert read_at(cards, 5) == [(1000.0, 4)] * 4 + [(1060.0, 4)]
+    cards, _ = scenarios.links()
+    cards[3]["gone_after"] = 1
+    assert read_at(cards, 2) == [(1000.0, 4), (1015.0, 3)]

@@ -223,7 +223,12 @@ def test_the_fixture_is_what_read_records_from_the_fake(
     case = TABLE[name]
     devices, processes = case.scenario()
     monkeypatch.setenv(fake.SCENARIO_ENV, str(fake.write(tmp_path / "s.txt", devices, processes)))
-    backend = MetaxBackend({"mxsml": str(fake.built(case.variant))}, node_name="c500-node-1")
+    backend = MetaxBackend(
+        {"mxsml": str(fake.built(case.variant))},
+        node_name="c500-node-1",
+        clock=lambda: 1000.0,  # the topology's `readAt`, the same on every recording
+        sysfs="/nonexistent",  # no NUMA node: the read's failure is recorded
+    )
     backend.open()
     try:
         payload = [backend.read(case.request) for _ in range(case.rounds)][-1]

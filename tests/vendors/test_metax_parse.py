@@ -342,6 +342,48 @@ def test_no_json_at_all_makes_parse_raise(doc: Any) -> None:
     parsed_or_refused(metax.parse, doc if isinstance(doc, dict) else {"devices": doc})
 
 
+@pytest.mark.parametrize(
+    ("level", "link"),
+    [
+        (0, "pcie_board"),
+        (1, "pcie_switch"),
+        (2, "pcie_switches"),
+        (3, "pcie_host_bridge"),
+        (4, "numa_node"),
+        (5, "metaxlink"),
+        (6, "system"),
+        (7, None),  # ETH: no kind here
+        (8, None),  # UNDEFINED
+        ({"error": 3, "code": 3}, None),
+        (-1, None),
+    ],
+)
+def test_each_topology_level_is_its_kind_or_places_nothing(level: Any, link: str | None) -> None:
+    """(R-X3) mxSmlGpuTopologyLevel_t as the kinds `nvidia-smi topo -m` names alike, and
+    MetaXLink; ETH, UNDEFINED, a failed call and a value the enum does not have place the pair
+    nowhere, never "pcie". NUMA nodes from sysfs's text; -1 (no affinity) is none; a payload
+    recorded before links were read has none."""
+    topology = {
+        "readAt": 1.0,
+        "devices": [
+            {"deviceId": 0, "sysfsNumaNode": "1\n"},
+            {"deviceId": 1, "sysfsNumaNode": "-1\n"},
+        ],
+        "pairs": [{"a": 0, "b": 1, "mxSmlGetDeviceTopology": level}],
+    }
+    payload = {"node": "n1", "devices": [device(0), device(1)], "topology": topology}
+    first, second = metax.parse(payload).cards
+    assert [(x.peer_id, x.link) for x in first.links or ()] == (
+        [] if link is None else [(second.id, link)]
+    )
+    assert [(x.peer_id, x.link) for x in second.links or ()] == (
+        [] if link is None else [(first.id, link)]
+    )
+    assert (first.numa_node, second.numa_node) == (1, None)
+    (before,) = metax.parse({"node": "n1", "devices": [device(0)]}).cards
+    assert (before.links, before.numa_node) == (None, None)
+
+
 def test_numbers_no_c_field_could_hold_are_absent() -> None:
     huge = 10**400  # valid JSON; float() of it would raise
     c = only_card(

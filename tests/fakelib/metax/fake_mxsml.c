@@ -22,7 +22,9 @@
  *   - the health figures (issue 29): SRAM and DRAM ECC counts and retired pages, the
  *     clocks-throttle mask in MetaX's own bits, each clock domain's clocks in MHz (InvalidInput
  *     for a domain other than Xcore and Mc0; InsufficientSize with the count for a short
- *     buffer); all-ones values answered as the scenario gives them.
+ *     buffer); all-ones values answered as the scenario gives them;
+ *   - links (R-X3): the topology level of a pair (`topo` of either card, keyed by the other's
+ *     scenario position; a pair in neither answers OperationNotSupport).
  *
  * Built variants (FakeLibrary.defines): FAKE_MXSML_NO_V3 and FAKE_MXSML_NO_V2 leave out those
  * process entry points, FAKE_MXSML_NO_ANNOTATIONS the sGPU annotations id (older libraries).
@@ -31,7 +33,7 @@
  * gpu_id, node_id, brand, mode, state, memory{vram_total, vram_used, vis_total, vis_used} (KB),
  * usage, temp (x100), power[] (mW per rail), sgpu_toggle, sgpus[]{id, uuid, vram_quota,
  * compute_quota, minor, usage, memory{total, used}, alias, annotations_id, faults{}},
- * insufficient} and processes[]{pid, name, gpus[]{device, memory, die, sgpu}} (device: a
+ * insufficient, topo{<position>: level}} and processes[]{pid, name, gpus[]{device, memory, die, sgpu}} (device: a
  * position in devices[]), plus the kit's fault keys; lost_code is what a lost card answers.
  */
 #include "fakelib.h"
@@ -514,4 +516,24 @@ const char *mxSmlGetErrorString(mxsml_rc rc) {
     case MXSML_INSUFFICIENT_SIZE: return "Insufficient size";
     default: return "Unknown error";
     }
+}
+
+mxsml_rc mxSmlGetDeviceTopology(unsigned int deviceId1, unsigned int deviceId2,
+                                unsigned int *topoInfo) {
+    mxsml_rc rc;
+    const char *level;
+    int a = card(deviceId1, "mxSmlGetDeviceTopology", &rc), b;
+    if (a < 0)
+        return rc;
+    if ((b = card(deviceId2, "mxSmlGetDeviceTopology", &rc)) < 0)
+        return rc;
+    if (!topoInfo)
+        return MXSML_INVALID_INPUT;
+    level = fl_get(D "topo.%d", a, b);
+    if (!level)
+        level = fl_get(D "topo.%d", b, a);
+    if (!level)
+        return MXSML_NOT_SUPPORTED;
+    *topoInfo = (unsigned int)atoi(level);
+    return MXSML_OK;
 }

@@ -161,6 +161,11 @@ mxsml_rc mxSmlGetCurrentClocksThrottleReason(unsigned int deviceId,
                                              unsigned long long *clocksThrottleReasons);
 mxsml_rc mxSmlGetClocks(unsigned int deviceId, unsigned int clockIp, unsigned int *clocksSize,
                         unsigned int *clocksMhz);
+/* How two devices are joined, mxSmlGpuTopologyLevel_t: sequential from 0 (INTERNAL, SINGLE,
+ * MULTIPLE, HOSTBRIDGE, NODE, METAXLINK, SYSTEM, ETH, UNDEFINED). */
+#define MXSML_TOPOLOGY_METAXLINK 5u
+mxsml_rc mxSmlGetDeviceTopology(unsigned int deviceId1, unsigned int deviceId2,
+                                unsigned int *topoInfo);
 mxsml_rc mxSmlGetBoardPowerInfo(unsigned int deviceId, unsigned int *size,
                                 mxSmlBoardWayElectricInfo_t *ways);
 mxsml_rc mxSmlGetSingleGpuProcess(unsigned int deviceId, unsigned int *count,

@@ -80,6 +80,9 @@ def cards() -> list[dict[str, Any]]:
             temp=temp,
             power=rails,  # W per 12 V rail, written as mW
             gpu_id=index + 1,  # the DRM card number, as a recorded node shows: not the index
+            # Links (synthetic): MetaXLink within each four, across the sockets' interconnect
+            # (SYSTEM) between them.
+            topo={str(m): 5 if m // 4 == index // 4 else 6 for m in range(index + 1, 8)},
             **extra,
         )
 
@@ -144,7 +147,17 @@ def payload(library: Path, directory: Path) -> dict[str, Any]:
     path = fake.write(directory / "scenario.txt", cards(), fake_processes())
     previous = os.environ.get(fake.SCENARIO_ENV)
     os.environ[fake.SCENARIO_ENV] = str(path)
-    backend = MetaxBackend({"mxsml": str(library)}, node_name=NODE)
+    sysfs = directory / "sys"
+    for index in range(8):  # each card's PCI device and NUMA node: 0-3 on node 0, 4-7 on 1
+        pci = sysfs / "bus" / "pci" / "devices" / bdf(index)
+        pci.mkdir(parents=True)
+        (pci / "numa_node").write_text(f"{index // 4}\n")
+    backend = MetaxBackend(
+        {"mxsml": str(library)},
+        node_name=NODE,
+        clock=lambda: 1000.0,  # the topology's `readAt`, the same on every recording
+        sysfs=sysfs,
+    )
     try:
         backend.open()
         return backend.read(ReadRequest(carved_device_ids=frozenset(uuid(i) for i in CARVED)))
@@ -326,7 +339,9 @@ META = {
         "mode with two HAMi sGPU slices (16 GiB/30% busy at 28.75% of the card, 8 GiB/20% "
         "idle); card 4 in sGPU mode with a GPUStack quarter slice (cap 25%) running in an sGPU "
         "at 5.12%; card 5 with sGPU mode off, time-shared by two GPUStack half slices (their "
-        "compute absent: MXSML has no per-process utilization); cards 6-7 idle. Figures "
+        "compute absent: MXSML has no per-process utilization); cards 6-7 idle. Cards 0-3 on "
+        "NUMA node 0 and 4-7 on node 1, each four joined by MetaXLink (a synthetic topology, "
+        "not recorded). Figures "
         "follow a recorded 8 x C500 node's idle readings; not recorded on hardware."
     ),
 }

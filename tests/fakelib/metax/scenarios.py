@@ -161,3 +161,16 @@ def health() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         ),
     ]
     return cards, []
+
+
+METAXLINK, NODE, ETH = 5, 4, 7  # mxSmlGpuTopologyLevel_t
+
+
+def links() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """R-X3 on four C500s (buses 0e-11). Cards 0 and 1 are joined by MetaXLink, 0 and 2 only
+    through one NUMA node's host bridges (NODE); 1 against 2 answers ETH, which has no kind
+    here: not placed; card 3 answers OperationNotSupport for every pair it is in."""
+    cards = [card(gpu(80 + i), bdf=bdf(i)) for i in range(4)]
+    cards[0]["topo"] = {"1": METAXLINK, "2": NODE}
+    cards[1]["topo"] = {"2": ETH}
+    return cards, []
