@@ -676,7 +676,7 @@ def parse_partitions(
 TOPO = "dcmi_get_topo_info_by_device_id"
 PCIE_INFO = "dcmi_get_device_pcie_info_v2"
 # DCMI_TOPO_TYPE_* (Huawei's API reference; the newer dcmi_interface_api.h in Huawei's driver
-# sources, verylucky01/driver src/custom/include/), as `npu-smi info -t topo` names them: SYS, PHB, PXB and PIX are the PCIe paths
+# sources, verylucky01/driver src/custom/include/): SYS, PHB, PXB and PIX are the PCIe paths
 # `nvidia-smi topo -m` names alike, HCCS a direct link, HCCS_SW HCCS through a switch. SELF (0)
 # is no pair; 6 is SIO in the newer header and BUTT ("unknown") in the reference's list, so it
 # places nothing; UB (8) and BUTT have no kind here: not placed.
