@@ -311,6 +311,45 @@ def test_hygon_links_are_read_once_a_minute(libs: dict[str, str], scenario) -> N
     assert read_at(leaving, 2) == [(1000.0, 4), (1015.0, 3)]
 
 
+def test_the_whole_agent_publishes_hygon_links(
+    libs: dict[str, str], scenario, tmp_path: Path, launch
+) -> None:  # type: ignore[no-untyped-def]
+    """(R-X3) Over real HTTPS: `link_info` per card, peer and kind (`hsl`, `pcie`), no `links`
+    count (the fork gives hops, not links), `numa_node` only where the library gives one, the
+    snapshot's optional `links` and `numaNode`; promtool takes the text."""
+    env = scenario(scenarios.links_and_numa())
+    agent = serve(launch, libs, env, tmp_path, [])
+    with agent.client() as client:
+        text = client.get("/metrics").content
+        doc = client.get("/monitor/snapshot").json()
+    got = series(text)
+    a, b, c, d = (dcu(n) for n in range(4))
+    pairs = {
+        (ls["id"], ls["peer_id"], ls["link"]) for ls, _ in got["gpustack_accelerator_link_info"]
+    }
+    assert pairs == {
+        (a, b, "hsl"),
+        (b, a, "hsl"),
+        (a, c, "pcie"),
+        (c, a, "pcie"),
+    }
+    assert "gpustack_accelerator_links" not in got
+    numa = {ls["id"]: v for ls, v in got["gpustack_accelerator_numa_node"]}
+    assert numa == {a: 0.0, b: 0.0, c: 1.0}  # card 3: NOT_SUPPORTED, no sample
+    served = {x["id"]: x for x in doc["groups"][0]["accelerators"]}
+    assert sorted((x["peerID"], x["link"], x["count"]) for x in served[a]["links"]) == sorted(
+        [(b, "hsl", None), (c, "pcie", None)]
+    )
+    assert (served[a]["numaNode"], served[c]["numaNode"]) == (0, 1)
+    assert (served[d]["links"], "numaNode" in served[d]) == ([], False)
+    promtool = shutil.which("promtool")
+    if promtool is not None:
+        result = subprocess.run(
+            [promtool, "check", "metrics"], input=text, capture_output=True, check=False
+        )
+        assert result.returncode == 0 and result.stdout + result.stderr == b"", result
+
+
 # -- per-process --------------------------------------------------------------------------------
 
 
