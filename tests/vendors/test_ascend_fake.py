@@ -418,6 +418,53 @@ def test_ascend_links_are_read_once_a_minute(libdcmi: Path, scenario, tmp_path: 
     assert read_at(leaving, 2) == [(1000.0, 4), (1015.0, 3)]
 
 
+def test_the_whole_agent_publishes_npu_links(
+    libdcmi: Path, scenario, tmp_path: Path, launch
+) -> None:  # type: ignore[no-untyped-def]
+    """(R-X3) Over real HTTPS: `link_info` per NPU, peer and kind (`hccs`, `hccs_switch`,
+    `pcie_switch`), no `links` count (DCMI counts none), no series for the pairs DCMI does not
+    place; promtool takes the text. (NUMA nodes come from the host's /sys here: not asserted.)"""
+    path = scenario(scenarios.links_910b2())
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "pods.json").write_text(json.dumps({"kind": "PodList", "items": []}))
+    agent: Agent = launch(
+        "--manufacturer",
+        "ascend",
+        "--vendor-library",
+        f"ascend={libdcmi}",
+        "--pods-file",
+        str(tmp_path / "pods.json"),
+        "--proc-root",
+        str(tmp_path / "proc"),
+        "--monitor-period",
+        "0.5",
+        env={fake_dcmi.SCENARIO_ENV: str(path)},
+    )
+    agent.wait_for("/readyz", 200)
+    with agent.client() as client:
+        text = client.get("/metrics").content
+    got = series(text)
+    a, b, c, d = (npu(n) for n in range(4))
+    pairs = {
+        (ls["id"], ls["peer_id"], ls["link"]) for ls, _ in got["gpustack_accelerator_link_info"]
+    }
+    assert pairs == {
+        (a, b, "hccs"),
+        (b, a, "hccs"),
+        (a, c, "pcie_switch"),
+        (c, a, "pcie_switch"),
+        (a, d, "hccs_switch"),
+        (d, a, "hccs_switch"),
+    }
+    assert "gpustack_accelerator_links" not in got
+    promtool = shutil.which("promtool")
+    if promtool is not None:
+        result = subprocess.run(
+            [promtool, "check", "metrics"], input=text, capture_output=True, check=False
+        )
+        assert result.returncode == 0 and result.stdout + result.stderr == b"", result
+
+
 def gpustack(containers: dict[str, list[dict[str, Any]]]) -> dict[str, str]:
     doc = {
         c: {"devices": {"groups": [{"id": 0, "manufacturer": "ascend", "accelerators": accs}]}}

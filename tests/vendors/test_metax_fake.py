@@ -722,3 +722,48 @@ def test_metax_links_are_read_once_a_minute(libmxsml: Path, scenario, tmp_path: 
     cards, _ = scenarios.links()
     cards[3]["gone_after"] = 1
     assert read_at(cards, 2) == [(1000.0, 4), (1015.0, 3)]
+
+
+def test_the_whole_agent_publishes_c500_links(
+    libmxsml: Path, scenario, tmp_path: Path, launch
+) -> None:  # type: ignore[no-untyped-def]
+    """(R-X3) Over real HTTPS: `link_info` per card, peer and kind (`metaxlink`, `numa_node`),
+    no `links` count (MXSML counts none), no series for the pairs MXSML does not place;
+    promtool takes the text. (NUMA nodes come from the host's /sys here: not asserted.)"""
+    path = scenario(*scenarios.links())
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "pods.json").write_text(json.dumps({"kind": "PodList", "items": []}))
+    agent: Agent = launch(
+        "--manufacturer",
+        "metax",
+        "--vendor-library",
+        f"metax={libmxsml}",
+        "--pods-file",
+        str(tmp_path / "pods.json"),
+        "--proc-root",
+        str(tmp_path / "proc"),
+        "--monitor-period",
+        "0.5",
+        env={fake.SCENARIO_ENV: str(path), "KUBERNETES_NODE_NAME": "n1"},
+    )
+    agent.wait_for("/readyz", 200)
+    with agent.client() as client:
+        text = client.get("/metrics").content
+    got = series(text)
+    a, b, c = (gpu(80 + n) for n in range(3))
+    pairs = {
+        (ls["id"], ls["peer_id"], ls["link"]) for ls, _ in got["gpustack_accelerator_link_info"]
+    }
+    assert pairs == {
+        (a, b, "metaxlink"),
+        (b, a, "metaxlink"),
+        (a, c, "numa_node"),
+        (c, a, "numa_node"),
+    }
+    assert "gpustack_accelerator_links" not in got
+    promtool = shutil.which("promtool")
+    if promtool is not None:
+        result = subprocess.run(
+            [promtool, "check", "metrics"], input=text, capture_output=True, check=False
+        )
+        assert result.returncode == 0 and result.stdout + result.stderr == b"", result
