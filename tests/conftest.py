@@ -21,6 +21,22 @@ NODES = FIXTURES / "nodes"
 SCENARIOS = sorted(p.name for p in NODES.iterdir() if (p / "scenario.json").exists())
 
 
+def assert_promtool_accepts(text: bytes | str) -> None:
+    """`promtool check metrics` takes the exposition with nothing to say (no lint finding).
+    Skipped where promtool is not installed; .ci/run installs Debian's prometheus package,
+    which carries it."""
+    import shutil
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        return
+    data = text.encode() if isinstance(text, str) else text
+    result = subprocess.run(
+        [promtool, "check", "metrics"], input=data, capture_output=True, check=False
+    )
+    assert result.returncode == 0 and result.stdout + result.stderr == b"", result
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.conftest import Agent
 from tests.fakelib import nvidia as fake_nvml
 from tests.fakelib import thead as fake_hgml
 
@@ -53,3 +56,27 @@ class ManualClock:
 
     def advance(self, seconds: float = 15.0) -> None:
         self.now += seconds
+
+
+def serve_fake_library(
+    launch: Any, manufacturer: str, library: Path, tmp_path: Path, env: dict[str, str]
+) -> Agent:
+    """A real `devicemanager serve` over a fake vendor library (`env` names its scenario), on a
+    node with no pods and an empty /proc, rounds every 0.5 s; returned once it is ready."""
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "pods.json").write_text(json.dumps({"kind": "PodList", "items": []}))
+    agent: Agent = launch(
+        "--manufacturer",
+        manufacturer,
+        "--vendor-library",
+        f"{manufacturer}={library}",
+        "--pods-file",
+        str(tmp_path / "pods.json"),
+        "--proc-root",
+        str(tmp_path / "proc"),
+        "--monitor-period",
+        "0.5",
+        env=env,
+    )
+    agent.wait_for("/readyz", 200)
+    return agent

@@ -5,8 +5,6 @@ run the monitor round in-process (grants, attribution, slices, /metrics); one ru
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +12,11 @@ import pytest
 
 from devicemanager.figures.published import Published
 from devicemanager.model import ReadRequest, Reason, VendorReading
-from tests.conftest import Agent
+from tests.conftest import Agent, assert_promtool_accepts
 from tests.fakelib import ascend as fake_dcmi
 from tests.fakelib.ascend import scenarios
 from tests.vendors import kit
-from tests.vendors.conftest import ManualClock
+from tests.vendors.conftest import ManualClock, serve_fake_library
 from tests.vendors.kit import series
 from tests.world import pod, process, uid
 from vendors.ascend import VDEV_TOTAL, AscendBackend, gpustack_id, hami_id
@@ -425,22 +423,9 @@ def test_the_whole_agent_publishes_npu_links(
     `pcie_switch`), no `links` count (DCMI counts none), no series for the pairs DCMI does not
     place; promtool takes the text. (NUMA nodes come from the host's /sys here: not asserted.)"""
     path = scenario(scenarios.links_910b2())
-    (tmp_path / "proc").mkdir()
-    (tmp_path / "pods.json").write_text(json.dumps({"kind": "PodList", "items": []}))
-    agent: Agent = launch(
-        "--manufacturer",
-        "ascend",
-        "--vendor-library",
-        f"ascend={libdcmi}",
-        "--pods-file",
-        str(tmp_path / "pods.json"),
-        "--proc-root",
-        str(tmp_path / "proc"),
-        "--monitor-period",
-        "0.5",
-        env={fake_dcmi.SCENARIO_ENV: str(path)},
+    agent = serve_fake_library(
+        launch, "ascend", libdcmi, tmp_path, env={fake_dcmi.SCENARIO_ENV: str(path)}
     )
-    agent.wait_for("/readyz", 200)
     with agent.client() as client:
         text = client.get("/metrics").content
     got = series(text)
@@ -457,12 +442,7 @@ def test_the_whole_agent_publishes_npu_links(
         (d, a, "hccs_switch"),
     }
     assert "gpustack_accelerator_links" not in got
-    promtool = shutil.which("promtool")
-    if promtool is not None:
-        result = subprocess.run(
-            [promtool, "check", "metrics"], input=text, capture_output=True, check=False
-        )
-        assert result.returncode == 0 and result.stdout + result.stderr == b"", result
+    assert_promtool_accepts(text)
 
 
 def gpustack(containers: dict[str, list[dict[str, Any]]]) -> dict[str, str]:
@@ -674,22 +654,9 @@ def test_the_whole_agent_publishes_npu_health(
     the remapped-rows family, clocks in Hz, energy with no sample and its capability saying
     `unsupported`; promtool takes the text with nothing to say."""
     path = scenario(scenarios.health_910b2())
-    (tmp_path / "proc").mkdir()
-    (tmp_path / "pods.json").write_text(json.dumps({"kind": "PodList", "items": []}))
-    agent: Agent = launch(
-        "--manufacturer",
-        "ascend",
-        "--vendor-library",
-        f"ascend={libdcmi}",
-        "--pods-file",
-        str(tmp_path / "pods.json"),
-        "--proc-root",
-        str(tmp_path / "proc"),
-        "--monitor-period",
-        "0.5",
-        env={fake_dcmi.SCENARIO_ENV: str(path)},
+    agent = serve_fake_library(
+        launch, "ascend", libdcmi, tmp_path, env={fake_dcmi.SCENARIO_ENV: str(path)}
     )
-    agent.wait_for("/readyz", 200)
     with agent.client() as client:
         text = client.get("/metrics").content
     assert "# TYPE gpustack_accelerator_ecc_errors_total counter" in text.decode().splitlines()
@@ -710,12 +677,7 @@ def test_the_whole_agent_publishes_npu_health(
     assert by_card(f"{pre}figure_capability", figure="energy_joules", reason="unsupported") == {
         npu(n): 0.0 for n in range(3)
     }
-    promtool = shutil.which("promtool")
-    if promtool is not None:
-        result = subprocess.run(
-            [promtool, "check", "metrics"], input=text, capture_output=True, check=False
-        )
-        assert result.returncode == 0 and result.stdout + result.stderr == b"", result
+    assert_promtool_accepts(text)
 
 
 def test_the_whole_agent_on_the_fake_dcmi(libdcmi: Path, scenario, tmp_path: Path, launch) -> None:  # type: ignore[no-untyped-def]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import json
 import math
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,12 +21,12 @@ import pytest
 
 from devicemanager.agent.monitor import Monitor
 from devicemanager.model import ReadRequest, Reason, VendorReading
-from tests.conftest import REPO, Agent, agent_env
+from tests.conftest import REPO, Agent, agent_env, assert_promtool_accepts
 from tests.fakelib import metax as fake
 from tests.fakelib.metax import scenarios
 from tests.fakelib.metax.scenarios import sgpu_uuid
 from tests.vendors import kit
-from tests.vendors.conftest import ManualClock
+from tests.vendors.conftest import ManualClock, serve_fake_library
 from tests.vendors.kit import series
 from tests.world import gpu, pod, process, uid
 from vendors import _metax_lib as mx
@@ -515,22 +514,13 @@ def test_the_whole_agent_publishes_c500_health(
     remapped-rows family, throttle reasons 0/1, clocks in Hz, energy with no sample and its
     capability saying `unsupported`; promtool takes the text with nothing to say."""
     path = scenario(*scenarios.health())
-    (tmp_path / "proc").mkdir()
-    (tmp_path / "pods.json").write_text(json.dumps({"kind": "PodList", "items": []}))
-    agent: Agent = launch(
-        "--manufacturer",
+    agent = serve_fake_library(
+        launch,
         "metax",
-        "--vendor-library",
-        f"metax={libmxsml}",
-        "--pods-file",
-        str(tmp_path / "pods.json"),
-        "--proc-root",
-        str(tmp_path / "proc"),
-        "--monitor-period",
-        "0.5",
+        libmxsml,
+        tmp_path,
         env={fake.SCENARIO_ENV: str(path), "KUBERNETES_NODE_NAME": "n1"},
     )
-    agent.wait_for("/readyz", 200)
     with agent.client() as client:
         text = client.get("/metrics").content
     assert "# TYPE gpustack_accelerator_ecc_errors_total counter" in text.decode().splitlines()
@@ -556,12 +546,7 @@ def test_the_whole_agent_publishes_c500_health(
     assert by_card(f"{pre}figure_capability", figure="pcie_replays", reason="unsupported") == {
         gpu(n): 0.0 for n in (90, 91, 92)
     }
-    promtool = shutil.which("promtool")
-    if promtool is not None:
-        result = subprocess.run(
-            [promtool, "check", "metrics"], input=text, capture_output=True, check=False
-        )
-        assert result.returncode == 0 and result.stdout + result.stderr == b"", result
+    assert_promtool_accepts(text)
 
 
 def test_the_whole_agent_on_the_fake_c500_with_sgpu_slices(
@@ -731,22 +716,13 @@ def test_the_whole_agent_publishes_c500_links(
     no `links` count (MXSML counts none), no series for the pairs MXSML does not place;
     promtool takes the text. (NUMA nodes come from the host's /sys here: not asserted.)"""
     path = scenario(*scenarios.links())
-    (tmp_path / "proc").mkdir()
-    (tmp_path / "pods.json").write_text(json.dumps({"kind": "PodList", "items": []}))
-    agent: Agent = launch(
-        "--manufacturer",
+    agent = serve_fake_library(
+        launch,
         "metax",
-        "--vendor-library",
-        f"metax={libmxsml}",
-        "--pods-file",
-        str(tmp_path / "pods.json"),
-        "--proc-root",
-        str(tmp_path / "proc"),
-        "--monitor-period",
-        "0.5",
+        libmxsml,
+        tmp_path,
         env={fake.SCENARIO_ENV: str(path), "KUBERNETES_NODE_NAME": "n1"},
     )
-    agent.wait_for("/readyz", 200)
     with agent.client() as client:
         text = client.get("/metrics").content
     got = series(text)
@@ -761,9 +737,4 @@ def test_the_whole_agent_publishes_c500_links(
         (c, a, "numa_node"),
     }
     assert "gpustack_accelerator_links" not in got
-    promtool = shutil.which("promtool")
-    if promtool is not None:
-        result = subprocess.run(
-            [promtool, "check", "metrics"], input=text, capture_output=True, check=False
-        )
-        assert result.returncode == 0 and result.stdout + result.stderr == b"", result
+    assert_promtool_accepts(text)
