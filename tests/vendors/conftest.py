@@ -59,12 +59,18 @@ class ManualClock:
 
 
 def serve_fake_library(
-    launch: Any, manufacturer: str, library: Path, tmp_path: Path, env: dict[str, str]
+    launch: Any,
+    manufacturer: str,
+    library: Path,
+    tmp_path: Path,
+    env: dict[str, str],
+    pods: list[dict[str, Any]] | None = None,
 ) -> Agent:
     """A real `devicemanager serve` over a fake vendor library (`env` names its scenario), on a
-    node with no pods and an empty /proc, rounds every 0.5 s; returned once it is ready."""
-    (tmp_path / "proc").mkdir()
-    (tmp_path / "pods.json").write_text(json.dumps({"kind": "PodList", "items": []}))
+    node of `pods` (none by default) whose /proc is `tmp_path/proc` (empty unless the test put
+    processes there), rounds every 0.5 s; returned once it is ready."""
+    (tmp_path / "proc").mkdir(exist_ok=True)
+    (tmp_path / "pods.json").write_text(json.dumps({"kind": "PodList", "items": pods or []}))
     agent: Agent = launch(
         "--manufacturer",
         manufacturer,
@@ -80,3 +86,9 @@ def serve_fake_library(
     )
     agent.wait_for("/readyz", 200)
     return agent
+
+
+def links_of(card: Any) -> set[tuple[str, str, int | None]]:
+    """A parsed card's links as (peer, kind, count); the card must carry them."""
+    assert card.links is not None
+    return {(x.peer_id, x.link, x.count) for x in card.links}

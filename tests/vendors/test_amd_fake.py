@@ -21,6 +21,7 @@ from tests.conftest import REPO, agent_env
 from tests.fakelib import amd as fake
 from tests.fakelib.amd import GIB, scenarios
 from tests.vendors import kit
+from tests.vendors.conftest import links_of, serve_fake_library
 from vendors.amd import VIA_AMDSMI, VIA_ROCM_SMI, VIA_WITHHELD, AmdBackend
 
 pytestmark = pytest.mark.timeout(90)
@@ -583,21 +584,9 @@ def test_the_whole_agent_on_the_fake_rocm(rocm_root: Path, tmp_path: Path, launc
     for p in pods:
         p["spec"]["nodeName"] = "n1"
     process(tmp_path / "proc", 5101, "xcp0")
-    (tmp_path / "pods.json").write_text(json.dumps({"kind": "PodList", "items": pods}))
-    agent = launch(
-        "--manufacturer",
-        "amd",
-        "--vendor-library",
-        f"amd={rocm_root}",
-        "--pods-file",
-        str(tmp_path / "pods.json"),
-        "--proc-root",
-        str(tmp_path / "proc"),
-        "--monitor-period",
-        "0.5",
-        env={fake.SCENARIO_ENV: str(scenario_path)},
+    agent = serve_fake_library(
+        launch, "amd", rocm_root, tmp_path, env={fake.SCENARIO_ENV: str(scenario_path)}, pods=pods
     )
-    agent.wait_for("/readyz", 200)
     with agent.client() as client:
         snap = client.get("/monitor/snapshot").json()
         text = client.get("/metrics").text
@@ -650,9 +639,7 @@ def test_links_and_numa_nodes_through_the_real_wheel(node) -> None:  # type: ign
     ]
 
     def links(card_id: str) -> set[tuple[str, str, int | None]]:
-        found = cards[card_id].links
-        assert found is not None
-        return {(x.peer_id, x.link, x.count) for x in found}
+        return links_of(cards[card_id])
 
     assert links(one) == {(two, "xgmi", None), (board, "xgmi", None), (four, "pcie", None)}
     assert links(two) == {(one, "xgmi", None)}

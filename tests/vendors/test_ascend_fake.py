@@ -12,11 +12,11 @@ import pytest
 
 from devicemanager.figures.published import Published
 from devicemanager.model import ReadRequest, Reason, VendorReading
-from tests.conftest import Agent, assert_promtool_accepts
+from tests.conftest import assert_promtool_accepts
 from tests.fakelib import ascend as fake_dcmi
 from tests.fakelib.ascend import scenarios
 from tests.vendors import kit
-from tests.vendors.conftest import ManualClock, serve_fake_library
+from tests.vendors.conftest import ManualClock, links_of, serve_fake_library
 from tests.vendors.kit import series
 from tests.world import pod, process, uid
 from vendors.ascend import VDEV_TOTAL, AscendBackend, gpustack_id, hami_id
@@ -370,9 +370,7 @@ def test_links_and_numa_nodes_through_our_ctypes(  # type: ignore[no-untyped-def
     a, b, c, d = (npu(n) for n in range(4))
 
     def links(card_id: str) -> set[tuple[str, str, int | None]]:
-        found = cards[card_id].links
-        assert found is not None
-        return {(x.peer_id, x.link, x.count) for x in found}
+        return links_of(cards[card_id])
 
     assert links(a) == {(b, "hccs", None), (c, "pcie_switch", None), (d, "hccs_switch", None)}
     assert links(b) == {(a, "hccs", None)}
@@ -714,21 +712,9 @@ def test_the_whole_agent_on_the_fake_dcmi(libdcmi: Path, scenario, tmp_path: Pat
         ),
     ]
     process(tmp_path / "proc", 8101, "hami-a")
-    (tmp_path / "pods.json").write_text(json.dumps({"kind": "PodList", "items": pods}))
-    agent: Agent = launch(
-        "--manufacturer",
-        "ascend",
-        "--vendor-library",
-        f"ascend={libdcmi}",
-        "--pods-file",
-        str(tmp_path / "pods.json"),
-        "--proc-root",
-        str(tmp_path / "proc"),
-        "--monitor-period",
-        "0.5",
-        env={fake_dcmi.SCENARIO_ENV: str(path)},
+    agent = serve_fake_library(
+        launch, "ascend", libdcmi, tmp_path, env={fake_dcmi.SCENARIO_ENV: str(path)}, pods=pods
     )
-    agent.wait_for("/readyz", 200)
     with agent.client() as client:
         doc = client.get("/monitor/snapshot").json()
         text = client.get("/metrics").text

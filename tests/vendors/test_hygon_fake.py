@@ -22,7 +22,7 @@ from tests.fakelib import nvidia as fake_nvml
 from tests.fakelib.hygon import GIB, MIB, scenarios
 from tests.fakelib.hygon.scenarios import dcu, mig_uuid
 from tests.vendors import kit
-from tests.vendors.conftest import ManualClock
+from tests.vendors.conftest import ManualClock, links_of
 from tests.vendors.kit import series
 from tests.world import gpu, pod, process, uid
 from vendors.hygon import HygonBackend
@@ -260,9 +260,7 @@ def test_links_and_numa_nodes_through_our_ctypes(libs: dict[str, str], scenario)
     a, b, c, d = (dcu(n) for n in range(4))
 
     def links(card_id: str) -> set[tuple[str, str, int | None]]:
-        found = cards[card_id].links
-        assert found is not None
-        return {(x.peer_id, x.link, x.count) for x in found}
+        return links_of(cards[card_id])
 
     assert links(a) == {(b, "hsl", None), (c, "pcie", None)}
     assert links(b) == {(a, "hsl", None)}

@@ -21,12 +21,12 @@ import pytest
 
 from devicemanager.agent.monitor import Monitor
 from devicemanager.model import ReadRequest, Reason, VendorReading
-from tests.conftest import REPO, Agent, agent_env, assert_promtool_accepts
+from tests.conftest import REPO, agent_env, assert_promtool_accepts
 from tests.fakelib import metax as fake
 from tests.fakelib.metax import scenarios
 from tests.fakelib.metax.scenarios import sgpu_uuid
 from tests.vendors import kit
-from tests.vendors.conftest import ManualClock, serve_fake_library
+from tests.vendors.conftest import ManualClock, links_of, serve_fake_library
 from tests.vendors.kit import series
 from tests.world import gpu, pod, process, uid
 from vendors import _metax_lib as mx
@@ -565,21 +565,14 @@ def test_the_whole_agent_on_the_fake_c500_with_sgpu_slices(
     ]
     process(tmp_path / "proc", 7101, "busy")
     process(tmp_path / "proc", 7201, "idle")
-    (tmp_path / "pods.json").write_text(json.dumps({"kind": "PodList", "items": pods}))
-    agent: Agent = launch(
-        "--manufacturer",
+    agent = serve_fake_library(
+        launch,
         "metax",
-        "--vendor-library",
-        f"metax={libmxsml}",
-        "--pods-file",
-        str(tmp_path / "pods.json"),
-        "--proc-root",
-        str(tmp_path / "proc"),
-        "--monitor-period",
-        "0.5",
+        libmxsml,
+        tmp_path,
         env={fake.SCENARIO_ENV: str(path), "KUBERNETES_NODE_NAME": "n1"},
+        pods=pods,
     )
-    agent.wait_for("/readyz", 200)
     with agent.client() as client:
         doc = client.get("/monitor/snapshot").json()
         text = client.get("/metrics").content
@@ -653,9 +646,7 @@ def test_links_and_numa_nodes_through_our_ctypes(libmxsml: Path, scenario, tmp_p
     a, b, c, d = (gpu(80 + n) for n in range(4))
 
     def links(card_id: str) -> set[tuple[str, str, int | None]]:
-        found = cards[card_id].links
-        assert found is not None
-        return {(x.peer_id, x.link, x.count) for x in found}
+        return links_of(cards[card_id])
 
     assert links(a) == {(b, "metaxlink", None), (c, "numa_node", None)}
     assert links(b) == {(a, "metaxlink", None)}

@@ -14,7 +14,7 @@ import pytest
 
 from devicemanager.agent.monitor import Monitor
 from devicemanager.model import ReadRequest, Reason
-from tests.conftest import Agent, assert_promtool_accepts
+from tests.conftest import assert_promtool_accepts
 from tests.fakelib import thead as fake
 from tests.fakelib.thead import scenarios
 from tests.vendors import kit
@@ -562,21 +562,9 @@ def test_the_whole_agent_on_a_fake_ppu_node(
     ]
     for pid, owner in ((8101, "busy"), (8201, "idle"), (8301, "mig")):
         process(tmp_path / "proc", pid, owner)
-    (tmp_path / "pods.json").write_text(json.dumps({"kind": "PodList", "items": pods}))
-    agent: Agent = launch(
-        "--manufacturer",
-        "thead",
-        "--vendor-library",
-        f"thead={libhgml}",
-        "--pods-file",
-        str(tmp_path / "pods.json"),
-        "--proc-root",
-        str(tmp_path / "proc"),
-        "--monitor-period",
-        "0.5",
-        env={fake.SCENARIO_ENV: str(path)},
+    agent = serve_fake_library(
+        launch, "thead", libhgml, tmp_path, env={fake.SCENARIO_ENV: str(path)}, pods=pods
     )
-    agent.wait_for("/readyz", 200)
     deadline = time.monotonic() + 20
     with agent.client() as client:
         while True:
