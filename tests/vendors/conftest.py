@@ -92,3 +92,20 @@ def links_of(card: Any) -> set[tuple[str, str, int | None]]:
     """A parsed card's links as (peer, kind, count); the card must carry them."""
     assert card.links is not None
     return {(x.peer_id, x.link, x.count) for x in card.links}
+
+
+def topology_reads(backend: Any, clock: ManualClock, rounds: int) -> list[tuple[float, int]]:
+    """(readAt, cards) of the topology each of `rounds` reads carries, the backend's clock
+    moved one 15 s period after each; the backend is opened and closed here."""
+    from devicemanager.model import ReadRequest
+
+    backend.open()
+    try:
+        out = []
+        for _ in range(rounds):
+            topology = backend.read(ReadRequest())["topology"]
+            out.append((topology["readAt"], len(topology["devices"])))
+            clock.advance(15.0)
+        return out
+    finally:
+        backend.close()

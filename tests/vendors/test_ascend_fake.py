@@ -16,7 +16,7 @@ from tests.conftest import assert_promtool_accepts
 from tests.fakelib import ascend as fake_dcmi
 from tests.fakelib.ascend import scenarios
 from tests.vendors import kit
-from tests.vendors.conftest import ManualClock, links_of, serve_fake_library
+from tests.vendors.conftest import ManualClock, links_of, serve_fake_library, topology_reads
 from tests.vendors.kit import series
 from tests.world import pod, process, uid
 from vendors.ascend import VDEV_TOTAL, AscendBackend, gpustack_id, hami_id
@@ -397,16 +397,7 @@ def test_ascend_links_are_read_once_a_minute(libdcmi: Path, scenario, tmp_path: 
         scenario(npus)
         clock = ManualClock(1000.0)
         backend = AscendBackend({"dcmi": str(libdcmi)}, clock=clock, sysfs=tmp_path)
-        backend.open()
-        try:
-            out = []
-            for _ in range(n):
-                topology = backend.read(NOTHING)["topology"]
-                out.append((topology["readAt"], len(topology["devices"])))
-                clock.advance(15.0)
-            return out
-        finally:
-            backend.close()
+        return topology_reads(backend, clock, n)
 
     assert read_at(scenarios.links_910b2(), 5) == [(1000.0, 4)] * 4 + [(1060.0, 4)]
     leaving = scenarios.links_910b2()

@@ -22,7 +22,7 @@ from tests.fakelib import nvidia as fake_nvml
 from tests.fakelib.hygon import GIB, MIB, scenarios
 from tests.fakelib.hygon.scenarios import dcu, mig_uuid
 from tests.vendors import kit
-from tests.vendors.conftest import ManualClock, links_of
+from tests.vendors.conftest import ManualClock, links_of, topology_reads
 from tests.vendors.kit import series
 from tests.world import gpu, pod, process, uid
 from vendors.hygon import HygonBackend
@@ -286,16 +286,7 @@ def test_hygon_links_are_read_once_a_minute(libs: dict[str, str], scenario) -> N
         scenario(doc)
         clock = ManualClock(1000.0)
         backend = HygonBackend(libs, mig_config="/nonexistent", clock=clock)
-        backend.open()
-        try:
-            out = []
-            for _ in range(n):
-                topology = backend.read(ReadRequest())["topology"]
-                out.append((topology["readAt"], len(topology["devices"])))
-                clock.advance(15.0)
-            return out
-        finally:
-            backend.close()
+        return topology_reads(backend, clock, n)
 
     assert read_at(scenarios.links_and_numa(), 5) == [(1000.0, 4)] * 4 + [(1060.0, 4)]
     leaving = scenarios.links_and_numa()

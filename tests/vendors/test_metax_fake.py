@@ -26,7 +26,7 @@ from tests.fakelib import metax as fake
 from tests.fakelib.metax import scenarios
 from tests.fakelib.metax.scenarios import sgpu_uuid
 from tests.vendors import kit
-from tests.vendors.conftest import ManualClock, links_of, serve_fake_library
+from tests.vendors.conftest import ManualClock, links_of, serve_fake_library, topology_reads
 from tests.vendors.kit import series
 from tests.world import gpu, pod, process, uid
 from vendors import _metax_lib as mx
@@ -682,16 +682,7 @@ def test_metax_links_are_read_once_a_minute(libmxsml: Path, scenario, tmp_path: 
         backend = MetaxBackend(
             {"mxsml": str(libmxsml)}, node_name="n1", clock=clock, sysfs=tmp_path
         )
-        backend.open()
-        try:
-            out = []
-            for _ in range(n):
-                topology = backend.read(ReadRequest())["topology"]
-                out.append((topology["readAt"], len(topology["devices"])))
-                clock.advance(15.0)
-            return out
-        finally:
-            backend.close()
+        return topology_reads(backend, clock, n)
 
     cards, _ = scenarios.links()
     assert read_at(cards, 5) == [(1000.0, 4)] * 4 + [(1060.0, 4)]
