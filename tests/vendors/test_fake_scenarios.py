@@ -6,8 +6,10 @@ figures must hold for one replayed round, independently of the goldens."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,52 @@ BACKENDS: dict[str, tuple[type[NvmlFamilyBackend], str, str]] = {
     "nvidia": (NvidiaBackend, fake_nvml.SCENARIO_ENV, "libnvml"),
     "thead": (TheadBackend, fake_hgml.SCENARIO_ENV, "libhgml"),
 }
+
+
+def _generator() -> Any:
+    """fixtures/fake_scenarios.py as a module (it imports fixtures/synthesize.py beside it)."""
+    fixtures = NODES.parent
+    sys.path.insert(0, str(fixtures))
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "fake_scenarios", fixtures / "fake_scenarios.py"
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(fixtures))
+    return module
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def test_the_generator_reproduces_the_committed_scenarios_byte_for_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(R-V6) Running fixtures/fake_scenarios.py writes exactly what is committed for each
+    scenario it makes (the fake's document with h100-mig-gpm's NVLinks, NUMA nodes and PCIe
+    ancestors, pods, /proc, scenario.json): nothing in them is edited by hand, so a change to
+    the generator shows up here, not as a silent loss the next time someone runs it."""
+    generator = _generator()
+    monkeypatch.setattr(generator, "ROOT", tmp_path)
+    generator.ppu_mixed()
+    generator.h100_mig_gpm()
+    made = sorted(p.name for p in tmp_path.iterdir())
+    assert made == ["h100-mig-gpm", "ppu-zw810e-mixed"]
+    for name in made:
+        written = _tree(tmp_path / name)
+        committed = {k: v for k, v in _tree(NODES / name).items() if k in written}
+        assert set(committed) == set(written), name
+        for path, data in written.items():
+            assert committed[path] == data, f"{name}/{path} differs from what the generator writes"
+    devices = json.loads((tmp_path / "h100-mig-gpm" / "fake" / "nvidia.json").read_text())
+    assert [d.get("numa") for d in devices["library"]["devices"]] == [0, 0, 1, 1]
+    assert all(len(d["nvlinks"]) == 18 for d in devices["library"]["devices"])
 
 
 def test_every_fake_recorded_scenario_is_covered() -> None:
