@@ -207,12 +207,16 @@ def _utilization(device: Mapping[str, Any]) -> float | None:
 
 
 def _unhealthy(device: Mapping[str, Any]) -> str | None:
+    """Why the board is unusable, or None; the first match, most severe first: lost; an
+    uncorrectable ECC error; a bad page the driver could not retire (UNRESERVABLE: bad memory
+    left in use, as NVML's failed row remap and Hygon's unreservable page)."""
     if _lost(device):
         return "device_lost"
-    ecc = mapping(device.get("amdsmi_get_gpu_total_ecc_count"))
-    uncorrectable = as_int(ecc.get("uncorrectable_count"))
+    uncorrectable, _ = ecc_counts(device)["ecc_uncorrected_volatile"]  # never a sentinel
     if uncorrectable is not None and uncorrectable > 0:
         return "ecc_uncorrectable"
+    if BAD_PAGES in device and bad_pages(device[BAD_PAGES])["remapped_rows_failed"] == (1, None):
+        return "retired_pages_unreservable"
     return None
 
 
@@ -236,15 +240,189 @@ def _counted(value: Any, ceiling: int) -> tuple[int | None, Reason | None]:
     return number, None
 
 
+# -- ECC, bad pages and throttling (R-X7) ---------------------------------------------------------
+
+TOTAL_ECC = "amdsmi_get_gpu_total_ecc_count"
+ECC_ENABLED = "amdsmi_get_gpu_ecc_enabled"
+ECC_BLOCKS_CALL = "amdsmi_get_gpu_ecc_count"
+BAD_PAGES = "amdsmi_get_gpu_bad_page_info"
+VIOLATIONS = "amdsmi_get_violation_status"
+# amdsmi_gpu_block_t: one bit per block (amdsmi.h, AMDSMI_GPU_BLOCK_UMC 0x1 … MPIO 0x40000), the
+# bits amdsmi_get_gpu_ecc_enabled answers; read() asks each enabled one for its counts by name.
+ECC_BLOCKS: tuple[tuple[str, int], ...] = tuple(
+    (name, 1 << bit)
+    for bit, name in enumerate(
+        (
+            "UMC",
+            "SDMA",
+            "GFX",
+            "MMHUB",
+            "ATHUB",
+            "PCIE_BIF",
+            "HDP",
+            "XGMI_WAFL",
+            "DF",
+            "SMN",
+            "SEM",
+            "MP0",
+            "MP1",
+            "FUSE",
+            "MCA",
+            "VCN",
+            "JPEG",
+            "IH",
+            "MPIO",
+        )
+    )
+)
+# amdsmi_memory_page_status_t (amdsmi.h): reserved (retired, no longer used), pending (marked
+# bad, retired at the next window), unreservable (could not be retired).
+PAGE_RESERVED, PAGE_PENDING, PAGE_UNRESERVABLE = 0, 1, 2
+MAX_BAD_PAGES = 4096  # bad-page records one read keeps; more is `truncated`
+# CardHealth's throttle reasons from amdsmi_violation_status_t's `active_*` flags (1 active, 0
+# not, UINT8_MAX "unsupported", which the wheel answers as "N/A"), where a flag means what the
+# NVML reason it is named by means: package power tracking (PVIOL) holds the clocks under the
+# power cap; the socket's and HBM's thermal limits are the firmware's thermal slowdown (TVIOL);
+# PROCHOT is the hardware's thermal signal. The voltage regulator's thermal flag and the newer
+# per-XCP "GFX clock below host limit" and "low utilization" flags name no NVML reason: not read.
+AMD_THROTTLE: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("sw_power_cap", ("active_ppt_pwr",)),
+    ("sw_thermal_slowdown", ("active_socket_thrm", "active_hbm_thrm")),
+    ("hw_thermal_slowdown", ("active_prochot_thrm",)),
+)
+VIOLATION_FLAGS = tuple(flag for _, flags in AMD_THROTTLE for flag in flags)
+# Figures no amdsmi call answers: the error counts say "accumulated" with no lifetime, read as
+# since the driver loaded (volatile, assumed); no correctable-error repair count.
+AMD_UNSUPPORTED = (
+    "ecc_corrected_aggregate",
+    "ecc_uncorrected_aggregate",
+    "remapped_rows_correctable",
+)
+
+
+def _ecc_by_blocks(device: Mapping[str, Any], key: str) -> tuple[int | None, Reason | None]:
+    """One ECC count summed over the blocks amdsmi_get_gpu_ecc_enabled lists (the total the
+    header's amdsmi_get_gpu_total_ecc_count gives): a block whose counter the kernel does not
+    serve (NOT_SUPPORTED: "a block may be enabled" without one) adds nothing; any other failure
+    or an out-of-range count is that figure's reason; no block answering is `unsupported`."""
+    mask, reason = _counted(device.get(ECC_ENABLED), UINT64_MAX + 1)
+    if reason is not None or mask is None:
+        return None, reason
+    blocks = device.get(ECC_BLOCKS_CALL)
+    blocks = blocks if isinstance(blocks, Mapping) else {}
+    total, answered = 0, 0
+    for name, bit in ECC_BLOCKS:
+        if not mask & bit:
+            continue
+        answer = blocks.get(name)
+        if (code := error_code(answer)) is not None and reason_for(code) is Reason.UNSUPPORTED:
+            continue
+        count, why = _counted(mapping(answer).get(key, answer), UINT64_MAX)
+        if why is not None or count is None:
+            return None, why or Reason.INVALID_DATA
+        total, answered = total + count, answered + 1
+    return (total, None) if answered else (None, Reason.UNSUPPORTED)
+
+
+def ecc_counts(device: Mapping[str, Any]) -> dict[str, tuple[int | None, Reason | None]]:
+    """Corrected and uncorrected ECC errors (volatile, assumed): amdsmi_get_gpu_total_ecc_count,
+    else, where it did not answer, the enabled blocks' amdsmi_get_gpu_ecc_count summed. Deferred
+    errors (the UMC's poison, consumed later) are no NVML figure: recorded, not published."""
+    out: dict[str, tuple[int | None, Reason | None]] = {}
+    total = device.get(TOTAL_ECC)
+    for figure, key in (
+        ("ecc_corrected_volatile", "correctable_count"),
+        ("ecc_uncorrected_volatile", "uncorrectable_count"),
+    ):
+        found = _counted(mapping(total).get(key, total), UINT64_MAX)
+        if found[1] is not None and error_code(total) is not None and ECC_ENABLED in device:
+            by_blocks = _ecc_by_blocks(device, key)
+            found = by_blocks if by_blocks[1] is None else found
+        out[figure] = found
+    return out
+
+
+def bad_pages(answer: Any) -> dict[str, tuple[int | None, Reason | None]]:
+    """Bad pages as memory repair, as Hygon's retired pages: reserved pages count as rows
+    remapped for uncorrectable errors; `pending` and `failed` are flags, as NVML's: 1 when a
+    page waits to be retired, or could not be. read() records each record's status."""
+    names = ("remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failed")
+    if (code := error_code(answer)) is not None:
+        return dict.fromkeys(names, (None, reason_for(code)))
+    if not isinstance(answer, list):
+        return dict.fromkeys(names, (None, Reason.INVALID_DATA))
+    statuses = [mapping(r).get("status", r) for r in answer]
+    known = (PAGE_RESERVED, PAGE_PENDING, PAGE_UNRESERVABLE)
+    if any(isinstance(s, bool) or as_int(s) not in known for s in statuses):
+        return dict.fromkeys(names, (None, Reason.INVALID_DATA))
+    found = [as_int(s) for s in statuses]
+    return {
+        "remapped_rows_uncorrectable": (found.count(PAGE_RESERVED), None),
+        "remapped_rows_pending": (int(PAGE_PENDING in found), None),
+        "remapped_rows_failed": (int(PAGE_UNRESERVABLE in found), None),
+    }
+
+
+def throttle(answer: Any) -> tuple[tuple[tuple[str, bool], ...] | None, Reason | None]:
+    """The throttle reasons a violation status names, each active when any of its flags is. A
+    flag answering the wheel's "N/A" (UINT8_MAX, "unsupported" in amdsmi.h) or missing from the
+    answer is not reported, and a reason with no flag answering is left out; none answering is
+    `unsupported`; a flag neither a boolean nor "N/A" is `invalid_data` for the whole mask."""
+    if (code := error_code(answer)) is not None:
+        return None, reason_for(code)
+    if not isinstance(answer, Mapping):
+        return None, Reason.INVALID_DATA
+    active: list[tuple[str, bool]] = []
+    for reason, flags in AMD_THROTTLE:
+        values = [answer.get(flag) for flag in flags]
+        if any(v is not None and v != NA and not isinstance(v, bool) for v in values):
+            return None, Reason.INVALID_DATA
+        answered = [v for v in values if isinstance(v, bool)]
+        if answered:
+            active.append((reason, any(answered)))
+    return (tuple(active), None) if active else (None, Reason.UNSUPPORTED)
+
+
+# The entry points whose answers make a board's CardHealth; a payload recorded before they were
+# read has none of them (the total ECC count alone was read for health only), and its cards have
+# no CardHealth (absent, as before).
+HEALTH_KEYS = (
+    "amdsmi_get_energy_count",
+    "amdsmi_get_clock_info",
+    "amdsmi_get_gpu_pci_replay_counter",
+    ECC_ENABLED,
+    BAD_PAGES,
+    VIOLATIONS,
+)
+
+
 def health(device: Mapping[str, Any]) -> CardHealth | None:
-    """A board's energy, clocks and PCIe replays (R-X7), from its first processor; None where
-    the payload was recorded before they were read. The energy counter times its resolution
-    (µJ per count, amdsmi.h) is joules; clocks answer MHz."""
-    keys = ("amdsmi_get_energy_count", "amdsmi_get_clock_info", "amdsmi_get_gpu_pci_replay_counter")
-    if not any(key in device for key in keys):
+    """A board's ECC counts, bad pages, throttle reasons, energy, clocks and PCIe replays
+    (R-X7), from its first processor; None where the payload was recorded before they were
+    read. The energy counter times its resolution (µJ per count, amdsmi.h) is joules; clocks
+    answer MHz."""
+    if not any(key in device for key in HEALTH_KEYS):
         return None
     figures: dict[str, Any] = {}
     why: list[tuple[str, Reason]] = []
+    if TOTAL_ECC in device or ECC_ENABLED in device:
+        for figure, (value, reason) in ecc_counts(device).items():
+            if reason is not None:
+                why.append((figure, reason))
+            else:
+                figures[figure] = value
+    if BAD_PAGES in device:
+        for figure, (value, reason) in bad_pages(device[BAD_PAGES]).items():
+            if reason is not None:
+                why.append((figure, reason))
+            else:
+                figures[figure] = value
+    if VIOLATIONS in device:
+        active, reason = throttle(device[VIOLATIONS])
+        if reason is not None:
+            why.append(("throttle_reasons", reason))
+        else:
+            figures["throttle_reasons"] = active
     energy = device.get("amdsmi_get_energy_count")
     count, reason = _counted(mapping(energy).get("energy_accumulator", energy), UINT64_MAX)
     resolution = finite(mapping(energy).get("counter_resolution"))
@@ -271,6 +449,7 @@ def health(device: Mapping[str, Any]) -> CardHealth | None:
         why.append(("pcie_replays", reason))
     else:
         figures["pcie_replays"] = replays
+    why.extend((figure, Reason.UNSUPPORTED) for figure in AMD_UNSUPPORTED)
     return CardHealth(**figures, reasons=tuple(why))
 
 

@@ -47,6 +47,13 @@ from vendors._amd_rocm_smi import read_processes, rsmi_rows
 from vendors._amd_rocm_smi import rsmi_reason_for as rsmi_reason_for
 from vendors._amd_smi import (
     AMD_CLOCKS,
+    BAD_PAGES,
+    ECC_BLOCKS,
+    ECC_BLOCKS_CALL,
+    ECC_ENABLED,
+    INSUFFICIENT_SIZE,
+    MAX_BAD_PAGES,
+    VIOLATIONS,
     Rows,
     amdsmi_rows,
     compute_units_of,
@@ -524,6 +531,17 @@ class AmdBackend:
         device["amdsmi_get_gpu_total_ecc_count"] = self._call(
             smi.amdsmi_get_gpu_total_ecc_count, handle
         )
+        # ECC per block, bad pages and throttling (R-X7): vendors/_amd_smi.py says what they mean.
+        enabled = self._call(smi.amdsmi_get_gpu_ecc_enabled, handle)
+        device[ECC_ENABLED] = enabled
+        if error_code(enabled) is None and isinstance(enabled, int):
+            device[ECC_BLOCKS_CALL] = {
+                name: self._call(smi.amdsmi_get_gpu_ecc_count, handle, smi.AmdSmiGpuBlock[name])
+                for name, bit in ECC_BLOCKS
+                if enabled & bit
+            }
+        device[BAD_PAGES] = self._bad_pages(handle)
+        device[VIOLATIONS] = self._violations(handle)
         # The card's health beyond one bit (R-X7): energy, clocks, PCIe replays.
         device["amdsmi_get_energy_count"] = self._call(smi.amdsmi_get_energy_count, handle)
         device["amdsmi_get_clock_info"] = {
@@ -533,6 +551,28 @@ class AmdBackend:
         device["amdsmi_get_gpu_pci_replay_counter"] = self._call(
             smi.amdsmi_get_gpu_pci_replay_counter, handle
         )
+
+    def _bad_pages(self, handle: Any) -> Any:
+        """Each bad-page record's status (amdsmi_memory_page_status_t), at most MAX_BAD_PAGES;
+        more is recorded as INSUFFICIENT_SIZE (`truncated`), never as a complete list."""
+        pages = self._call(self._smi.amdsmi_get_gpu_bad_page_info, handle)
+        if error_code(pages) is not None or not isinstance(pages, list):
+            return pages
+        if len(pages) > MAX_BAD_PAGES:
+            return failed("more bad pages than one read keeps", INSUFFICIENT_SIZE)
+        return [{"status": mapping(p).get("status")} for p in pages]
+
+    def _violations(self, handle: Any) -> Any:
+        """The violation status's current flags (`active_*`, the scalar ones): the call samples
+        the card's metrics twice, 100 ms apart, inside the library (amdsmi.h's warning)."""
+        answer = self._call(self._smi.amdsmi_get_violation_status, handle)
+        if error_code(answer) is not None or not isinstance(answer, Mapping):
+            return answer
+        return {
+            key: value
+            for key, value in answer.items()
+            if key.startswith("active_") and not isinstance(value, list)
+        }
 
     def _processes(self, handle: Any, device: dict[str, Any], uuid: str, now: float) -> set[str]:
         """The process list of one device, with the previous round's engine time per PID."""

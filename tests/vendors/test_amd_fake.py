@@ -16,6 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from devicemanager.backend import BackendUnavailable
+from devicemanager.figures.ranges import plausible_reading
 from devicemanager.model import Card, ReadRequest, Reason, VendorReading
 from tests.conftest import REPO, agent_env
 from tests.fakelib import amd as fake
@@ -96,6 +97,13 @@ def test_whole_cards_through_the_real_wheel(node) -> None:  # type: ignore[no-un
     )
 
 
+# The figures no amdsmi call answers, `unsupported` on every board.
+NO_AMD_CALL = dict.fromkeys(
+    ("ecc_corrected_aggregate", "ecc_uncorrected_aggregate", "remapped_rows_correctable"),
+    Reason.UNSUPPORTED,
+)
+
+
 def test_energy_clocks_and_replays_through_the_real_wheel(node) -> None:  # type: ignore[no-untyped-def]
     """(R-X7) The energy counter times its resolution (µJ) in joules, clocks in Hz, the PCIe
     replay counter; NOT_SUPPORTED is that figure absent with `unsupported`; the wheel's "N/A"
@@ -114,14 +122,15 @@ def test_energy_clocks_and_replays_through_the_real_wheel(node) -> None:  # type
     assert dict(full.reasons) == {
         "clock_sm_hz": Reason.UNSUPPORTED,
         "xid_errors": Reason.UNSUPPORTED,
+        **NO_AMD_CALL,
     }
-    assert (full.ecc_corrected_volatile, full.throttle_reasons) == (None, None)  # not yet read
     assert dict(blind.reasons) == {
         "energy_joules": Reason.UNSUPPORTED,
         "clock_memory_hz": Reason.UNSUPPORTED,
         "clock_sm_hz": Reason.UNSUPPORTED,
         "pcie_replays": Reason.UNSUPPORTED,
         "xid_errors": Reason.UNSUPPORTED,
+        **NO_AMD_CALL,
     }
     assert (blind.energy_joules, blind.clock_memory_hz, blind.pcie_replays) == (None, None, None)
     assert blind.clock_graphics_hz == 2_100_000_000
@@ -130,6 +139,7 @@ def test_energy_clocks_and_replays_through_the_real_wheel(node) -> None:  # type
         "clock_sm_hz": Reason.UNSUPPORTED,
         "pcie_replays": Reason.INVALID_DATA,
         "xid_errors": Reason.UNSUPPORTED,
+        **NO_AMD_CALL,
     }
     assert (odd.clock_graphics_hz, odd.pcie_replays, odd.energy_joules) == (None, None, 0.0)
 
@@ -233,6 +243,68 @@ def test_a_device_lost_inside_one_read_is_lost_with_its_figures_absent(node) -> 
     assert answers[fake.uuid_of(1)].memory_reason is Reason.TRANSIENT_DRIVER_ERROR
     assert [r.pid for r in answers[fake.uuid_of(0)].rows] == [9500]
     assert cards[fake.uuid_of(0)].unhealthy is False
+
+
+def test_ecc_bad_pages_and_throttling_through_the_real_wheel(node) -> None:  # type: ignore[no-untyped-def]
+    """(R-X7) ECC counts as volatile (assumed: amdsmi says "accumulated", no lifetime) with no
+    aggregate, from the total call, else the enabled blocks summed (a block without a counter
+    adds nothing); bad pages as memory repair (reserved as uncorrectable rows, pending and
+    failed as flags) and a page that could not be retired making the card unhealthy; throttle
+    reasons from the violation status's flags, a reason none of whose flags answers left out;
+    NOT_SUPPORTED is `unsupported`, a sentinel is `invalid_data`, never a count, and a count
+    past any counter is refused by the range check as `invalid_data`."""
+    (payload,) = rounds(node(scenarios.ecc_pages_throttle()), ReadRequest(), 1)
+    reading, refused = plausible_reading(AmdBackend().parse(payload))
+    full, blind, blocks, odd = reading.cards
+    assert full.health is not None and blind.health is not None
+    assert blocks.health is not None and odd.health is not None
+    assert (full.health.ecc_corrected_volatile, full.health.ecc_uncorrected_volatile) == (12, 0)
+    assert (
+        full.health.remapped_rows_uncorrectable,
+        full.health.remapped_rows_pending,
+        full.health.remapped_rows_failed,
+    ) == (2, 1, 0)
+    assert full.health.throttle_reasons == (
+        ("sw_power_cap", True),
+        ("sw_thermal_slowdown", True),  # the HBM's thermal limit, the socket's not
+        ("hw_thermal_slowdown", False),
+    )
+    assert dict(full.health.reasons) == {
+        "clock_sm_hz": Reason.UNSUPPORTED,
+        "xid_errors": Reason.UNSUPPORTED,
+        **NO_AMD_CALL,
+    }
+    assert (full.unhealthy, full.unhealthy_reason) == (False, None)  # pending is no failure
+    # The wheel's own answers, recorded under the C names: the scalar flags, each page's status.
+    board = payload["sockets"][0]["processors"][0]
+    assert board["amdsmi_get_violation_status"]["active_vr_thrm"] is True  # recorded, not mapped
+    assert [p["status"] for p in board["amdsmi_get_gpu_bad_page_info"]] == [0, 0, 1]
+    assert sorted(board["amdsmi_get_gpu_ecc_count"]) == ["GFX", "MMHUB", "SDMA", "UMC", "XGMI_WAFL"]
+    assert board["amdsmi_get_gpu_total_ecc_count"]["deferred_count"] == 3
+    for figure in (
+        "ecc_corrected_volatile",
+        "ecc_uncorrected_volatile",
+        "remapped_rows_uncorrectable",
+        "remapped_rows_pending",
+        "remapped_rows_failed",
+        "throttle_reasons",
+    ):
+        assert blind.health.reason(figure) is Reason.UNSUPPORTED, figure
+        assert getattr(blind.health, figure) is None, figure
+    # The total not served: UMC 5 + GFX 2, SDMA without a counter.
+    assert (blocks.health.ecc_corrected_volatile, blocks.health.ecc_uncorrected_volatile) == (7, 0)
+    assert blocks.health.remapped_rows_failed == 1
+    assert (blocks.unhealthy, blocks.unhealthy_reason) == (True, "retired_pages_unreservable")
+    assert blocks.health.throttle_reasons is None
+    assert blocks.health.reason("throttle_reasons") is Reason.UNSUPPORTED  # all UINT8_MAX
+    # UINT64_MAX is a sentinel (and makes no card unhealthy); 2^63 + 1 is past any counter.
+    assert odd.health.ecc_uncorrected_volatile is None
+    assert odd.health.reason("ecc_uncorrected_volatile") is Reason.INVALID_DATA
+    assert odd.health.ecc_corrected_volatile is None
+    assert odd.health.reason("ecc_corrected_volatile") is Reason.INVALID_DATA
+    assert "cards[3].health.ecc_corrected_volatile" in refused
+    assert (odd.unhealthy, odd.unhealthy_reason) == (False, None)
+    assert odd.health.reason("remapped_rows_uncorrectable") is Reason.INVALID_DATA
 
 
 def test_uncorrectable_ecc_makes_the_card_or_its_board_unhealthy(node) -> None:  # type: ignore[no-untyped-def]
@@ -442,6 +514,7 @@ def test_the_snapshot_says_which_path_answered_and_mib_round_up(
 PROBE = """
 import sys
 from devicemanager.backend import BackendUnavailable
+from devicemanager.figures.ranges import plausible_reading
 from devicemanager.model import ReadRequest
 from vendors.amd import AmdBackend
 for path in sys.argv[1:]:

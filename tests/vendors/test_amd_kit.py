@@ -114,6 +114,30 @@ AMDSMI_STRUCTS = {
         "amdsmi_clk_info_t",
         ["clk", "min_clk", "max_clk", "clk_locked", "clk_deep_sleep", "reserved"],
     ),
+    "amdsmi_retired_page_record_t": (
+        "amdsmi_retired_page_record_t",
+        ["page_address", "page_size", "status"],
+    ),
+    "amdsmi_violation_status_t": (
+        "amdsmi_violation_status_t",
+        [
+            "reference_timestamp",
+            "acc_counter",
+            "per_prochot_thrm",
+            "per_ppt_pwr",
+            "per_socket_thrm",
+            "per_hbm_thrm",
+            "active_prochot_thrm",
+            "active_ppt_pwr",
+            "active_socket_thrm",
+            "active_vr_thrm",
+            "active_hbm_thrm",
+            "active_gfx_clk_below_host_limit",
+            "acc_gfx_clk_below_host_limit_pwr",
+            "active_low_utilization",
+            "reserved3",
+        ],
+    ),
 }
 
 
@@ -132,6 +156,12 @@ def test_our_amdsmi_declarations_lay_out_as_the_wheel_binds_them(
     assert got["amdsmi_proc_info_t"].size == 704  # natural alignment: 4 bytes after `pid`
     assert got["amdsmi_proc_info_t"].offsets["mem"] == 264
     assert ctypes.sizeof(wrapper.amdsmi_bdf_t) == 8
+    # (R-X7) The bad-page record pads its 4-byte status to 24 bytes; the ROCm 7.0 violation
+    # status puts its six flags at 120 and its per-XCP arrays from 128 (two bytes of padding).
+    assert got["amdsmi_retired_page_record_t"].size == 24
+    assert got["amdsmi_violation_status_t"].offsets["active_prochot_thrm"] == 120
+    assert got["amdsmi_violation_status_t"].offsets["acc_gfx_clk_below_host_limit_pwr"] == 128
+    assert got["amdsmi_violation_status_t"].size == 6016
 
 
 def test_our_rocm_smi_process_struct_is_laid_out_as_rocm_smi_h_says(tmp_path: Path) -> None:

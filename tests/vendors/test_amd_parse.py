@@ -225,6 +225,183 @@ def test_each_amd_health_figure_is_range_checked_and_says_why_it_is_absent(
     assert health({"amdsmi_get_gpu_total_ecc_count": {"uncorrectable_count": 0}}) is None
 
 
+FAILED = {"error": "AmdSmiLibraryException", "code": 2}  # NOT_SUPPORTED
+HEALTHY = {"amdsmi_get_energy_count": FAILED}  # any health key: the board's health was read
+
+
+@pytest.mark.parametrize(
+    ("answers", "figure", "value", "reason"),
+    [
+        (
+            {"amdsmi_get_gpu_total_ecc_count": {"correctable_count": 9}},
+            "ecc_corrected_volatile",
+            9,
+            None,
+        ),
+        (
+            {"amdsmi_get_gpu_total_ecc_count": FAILED},
+            "ecc_corrected_volatile",
+            None,
+            Reason.UNSUPPORTED,
+        ),
+        (
+            {"amdsmi_get_gpu_total_ecc_count": {"uncorrectable_count": 0xFFFFFFFFFFFFFFFF}},
+            "ecc_uncorrected_volatile",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (
+            {"amdsmi_get_gpu_total_ecc_count": {"uncorrectable_count": "N/A"}},
+            "ecc_uncorrected_volatile",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        # The total not served: the enabled blocks (UMC 0x1, GFX 0x4) summed; XGMI_WAFL's 0x80
+        # is not enabled, so its count is not added.
+        (
+            {
+                "amdsmi_get_gpu_total_ecc_count": FAILED,
+                "amdsmi_get_gpu_ecc_enabled": 0x5,
+                "amdsmi_get_gpu_ecc_count": {
+                    "UMC": {"correctable_count": 3},
+                    "GFX": {"correctable_count": 4},
+                    "XGMI_WAFL": {"correctable_count": 100},
+                },
+            },
+            "ecc_corrected_volatile",
+            7,
+            None,
+        ),
+        # A block failing otherwise than NOT_SUPPORTED: the sum is not made, the total's reason.
+        (
+            {
+                "amdsmi_get_gpu_total_ecc_count": FAILED,
+                "amdsmi_get_gpu_ecc_enabled": 0x1,
+                "amdsmi_get_gpu_ecc_count": {"UMC": {"error": "x", "code": 10}},
+            },
+            "ecc_corrected_volatile",
+            None,
+            Reason.UNSUPPORTED,
+        ),
+        ({"amdsmi_get_gpu_bad_page_info": []}, "remapped_rows_uncorrectable", 0, None),
+        (
+            {"amdsmi_get_gpu_bad_page_info": [{"status": 0}] * 3},
+            "remapped_rows_uncorrectable",
+            3,
+            None,
+        ),
+        ({"amdsmi_get_gpu_bad_page_info": [{"status": 1}] * 2}, "remapped_rows_pending", 1, None),
+        ({"amdsmi_get_gpu_bad_page_info": [{"status": 2}]}, "remapped_rows_failed", 1, None),
+        (
+            {"amdsmi_get_gpu_bad_page_info": [{"status": 3}]},
+            "remapped_rows_failed",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (
+            {"amdsmi_get_gpu_bad_page_info": [{"status": True}]},
+            "remapped_rows_pending",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (
+            {"amdsmi_get_gpu_bad_page_info": {"error": "x", "code": 41}},
+            "remapped_rows_failed",
+            None,
+            Reason.TRUNCATED,
+        ),
+        (
+            {"amdsmi_get_gpu_bad_page_info": FAILED},
+            "remapped_rows_pending",
+            None,
+            Reason.UNSUPPORTED,
+        ),
+        (
+            {"amdsmi_get_violation_status": {"active_ppt_pwr": True, "active_socket_thrm": "N/A"}},
+            "throttle_reasons",
+            (("sw_power_cap", True),),
+            None,
+        ),
+        (
+            {
+                "amdsmi_get_violation_status": {
+                    "active_ppt_pwr": False,
+                    "active_socket_thrm": False,
+                    "active_hbm_thrm": "N/A",
+                    "active_prochot_thrm": True,
+                }
+            },
+            "throttle_reasons",
+            (
+                ("sw_power_cap", False),
+                ("sw_thermal_slowdown", False),
+                ("hw_thermal_slowdown", True),
+            ),
+            None,
+        ),
+        (
+            {"amdsmi_get_violation_status": {"active_ppt_pwr": "N/A"}},
+            "throttle_reasons",
+            None,
+            Reason.UNSUPPORTED,
+        ),
+        (
+            {"amdsmi_get_violation_status": {"active_ppt_pwr": 1}},
+            "throttle_reasons",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        ({"amdsmi_get_violation_status": [True]}, "throttle_reasons", None, Reason.INVALID_DATA),
+        ({"amdsmi_get_violation_status": FAILED}, "throttle_reasons", None, Reason.UNSUPPORTED),
+        (
+            {"amdsmi_get_violation_status": {"error": "x", "code": 10}},
+            "throttle_reasons",
+            None,
+            Reason.PERMISSION,
+        ),
+        ({}, "ecc_corrected_aggregate", None, Reason.UNSUPPORTED),
+        ({}, "remapped_rows_correctable", None, Reason.UNSUPPORTED),
+    ],
+)
+def test_amd_ecc_bad_pages_and_throttle_one_answer_at_a_time(
+    answers: dict[str, object], figure: str, value: object, reason: Reason | None
+) -> None:
+    """(R-X7) amdsmi's ECC counts, bad pages and violation flags, one answer at a time: the
+    figure, the failure's reason, `invalid_data` for a sentinel or a value amdsmi.h does not
+    define, and `unsupported` where no amdsmi call answers (aggregate ECC, correctable rows)."""
+    got = health({**HEALTHY, **answers})
+    assert got is not None
+    assert (getattr(got, figure), got.reason(figure)) == (value, reason)
+
+
+@pytest.mark.parametrize(
+    ("answers", "reason"),
+    [
+        (
+            {"amdsmi_get_gpu_bad_page_info": [{"status": 0}, {"status": 2}]},
+            "retired_pages_unreservable",
+        ),
+        ({"amdsmi_get_gpu_bad_page_info": [{"status": 1}]}, None),  # pending: retired next window
+        (
+            {
+                "amdsmi_get_gpu_total_ecc_count": {"uncorrectable_count": 1},
+                "amdsmi_get_gpu_bad_page_info": [{"status": 2}],
+            },
+            "ecc_uncorrectable",  # the most severe first
+        ),
+        ({"amdsmi_get_gpu_total_ecc_count": {"uncorrectable_count": 0xFFFFFFFFFFFFFFFF}}, None),
+    ],
+)
+def test_an_amd_board_that_could_not_retire_a_page_is_unhealthy(
+    answers: dict[str, object], reason: str | None
+) -> None:
+    """(R-X7) A page the driver could not retire leaves bad memory in use: the board is
+    unhealthy with `retired_pages_unreservable`, as Hygon's; a sentinel count is no error."""
+    from vendors._amd_smi import _unhealthy
+
+    assert _unhealthy({**HEALTHY, **answers}) == reason
+
+
 # -- links and placement (R-X3) ------------------------------------------------------------------
 
 

@@ -181,6 +181,73 @@ amdsmi_status_t amdsmi_get_energy_count(amdsmi_processor_handle h, uint64_t *ene
 amdsmi_status_t amdsmi_get_clock_info(amdsmi_processor_handle h, uint32_t clk_type,
                                       amdsmi_clk_info_t *info);
 amdsmi_status_t amdsmi_get_gpu_pci_replay_counter(amdsmi_processor_handle h, uint64_t *counter);
+
+/* ECC per block, bad pages and throttling (issue 29). amdsmi_gpu_block_t is one bit per block
+ * (UMC 0x1, SDMA 0x2, GFX 0x4, MMHUB 0x8, ATHUB 0x10, PCIE_BIF 0x20, HDP 0x40, XGMI_WAFL 0x80,
+ * DF 0x100, SMN 0x200, SEM 0x400, MP0 0x800, MP1 0x1000, FUSE 0x2000, MCA 0x4000, VCN 0x8000,
+ * JPEG 0x10000, IH 0x20000, MPIO 0x40000), passed as a 64-bit value. */
+typedef uint64_t amdsmi_gpu_block_t;
+#define AMDSMI_GPU_BLOCK_COUNT 19
+
+/* amdsmi_memory_page_status_t */
+#define AMDSMI_MEM_PAGE_STATUS_RESERVED 0u
+#define AMDSMI_MEM_PAGE_STATUS_PENDING 1u
+#define AMDSMI_MEM_PAGE_STATUS_UNRESERVABLE 2u
+
+typedef struct {
+    uint64_t page_address;
+    uint64_t page_size;
+    uint32_t status; /* amdsmi_memory_page_status_t */
+} amdsmi_retired_page_record_t;
+
+/* The ROCm 7.0 layout (the wheel's): header fields, then the per-XCP arrays [8][8]. */
+#define AMDSMI_VIOLATION_XCP 8
+typedef struct {
+    uint64_t reference_timestamp; /* µs */
+    uint64_t violation_timestamp; /* ms */
+    uint64_t acc_counter;
+    uint64_t acc_prochot_thrm;
+    uint64_t acc_ppt_pwr;
+    uint64_t acc_socket_thrm;
+    uint64_t acc_vr_thrm;
+    uint64_t acc_hbm_thrm;
+    uint64_t acc_gfx_clk_below_host_limit;
+    uint64_t per_prochot_thrm; /* percent; UINT64_MAX: unsupported */
+    uint64_t per_ppt_pwr;
+    uint64_t per_socket_thrm;
+    uint64_t per_vr_thrm;
+    uint64_t per_hbm_thrm;
+    uint64_t per_gfx_clk_below_host_limit;
+    uint8_t active_prochot_thrm; /* 1 active, 0 not; UINT8_MAX: unsupported */
+    uint8_t active_ppt_pwr;
+    uint8_t active_socket_thrm;
+    uint8_t active_vr_thrm;
+    uint8_t active_hbm_thrm;
+    uint8_t active_gfx_clk_below_host_limit;
+    uint64_t acc_gfx_clk_below_host_limit_pwr[AMDSMI_VIOLATION_XCP][AMDSMI_VIOLATION_XCP];
+    uint64_t acc_gfx_clk_below_host_limit_thm[AMDSMI_VIOLATION_XCP][AMDSMI_VIOLATION_XCP];
+    uint64_t acc_low_utilization[AMDSMI_VIOLATION_XCP][AMDSMI_VIOLATION_XCP];
+    uint64_t acc_gfx_clk_below_host_limit_total[AMDSMI_VIOLATION_XCP][AMDSMI_VIOLATION_XCP];
+    uint64_t per_gfx_clk_below_host_limit_pwr[AMDSMI_VIOLATION_XCP][AMDSMI_VIOLATION_XCP];
+    uint64_t per_gfx_clk_below_host_limit_thm[AMDSMI_VIOLATION_XCP][AMDSMI_VIOLATION_XCP];
+    uint64_t per_low_utilization[AMDSMI_VIOLATION_XCP][AMDSMI_VIOLATION_XCP];
+    uint64_t per_gfx_clk_below_host_limit_total[AMDSMI_VIOLATION_XCP][AMDSMI_VIOLATION_XCP];
+    uint8_t active_gfx_clk_below_host_limit_pwr[AMDSMI_VIOLATION_XCP][AMDSMI_VIOLATION_XCP];
+    uint8_t active_gfx_clk_below_host_limit_thm[AMDSMI_VIOLATION_XCP][AMDSMI_VIOLATION_XCP];
+    uint8_t active_low_utilization[AMDSMI_VIOLATION_XCP][AMDSMI_VIOLATION_XCP];
+    uint8_t active_gfx_clk_below_host_limit_total[AMDSMI_VIOLATION_XCP][AMDSMI_VIOLATION_XCP];
+    uint64_t reserved[AMDSMI_VIOLATION_XCP][AMDSMI_VIOLATION_XCP];
+    uint64_t reserved2[AMDSMI_VIOLATION_XCP][AMDSMI_VIOLATION_XCP];
+    uint64_t reserved3[AMDSMI_VIOLATION_XCP][AMDSMI_VIOLATION_XCP];
+} amdsmi_violation_status_t;
+
+amdsmi_status_t amdsmi_get_gpu_ecc_enabled(amdsmi_processor_handle h, uint64_t *enabled_blocks);
+amdsmi_status_t amdsmi_get_gpu_ecc_count(amdsmi_processor_handle h, amdsmi_gpu_block_t block,
+                                         amdsmi_error_count_t *ec);
+amdsmi_status_t amdsmi_get_gpu_bad_page_info(amdsmi_processor_handle h, uint32_t *num_pages,
+                                             amdsmi_retired_page_record_t *info);
+amdsmi_status_t amdsmi_get_violation_status(amdsmi_processor_handle h,
+                                            amdsmi_violation_status_t *info);
 /* Links and placement (R-X3). The link type is amdsmi_link_type_t (older headers:
  * amdsmi_io_link_type_t); both give PCIe as 1 and xGMI as 2. */
 #define AMDSMI_LINK_TYPE_PCIE 1u

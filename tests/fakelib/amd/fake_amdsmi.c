@@ -22,7 +22,10 @@
  * driver, process_list_ignores_handle, call_log, and devices[] of {socket, uuid, domain, bus,
  * device, function, partition, compute_partition, market_name, serial, cus, render, card, node,
  * vram{total, used} (MiB), activity{gfx, umc, mm}, power{socket, current, average, limit},
- * temp{hotspot, edge}, ecc{correctable, uncorrectable}, processes[]{pid, name, vram, gtt, cpu,
+ * temp{hotspot, edge}, ecc{correctable, uncorrectable, deferred}, ecc_enabled (block bits),
+ * ecc_blocks{<NAME>: {correctable, uncorrectable, deferred}}, ecc_block_faults{<NAME>: code},
+ * bad_pages[]{address, size, status}, violation{prochot, ppt, socket, vr, hbm, gfx_clk},
+ * processes[]{pid, name, vram, gtt, cpu,
  * gfx, gfx_step, enc, cu}, numa (the NUMA node; absent: NOT_SUPPORTED), links{<other device's
  * position>: {type (1 PCIe, 2 xGMI), hops}} (looked up both ways; a pair in neither
  * answers NOT_SUPPORTED)} plus the kit's fault keys.
@@ -350,6 +353,93 @@ amdsmi_status_t amdsmi_get_gpu_total_ecc_count(amdsmi_processor_handle h,
     memset(count, 0, sizeof *count);
     count->correctable_count = fl_u64(0, D "ecc.correctable", d);
     count->uncorrectable_count = fl_u64(0, D "ecc.uncorrectable", d);
+    count->deferred_count = fl_u64(0, D "ecc.deferred", d);
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+/* -- ECC per block, bad pages and throttling (issue 29) --------------------------------------- */
+
+static const char *const block_names[AMDSMI_GPU_BLOCK_COUNT] = {
+    "UMC", "SDMA", "GFX", "MMHUB", "ATHUB", "PCIE_BIF", "HDP", "XGMI_WAFL", "DF", "SMN",
+    "SEM", "MP0", "MP1", "FUSE", "MCA", "VCN", "JPEG", "IH", "MPIO"};
+
+/* The blocks with ECC enabled: `ecc_enabled` (default UMC, SDMA, GFX, MMHUB and XGMI_WAFL). */
+amdsmi_status_t amdsmi_get_gpu_ecc_enabled(amdsmi_processor_handle h, uint64_t *enabled_blocks) {
+    DEVICE("amdsmi_get_gpu_ecc_enabled");
+    if (!enabled_blocks)
+        return AMDSMI_STATUS_INVAL;
+    *enabled_blocks = fl_u64(0x8F, D "ecc_enabled", d);
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+/* One block's counts: `ecc_blocks.<NAME>.{correctable, uncorrectable, deferred}`; without them
+ * the UMC (the memory) answers the card's total (`ecc.*`) and every other block 0, so the
+ * blocks add up to the total. `ecc_block_faults.<NAME>` answers that code instead. */
+amdsmi_status_t amdsmi_get_gpu_ecc_count(amdsmi_processor_handle h, amdsmi_gpu_block_t block,
+                                         amdsmi_error_count_t *ec) {
+    const char *name = NULL, *fault;
+    int umc;
+    DEVICE("amdsmi_get_gpu_ecc_count");
+    if (!ec)
+        return AMDSMI_STATUS_INVAL;
+    for (int bit = 0; bit < AMDSMI_GPU_BLOCK_COUNT; bit++)
+        if (block == (1ull << bit))
+            name = block_names[bit];
+    if (!name)
+        return AMDSMI_STATUS_INVAL;
+    if ((fault = fl_get(D "ecc_block_faults.%s", d, name)) != NULL)
+        return (amdsmi_status_t)atoi(fault);
+    umc = block == 1ull;
+    memset(ec, 0, sizeof *ec);
+    ec->correctable_count = fl_u64(umc ? fl_u64(0, D "ecc.correctable", d) : 0,
+                                   D "ecc_blocks.%s.correctable", d, name);
+    ec->uncorrectable_count = fl_u64(umc ? fl_u64(0, D "ecc.uncorrectable", d) : 0,
+                                     D "ecc_blocks.%s.uncorrectable", d, name);
+    ec->deferred_count =
+        fl_u64(umc ? fl_u64(0, D "ecc.deferred", d) : 0, D "ecc_blocks.%s.deferred", d, name);
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+/* `bad_pages[]{address, size, status}` (none by default). A NULL buffer asks the count; a buffer
+ * of *num_pages records is filled with as many as fit and *num_pages says how many there are. */
+amdsmi_status_t amdsmi_get_gpu_bad_page_info(amdsmi_processor_handle h, uint32_t *num_pages,
+                                             amdsmi_retired_page_record_t *info) {
+    int count;
+    DEVICE("amdsmi_get_gpu_bad_page_info");
+    if (!num_pages)
+        return AMDSMI_STATUS_INVAL;
+    count = fl_count(D "bad_pages", d);
+    if (info) {
+        for (int i = 0; i < count && (uint32_t)i < *num_pages; i++) {
+            info[i].page_address = fl_u64(0, D "bad_pages.%d.address", d, i);
+            info[i].page_size = fl_u64(4096, D "bad_pages.%d.size", d, i);
+            info[i].status = (uint32_t)fl_u64(0, D "bad_pages.%d.status", d, i);
+        }
+    }
+    *num_pages = (uint32_t)count;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+/* `violation{prochot, ppt, socket, vr, hbm, gfx_clk}`: each flag 1 active, 0 not (the default),
+ * 255 (UINT8_MAX) unsupported; the percents follow (100 active, 0 not, UINT64_MAX unsupported).
+ * The library samples the card's metrics twice, 100 ms apart; the fake answers at once. */
+amdsmi_status_t amdsmi_get_violation_status(amdsmi_processor_handle h,
+                                            amdsmi_violation_status_t *info) {
+    static const char *const flags[] = {"prochot", "ppt", "socket", "vr", "hbm", "gfx_clk"};
+    uint8_t *active;
+    uint64_t *percent;
+    DEVICE("amdsmi_get_violation_status");
+    if (!info)
+        return AMDSMI_STATUS_INVAL;
+    memset(info, 0, sizeof *info);
+    active = &info->active_prochot_thrm;
+    percent = &info->per_prochot_thrm;
+    for (int i = 0; i < 6; i++) {
+        uint8_t flag = (uint8_t)fl_u64(0, D "violation.%s", d, flags[i]);
+        active[i] = flag;
+        percent[i] = flag == 0xFFu ? UINT64_MAX : flag ? 100u : 0u;
+    }
+    info->reference_timestamp = fl_u64(0, D "violation.timestamp", d);
     return AMDSMI_STATUS_SUCCESS;
 }
 

@@ -46,8 +46,11 @@ DESCRIPTION = (
     "and on XCP 5 whole, card 4 carved by GPUStack into two 50% slices (engine time advancing "
     "for one process, KFD CU occupancy for the other), card 5 Shared by two notebooks, card 6 "
     "carved with a process list longer than amdsmi's 1,024-row buffer (OUT_OF_RESOURCES: "
-    "truncated, never complete), card 7 idle. Recorded by read() over the fake ROCm install of "
-    "tests/fakelib/amd, not on hardware."
+    "truncated, never complete), card 7 idle. Health figures (R-X7: ECC counts, bad pages, "
+    "throttle flags, energy, clocks, PCIe replays) are synthetic: card 0 at its power cap, "
+    "card 2 with two retired pages, card 4 with one pending, card 6 power- and thermal-"
+    "throttled. Recorded by read() over the fake ROCm install of tests/fakelib/amd, not on "
+    "hardware."
 )
 
 
@@ -495,6 +498,38 @@ def write_proc(root: Path) -> None:
         (d / "stat").write_text(stat_line(pid, BOOT_TICKS + pid % 10_000))
 
 
+def health(devs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The boards' health figures (R-X7), synthetic, as a busy MI300X node could show them:
+    card 0 (702 W of its 750 W) held at its power cap, with 4,000,000,000 counts of 15.3 µJ
+    of energy and 3 corrected ECC errors; card 2 with 41 corrected errors, two pages retired
+    long ago and 2 PCIe replays; card 4 with 7 corrected errors and one page pending retirement;
+    card 6 (80 °C, 731 W) held by both its power cap and its socket's thermal limit, its
+    graphics clock down to 1,420 MHz; card 7's firmware not serving the PROCHOT and VR flags
+    (UINT8_MAX). Every board's ECC on the blocks amdsmi enables by default; no uncorrectable
+    error and no page that could not be retired, so no card is unhealthy."""
+    boards = {d["socket"]: d for d in devs if d.get("partition", 0) == 0}
+    boards[0].update(
+        ecc={"correctable": 3, "uncorrectable": 0},
+        energy={"accumulator": 4_000_000_000, "resolution": 15.3},
+        violation={"ppt": 1},
+    )
+    boards[2].update(
+        ecc={"correctable": 41, "uncorrectable": 0},
+        bad_pages=[
+            {"address": 0x1F_2A40_0000, "size": 4096, "status": 0},
+            {"address": 0x1F_2A40_1000, "size": 4096, "status": 0},
+        ],
+        pcie_replays=2,
+    )
+    boards[4].update(
+        ecc={"correctable": 7, "uncorrectable": 0, "deferred": 1},
+        bad_pages=[{"address": 0x2C_0000_3000, "size": 4096, "status": 1}],
+    )
+    boards[6].update(violation={"ppt": 1, "socket": 1}, clocks={"gfx": 1420, "mem": 1300})
+    boards[7].update(violation={"prochot": 0xFF, "vr": 0xFF})
+    return devs
+
+
 def payload(rocm_root: Path, work: Path) -> dict[str, Any]:
     """Two rounds of the amd backend's read() over the fake, asked what the pods' grants ask."""
     import os
@@ -504,7 +539,7 @@ def payload(rocm_root: Path, work: Path) -> dict[str, Any]:
     from devicemanager.node.pods import PodIndex
     from vendors.amd import AmdBackend
 
-    doc = scenario(placed(devices()), rocm=ROCM, driver=DRIVER)
+    doc = scenario(health(placed(devices())), rocm=ROCM, driver=DRIVER)
     previous = os.environ.get(fake.SCENARIO_ENV)
     os.environ[fake.SCENARIO_ENV] = str(fake.write(work / "scenario.txt", doc))
     ticks = iter([1000.0, 1000.0 + PERIOD, 1000.0 + 2 * PERIOD])

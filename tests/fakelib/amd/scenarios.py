@@ -225,6 +225,59 @@ def health_figures() -> dict[str, Any]:
     )
 
 
+UINT64_MAX = 0xFFFFFFFFFFFFFFFF
+RESERVED, PENDING, UNRESERVABLE = 0, 1, 2  # amdsmi_memory_page_status_t
+NA8 = 0xFF  # a violation flag amdsmi does not support
+
+
+def page(status: int, n: int = 0) -> dict[str, int]:
+    """One bad-page record: a 4 KiB page at an HBM address."""
+    return {"address": 0x3F_0000_0000 + n * 0x1000, "size": 4096, "status": status}
+
+
+def ecc_pages_throttle() -> dict[str, Any]:
+    """R-X7's ECC, bad pages and throttling on four MI300X. Card 0 answers them all: 12
+    correctable errors, 3 deferred, two pages retired and one pending, package power and HBM
+    thermal violations active. Card 1 answers NOT_SUPPORTED to every one of these calls. Card
+    2's total ECC call is NOT_SUPPORTED while its blocks answer (UMC 5 and GFX 2 correctable,
+    SDMA NOT_SUPPORTED: 7), a page it could not retire, and every violation flag UINT8_MAX
+    (unsupported). Card 3 answers UINT64_MAX uncorrectable errors (a sentinel) and 2^63 + 1
+    correctable ones (past any counter), and a page status amdsmi does not define."""
+    return scenario(
+        [
+            card(
+                0,
+                ecc={"correctable": 12, "uncorrectable": 0, "deferred": 3},
+                bad_pages=[page(RESERVED, 0), page(RESERVED, 1), page(PENDING, 2)],
+                violation={"ppt": 1, "socket": 0, "hbm": 1, "prochot": 0, "vr": 1},
+            ),
+            card(
+                1,
+                faults={
+                    "amdsmi_get_gpu_total_ecc_count": NOT_SUPPORTED,
+                    "amdsmi_get_gpu_ecc_enabled": NOT_SUPPORTED,
+                    "amdsmi_get_gpu_bad_page_info": NOT_SUPPORTED,
+                    "amdsmi_get_violation_status": NOT_SUPPORTED,
+                },
+            ),
+            card(
+                2,
+                faults={"amdsmi_get_gpu_total_ecc_count": NOT_SUPPORTED},
+                ecc_enabled=0x7,  # UMC, SDMA, GFX
+                ecc_blocks={"UMC": {"correctable": 5}, "GFX": {"correctable": 2}},
+                ecc_block_faults={"SDMA": NOT_SUPPORTED},
+                bad_pages=[page(UNRESERVABLE)],
+                violation={f: NA8 for f in ("prochot", "ppt", "socket", "vr", "hbm", "gfx_clk")},
+            ),
+            card(
+                3,
+                ecc={"correctable": 2**63 + 1, "uncorrectable": UINT64_MAX},
+                bad_pages=[page(7)],
+            ),
+        ]
+    )
+
+
 XGMI, PCIE = 2, 1  # amdsmi_link_type_t
 
 
