@@ -3,8 +3,11 @@
 `fixtures/nodes/<scenario>/expected.json` lists, with the arithmetic behind each, what a round
 over the scenario must publish: every card, every grant's entry (an absent figure is null and
 is named when it is not absent, or present when it should be), the Instances that publish
-nothing, and the per-process diagnostics. The goldens are rewritten by the code under test
-(UPDATE_GOLDEN=1); these are not.
+nothing, and the per-process diagnostics. A scenario's `health` section (NVIDIA, AMD and
+T-Head so far) pins each listed card's health and placement (R-X7, R-X3: ECC counts, memory
+repair, energy, throttle reasons, clocks, PCIe replays, error events by code, the unhealthy
+reason, links, NUMA node), worked out from the scenario's inputs with the arithmetic in its
+`why`. The goldens are rewritten by the code under test (UPDATE_GOLDEN=1); these are not.
 """
 
 from __future__ import annotations
@@ -154,3 +157,77 @@ def test_the_per_process_diagnostics_read_as_written_by_hand(scenario: str) -> N
     for p in want["partitions"]:
         got = partitions[p["id"]]
         assert {k: got.get(k) for k in p} == p
+
+
+# -- the card's health and placement (issue 29) ---------------------------------------------------
+
+# The scenarios whose expected.json pins each card's health and placement by hand.
+HEALTH_CHECKED = [s for s in SCENARIOS if "health" in expected(s)]
+
+
+def _sample_key(key: str) -> tuple[str, dict[str, str]]:
+    """`family{label=value,…}` (the family after gpustack_accelerator_) into its sample name and
+    the labels it must carry beside the card's."""
+    family, _, rest = key.partition("{")
+    labels = dict(pair.split("=", 1) for pair in rest.rstrip("}").split(",") if pair)
+    return f"gpustack_accelerator_{family}", labels
+
+
+def _within(want: Any, got: Any, where: str) -> None:
+    """Every key `want` names holds in `got`, recursively; other keys of `got` are not pinned."""
+    if isinstance(want, dict) and want:
+        assert isinstance(got, dict), (where, got)
+        for key, value in want.items():
+            assert key in got, (where, key, sorted(got))
+            _within(value, got[key], f"{where}.{key}")
+    else:
+        assert got == want, (where, got, want)
+
+
+def _links(links: list[dict[str, Any]] | None) -> dict[str, list[list[Any]]] | None:
+    if links is None:
+        return None
+    out: dict[str, list[list[Any]]] = {}
+    for link in links:
+        out.setdefault(link["peerID"], []).append([link["link"], link["count"]])
+    return {peer: sorted(kinds, key=str) for peer, kinds in out.items()}
+
+
+def test_the_health_pins_cover_nvidia_amd_and_thead() -> None:
+    assert {"h100-mig-gpm", "mi300x-8gpu-cpx-mixed", "ppu-zw810e-mixed"} <= set(HEALTH_CHECKED)
+    for scenario in HEALTH_CHECKED:
+        pins = expected(scenario)["health"]
+        assert pins["about"] and pins["cards"], scenario
+        assert all(c.get("why") for c in pins["cards"]), f"{scenario}: a card without its why"
+
+
+@pytest.mark.parametrize("scenario", HEALTH_CHECKED)
+def test_each_cards_health_and_placement_read_as_worked_out_by_hand(scenario: str) -> None:
+    """(R-X7, R-X3) ECC counts, memory repair, energy in joules, clocks in hertz, throttle
+    reasons, PCIe replays, error events by code, the unhealthy reason, links and the NUMA node
+    of each pinned card, worked out by hand from the scenario's inputs, against one replayed
+    round's /metrics samples (a null pin: no sample for that card, never a zero) and its
+    snapshot (each key pinned; `links` by peer)."""
+    document, samples = round_of(scenario)
+    cards = {c["id"]: c for g in document["groups"] for c in g["accelerators"]}
+    for pin in expected(scenario)["health"]["cards"]:
+        card_id = pin["id"]
+        assert card_id in cards, (scenario, card_id, sorted(cards))
+        card = cards[card_id]
+        assert card["index"] == pin["index"], card_id
+        for key, value in pin["samples"].items():
+            name, labels = _sample_key(key)
+            found = [
+                v
+                for n, ls, v in samples
+                if n == name
+                and ls.get("id") == card_id
+                and all(ls.get(k) == want for k, want in labels.items())
+            ]
+            if value is None:
+                assert found == [], (card_id, key, found)
+            else:
+                assert found == [value], (card_id, key, found, value)
+        for key, value in pin["snapshot"].items():
+            got = _links(card.get("links")) if key == "links" else card.get(key)
+            _within(value, got, f"{card_id}.{key}")
