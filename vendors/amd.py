@@ -106,6 +106,12 @@ AMD_SMI = Library("amd_smi", ("libamd_smi.so",), (ROCM_LIB,))
 ROCM_SMI = Library("rocm_smi", ("librocm_smi64.so.7", "librocm_smi64.so"), (ROCM_LIB,))
 ROCM_CORE = Library("rocm_core", ("librocm-core.so.1", "librocm-core.so"), (ROCM_LIB,))
 
+# The violation status costs about 100 ms a card (the library samples twice, 100 ms apart): a
+# board's answer is kept this long on the backend's clock and carried by the rounds between, so
+# a short --monitor-period on eight cards does not spend its deadline on it. At the default
+# 15 s period every round asks again.
+VIOLATION_PERIOD = 5.0
+
 # At most this many XCP platform devices are read from sysfs (eight cards of eight XCPs is 56).
 MAX_XCP_PLATFORM_DEVICES = 1024
 
@@ -392,6 +398,8 @@ class AmdBackend:
         # The last links-and-placement read and the boards it was read for (R-X3).
         self._topology: dict[str, Any] | None = None
         self._topology_cards: tuple[str | None, ...] = ()
+        # The last violation status of each board, by its UUID: (when it was read, the answer).
+        self._violation: dict[str, tuple[float, Any]] = {}
 
     # -- locating -------------------------------------------------------------------------
 
@@ -453,6 +461,7 @@ class AmdBackend:
         self._smi = smi
         self._baseline = Baseline()  # a rate never spans a re-init
         self._known = {}
+        self._violation = {}
         self._platform = xcp_platform_devices(self._sysfs)
 
     def _close_rsmi(self) -> None:
@@ -511,7 +520,7 @@ class AmdBackend:
         if known and len(answered) < len(_IDENTITY):
             device["known"] = known
 
-    def _figures(self, handle: Any, device: dict[str, Any], board: bool) -> None:
+    def _figures(self, handle: Any, device: dict[str, Any], board: bool, now: float) -> None:
         smi = self._smi
         device["amdsmi_get_gpu_compute_partition"] = self._call(
             smi.amdsmi_get_gpu_compute_partition, handle
@@ -541,7 +550,14 @@ class AmdBackend:
                 if enabled & bit
             }
         device[BAD_PAGES] = self._bad_pages(handle)
-        device[VIOLATIONS] = self._violations(handle)
+        # Carried only for a board that answered its own UUID this round: a lost one is asked.
+        uuid = text(device["amdsmi_get_gpu_device_uuid"])
+        held = self._violation.get(uuid) if uuid is not None else None
+        if held is None or now - held[0] >= VIOLATION_PERIOD:
+            held = (now, self._violations(handle))
+            if uuid is not None:
+                self._violation[uuid] = held
+        device["violationReadAt"], device[VIOLATIONS] = held
         # The card's health beyond one bit (R-X7): energy, clocks, PCIe replays.
         device["amdsmi_get_energy_count"] = self._call(smi.amdsmi_get_energy_count, handle)
         device["amdsmi_get_clock_info"] = {
@@ -648,7 +664,7 @@ class AmdBackend:
                     break
             physical = physical_id(doc, devices) if partitioned else None
             for p, (handle, device) in enumerate(zip(handles, devices, strict=True)):
-                self._figures(handle, device, board=p == board)
+                self._figures(handle, device, board=p == board, now=now)
                 uuid = device_uuid(device)
                 ids = {uuid, *device_aliases(device, self._platform, whole=not partitioned)}
                 if uuid is not None and (
@@ -662,6 +678,8 @@ class AmdBackend:
         if self._path == VIA_ROCM_SMI and carved_devices and self._rsmi is not None:
             read_processes(self._rsmi, payload, carved_devices)
         self._baseline.keep_only(seen)
+        boards_read = {uuid for _, _, uuid in boards}
+        self._violation = {k: v for k, v in self._violation.items() if k in boards_read}
         payload["topology"] = self._topology_of(boards, now)
         return payload
 

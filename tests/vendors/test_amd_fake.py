@@ -307,6 +307,27 @@ def test_ecc_bad_pages_and_throttling_through_the_real_wheel(node) -> None:  # t
     assert odd.health.reason("remapped_rows_uncorrectable") is Reason.INVALID_DATA
 
 
+def test_the_violation_status_is_asked_at_most_every_five_seconds(
+    rocm_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(R-X7) The violation status costs its card 100 ms inside the library: read one second
+    apart, a board's answer is read at the first round and carried, with when it was read,
+    until 5 s have passed; the other figures are read every round. At the default 15 s period
+    (the other tests' clock) every round asks again."""
+    doc = scenarios.ecc_pages_throttle()
+    monkeypatch.setenv(fake.SCENARIO_ENV, str(fake.write(tmp_path / "s.txt", doc)))
+    ticks = iter(1000.0 + i for i in range(7))
+    backend = AmdBackend({"amd_smi": str(rocm_root)}, clock=lambda: next(ticks), sysfs=tmp_path)
+    payloads = rounds(backend, ReadRequest(), 7)
+    boards = [p["sockets"][0]["processors"][0] for p in payloads]
+    assert [b["violationReadAt"] for b in boards] == [1000.0] * 5 + [1005.0] * 2
+    assert all(b["amdsmi_get_violation_status"]["active_ppt_pwr"] is True for b in boards)
+    throttled = [AmdBackend().parse(p).cards[0].health for p in payloads]
+    assert all(
+        h is not None and ("sw_power_cap", True) in (h.throttle_reasons or ()) for h in throttled
+    )
+
+
 def test_uncorrectable_ecc_makes_the_card_or_its_board_unhealthy(node) -> None:  # type: ignore[no-untyped-def]
     (payload,) = rounds(node(scenarios.ecc_uncorrectable()), ReadRequest(), 1)
     cards = by_id(AmdBackend().parse(payload))
