@@ -61,6 +61,14 @@ def _outside(value: Any, bounds: tuple[float, float]) -> bool:
     return value is not None and not bounds[0] <= value <= bounds[1]
 
 
+def _any_outside(values: list[Any], bounds: tuple[float, float]) -> bool:
+    """Whether any of `values` (None for a figure not read) falls outside `bounds`: min and max
+    over every row, the per-row test of a round of thousands of processes done in C. No NaN
+    reaches here: the monitor applies model.finite_reading first."""
+    present = [v for v in values if v is not None]
+    return bool(present) and (min(present) < bounds[0] or max(present) > bounds[1])
+
+
 def _card(card: Card, path: str, refused: list[str]) -> Card:
     invalid = tuple(name for name, b in CARD.items() if _outside(getattr(card, name), b))
     health = card.health
@@ -106,11 +114,11 @@ def _partition(part: PartitionReading, path: str, refused: list[str]) -> Partiti
 def _device(answer: DeviceProcesses, path: str, refused: list[str]) -> DeviceProcesses:
     """One row out of range makes that entry point's figures absent for the whole device, as
     any row that cannot be used does: a partial sum is never published as the whole."""
-    memory = answer.memory_reason is None and any(
-        _outside(r.memory_bytes, ROW_MEMORY) for r in answer.rows
+    memory = answer.memory_reason is None and _any_outside(
+        [r.memory_bytes for r in answer.rows], ROW_MEMORY
     )
-    cores = answer.cores_reason is None and any(
-        _outside(r.cores_percent, SHARE) for r in answer.rows
+    cores = answer.cores_reason is None and _any_outside(
+        [r.cores_percent for r in answer.rows], SHARE
     )
     if not memory and not cores:
         return answer
