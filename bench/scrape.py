@@ -181,11 +181,9 @@ def world(pods: int, processes: int) -> contextlib.AbstractContextManager[Any]:
     return contextlib.nullcontext(pods_without_processes(pods))
 
 
-def busy(
-    agent_args: list[str], env: dict[str, str], pairs: int, seconds: int
-) -> tuple[dict[str, Any], list[dict[str, float]], list[dict[str, float]]]:
-    """Rounds back to back, one scraper: what was placed, how long a round takes, and wrk's
-    runs (plain, gzip)."""
+def busy(agent_args: list[str], env: dict[str, str], pairs: int, seconds: int) -> dict[str, Any]:
+    """Rounds back to back, one scraper: `facts` (what was placed, how long a round takes) and
+    wrk's runs, `plain` and `gzip`."""
     agent, port = start_agent([*agent_args, "--monitor-period", "0.05"], env=env)
     plain: list[dict[str, float]] = []
     compressed: list[dict[str, float]] = []
@@ -204,7 +202,7 @@ def busy(
         agent.terminate()
         agent.wait()
     facts = {"placed": placed, "round_ms": round_ms, "rounds_seen": bool(rounds_seen)}
-    return facts, plain, compressed
+    return {"facts": facts, "plain": plain, "gzip": compressed}
 
 
 def main() -> None:
@@ -265,30 +263,14 @@ def main() -> None:
         finally:
             idle.terminate()
             idle.wait()
-        busy_runs.append(
-            {"processes": counts[0]}
-            | dict(
-                zip(
-                    ("facts", "plain", "gzip"),
-                    busy(agent_args(pods_file), env, args.pairs, args.seconds),
-                    strict=True,
-                )
-            )
-        )
+        runs_of = busy(agent_args(pods_file), env, args.pairs, args.seconds)
+        busy_runs.append({"processes": counts[0], **runs_of})
     for count in counts[1:]:
         with world(args.pods, count) as pods, tempfile.TemporaryDirectory() as tmp:
             load, pods_file = write_load(Path(tmp), args.cards, pods)
             env = {"DM_BENCH_LOAD": str(load)}
-            busy_runs.append(
-                {"processes": count}
-                | dict(
-                    zip(
-                        ("facts", "plain", "gzip"),
-                        busy(agent_args(pods_file), env, args.pairs, args.seconds),
-                        strict=True,
-                    )
-                )
-            )
+            runs_of = busy(agent_args(pods_file), env, args.pairs, args.seconds)
+            busy_runs.append({"processes": count, **runs_of})
 
     def ratios(kind: str) -> list[float]:
         return [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -25,8 +26,6 @@ def assert_promtool_accepts(text: bytes | str) -> None:
     """`promtool check metrics` takes the exposition with nothing to say (no lint finding).
     Skipped where promtool is not installed; .ci/run installs Debian's prometheus package,
     which carries it."""
-    import shutil
-
     promtool = shutil.which("promtool")
     if promtool is None:
         return

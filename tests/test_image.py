@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 import tomllib
+import venv
 from collections.abc import Iterator
 from importlib import metadata
+from importlib.util import MAGIC_NUMBER, cache_from_source
 from pathlib import Path
 
 import pytest
@@ -303,11 +307,6 @@ def test_the_images_install_leaves_every_module_compiled(tmp_path: Path) -> None
     or each start compiles the agent anew (about 0.1 s; bench/startup.py compiles its checkouts
     for the same reason). Built and installed here as the Dockerfile's two stages do (a wheel,
     then `pip install --no-index` of it), with PYTHONDONTWRITEBYTECODE already set."""
-    import subprocess
-    import sys
-    import venv
-    from importlib.util import MAGIC_NUMBER, cache_from_source
-
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     wheels, target = tmp_path / "wheels", tmp_path / "image"
