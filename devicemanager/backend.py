@@ -10,7 +10,6 @@ import importlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from importlib import metadata
 from typing import Protocol, runtime_checkable
 
 from devicemanager.model import Payload, ReadRequest, VendorReading
@@ -160,10 +159,18 @@ def sdk_versions(manufacturers: Sequence[str]) -> list[str]:
             dist: str | None = getattr(backend_class(name), "sdk", None)
         except ValueError:
             continue
-        if dist is None:
-            continue
-        try:
-            out.add(f"{dist} {metadata.version(dist)}")
-        except metadata.PackageNotFoundError:
-            continue
+        if dist is not None and (found := installed_version(dist)) is not None:
+            out.add(found)
     return sorted(out)
+
+
+def installed_version(distribution: str) -> str | None:
+    """'<distribution> <version>' where that distribution is installed, else None."""
+    # Imported where a version is asked for: `serve` asks once, for its build labels (about
+    # 10 ms of its start), `record` once; the other commands never need email's parser.
+    from importlib import metadata
+
+    try:
+        return f"{distribution} {metadata.version(distribution)}"
+    except metadata.PackageNotFoundError:
+        return None

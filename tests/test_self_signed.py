@@ -9,6 +9,7 @@ its resident set, docs/performance.md). Checked on the real agent through /proc/
 from __future__ import annotations
 
 import contextlib
+import io
 import ipaddress
 import json
 import ssl
@@ -19,9 +20,17 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from devicemanager.serve import tls
-from devicemanager.serve.mint import write_pair
+from devicemanager.serve.mint import (
+    MAX_NAME_BYTES,
+    MAX_NAMES,
+    names_message,
+    read_names,
+    write_pair,
+)
 from tests.conftest import NODES, REPO, Agent, agent_env
 
 pytestmark = pytest.mark.timeout(60)
@@ -110,3 +119,100 @@ def test_the_early_pair_names_the_replayed_node(launch) -> None:  # type: ignore
     cert = x509.load_pem_x509_certificate(pem.encode())
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert node in names.get_values_for_type(x509.DNSName)
+
+
+# -- the child started before the names are known (R-O1) ---------------------------------------
+# `serve` starts the child as soon as its flags are read, so that importing cryptography happens
+# on another core while the agent imports itself, and hands it the names once the node is
+# resolved (`DIR -`: the names on standard input, one a line, then an empty line).
+
+HOST = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\n"), min_size=1
+).filter(lambda h: len(h.encode()) <= MAX_NAME_BYTES)
+
+
+@given(st.lists(HOST, max_size=MAX_NAMES))
+@settings(max_examples=200, deadline=None)
+def test_the_names_read_are_the_names_written(hosts: list[str]) -> None:
+    message = names_message(hosts)
+    stream = io.BytesIO(message + b"what follows is not the reader's\n")
+    assert read_names(stream) == hosts
+    assert stream.tell() == len(message)  # it stops at the empty line
+
+
+@pytest.mark.parametrize(
+    "hosts",
+    [[""], ["a\nb"], ["x" * (MAX_NAME_BYTES + 1)], ["é" * 127], ["h"] * (MAX_NAMES + 1)],
+    ids=["empty", "line-break", "too-long", "too-long-in-utf8", "too-many"],
+)
+def test_names_no_certificate_can_hold_are_refused_before_sending(hosts: list[str]) -> None:
+    with pytest.raises(ValueError):
+        names_message(hosts)
+
+
+@pytest.mark.parametrize(
+    ("message", "why"),
+    [
+        (b"", "ended before the empty line"),
+        (b"node-a\n", "ended before the empty line"),
+        (b"x" * (MAX_NAME_BYTES + 1) + b"\n\n", "longer than 253 bytes"),
+        (b"h\n" * (MAX_NAMES + 1) + b"\n", "more than 64"),
+        (b"\xff\n\n", "utf-8"),
+    ],
+    ids=["nothing", "no-empty-line", "too-long", "too-many", "not-utf8"],
+)
+def test_the_child_refuses_names_it_cannot_read(message: bytes, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        read_names(io.BytesIO(message))
+
+
+def test_a_child_started_first_and_named_later_writes_the_pair_for_those_names(
+    tmp_path: Path,
+) -> None:
+    minting = tls.Minting(directory=tmp_path)
+    assert minting.hosts is None and list(tmp_path.iterdir()) == []  # nothing before the names
+    minting.name(["node-b.example", "10.0.0.9"])
+    minting.wait()
+    cert = x509.load_pem_x509_certificate((tmp_path / tls.CERT_FILE).read_bytes())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.DNSName) == ["node-b.example"]
+    assert names.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("10.0.0.9")]
+    tls.server_context(tmp_path / tls.CERT_FILE, tmp_path / tls.KEY_FILE)
+
+
+def test_a_child_never_named_is_an_error_not_a_wait() -> None:
+    minting = tls.Minting()
+    directory = minting.directory
+    try:
+        with pytest.raises(RuntimeError, match="never given the names"):
+            minting.wait()
+        with pytest.raises(ValueError, match="not a host name"):
+            minting.name(["bad\nname"])
+        assert minting.hosts is None  # a refused name is not taken
+    finally:
+        minting.abandon()
+    assert not directory.exists()
+
+
+def test_a_refused_name_at_start_leaves_no_child_and_no_directory(tmp_path: Path) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    with pytest.raises(ValueError, match="not a host name"):
+        tls.Minting(["x" * (MAX_NAME_BYTES + 1)], directory=scratch / "pair")
+    assert list(scratch.iterdir()) == []
+
+
+def test_a_child_whose_agent_went_away_writes_no_key(tmp_path: Path) -> None:
+    """The agent ended (its end of the pipe closed) before it named the hosts: the child says
+    so and exits 1, and no key is written."""
+    done = subprocess.run(
+        [sys.executable, "-m", "devicemanager.serve.mint", str(tmp_path), "-"],
+        env=agent_env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert b"ended before the empty line" in done.stderr
+    assert list(tmp_path.iterdir()) == []

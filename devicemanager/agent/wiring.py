@@ -45,18 +45,12 @@ from devicemanager.agent.selfmetrics import SelfMetrics
 from devicemanager.backend import Backend, create_backend, sdk_versions
 from devicemanager.node.attribution import Attributor
 from devicemanager.node.pods import PodIndex, PodsFile
+from devicemanager.serve import CERT_FILE, KEY_FILE
 from devicemanager.serve.access import Reviewer
 from devicemanager.serve.app import Routes, create_app
 from devicemanager.serve.counters import HttpCounters
 from devicemanager.serve.http import Limits, protocol_for
-from devicemanager.serve.tls import (
-    CERT_FILE,
-    KEY_FILE,
-    Certificates,
-    Minting,
-    server_context,
-    why_refused,
-)
+from devicemanager.serve.tls import Certificates, Minting, server_context, why_refused
 
 if TYPE_CHECKING:
     from lightkube.config.kubeconfig import KubeConfig
@@ -87,8 +81,11 @@ def settle_interpreter() -> None:
     # Everything imported and built so far lives as long as the process: out of the cyclic
     # collector's sight, whose full passes over it took 30 ms with the lock held (a scrape's
     # p99 during rounds), 0.5 ms after (docs/performance.md).
-    gc.collect()
+    # `serve` starts with the collector off (cli._cmd_serve). A full pass here would take 15
+    # to 25 ms to free 54 KB (the classes `dataclass(slots=True)` replaced): frozen as it is,
+    # as the gc module's documentation advises, then collected as usual (tests/test_start.py).
     gc.freeze()
+    gc.enable()
 
 
 @dataclass(frozen=True, slots=True)
@@ -583,6 +580,9 @@ def serve(settings: Settings, minting: Minting | None = None) -> int:
 def _serve(settings: Settings, signals: Signals, minting: Minting | None = None) -> int:
     logs.configure(settings.log_level, settings.log_format)
     node = resolve_node(settings)
+    hosts = serving_hosts(node.name)
+    if minting is not None:
+        minting.name(hosts)  # its child has been importing cryptography meanwhile
     build = build_labels(node)
     # The first line says what runs: the version, and over what.
     log.info(
@@ -622,10 +622,6 @@ def _serve(settings: Settings, signals: Signals, minting: Minting | None = None)
     settle_interpreter()
     monitor.start()
     try:
-        hosts = serving_hosts(node.name)
-        if minting is not None and minting.hosts != hosts:
-            minting.abandon()  # started for other names: mint for these
-            minting = None
         certs = stoppable.certs = Certificates(settings.cert_dir, hosts=hosts, minting=minting)
         signals.hangup = reload_on_hangup(certs, settings.cert_dir)
 

@@ -17,23 +17,27 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-log = logging.getLogger("devicemanager.serve.tls")
+from devicemanager.serve import CERT_FILE as CERT_FILE  # re-exported: the pair's file names
+from devicemanager.serve import KEY_FILE as KEY_FILE
+from devicemanager.serve.mint import names_message
 
-CERT_FILE = "tls.crt"
-KEY_FILE = "tls.key"
+log = logging.getLogger("devicemanager.serve.tls")
 
 MINT_TIMEOUT = 60.0  # seconds for the child that mints a self-signed pair (a fresh interpreter)
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # where the child finds devicemanager
 
 
 class Minting:
-    """A self-signed pair for `hosts` being minted into a fresh private directory by a
-    short-lived child, so that cryptography's pages never join this process's resident set
-    (serve/mint.py). Started as early as the hosts are known (`devicemanager serve` starts it
-    before importing the agent) and waited for when the server needs it."""
+    """A self-signed pair being minted into a fresh private directory by a short-lived child,
+    so that cryptography's pages never join this process's resident set (serve/mint.py).
 
-    def __init__(self, hosts: Sequence[str], directory: Path | None = None) -> None:
-        self.hosts = list(hosts)
+    The child starts at once, before the names it is for are known: importing cryptography is
+    nearly all of its work (about 0.1 s), and it does that on another core while this process
+    imports the agent. `name(hosts)` hands it the names once the node is resolved; the child
+    then signs and writes the pair, which `wait()` waits for when the server needs it."""
+
+    def __init__(self, hosts: Sequence[str] | None = None, directory: Path | None = None) -> None:
+        self.hosts: list[str] | None = None
         self.tmp: tempfile.TemporaryDirectory[str] | None = None
         if directory is None:
             self.tmp = tempfile.TemporaryDirectory(prefix="devicemanager-tls-")
@@ -48,18 +52,41 @@ class Minting:
         }
         try:
             self._child = subprocess.Popen(
-                [sys.executable, "-m", "devicemanager.serve.mint", str(directory), *self.hosts],
+                [sys.executable, "-m", "devicemanager.serve.mint", str(directory), "-"],
                 env=env,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
             )
         except OSError as exc:
             self.abandon()
             raise RuntimeError(f"minting a self-signed certificate failed: {exc}") from exc
+        if hosts is not None:
+            try:
+                self.name(hosts)
+            except ValueError:
+                self.abandon()
+                raise
+
+    def name(self, hosts: Sequence[str]) -> None:
+        """The names the pair is made out to, handed to the child once (mint.py reads them)."""
+        if self.hosts is not None:
+            raise RuntimeError(f"the self-signed pair is already being made out to {self.hosts}")
+        message = names_message(hosts)  # ValueError, naming the host, before anything is sent
+        self.hosts = list(hosts)
+        child = self._child
+        if child is None or child.stdin is None:
+            return
+        try:
+            child.stdin.write(message)
+            child.stdin.flush()
+        except BrokenPipeError:
+            pass  # the child has ended already: wait() says how
 
     def wait(self) -> None:
         """Until the pair is written; RuntimeError, saying why, when it was not."""
+        if self.hosts is None:
+            raise RuntimeError("the self-signed pair was never given the names it is for")
         child = self._child
         if child is None:
             return
