@@ -43,7 +43,7 @@ BENCHES: dict[str, list[str]] = {
     "soak": ["bench/soak.py"],
     "soak_hostile": ["bench/soak.py", "--hostile"],
     "wakeups": ["bench/wakeups.py", "--seconds", "30"],
-    "startup": ["bench/startup.py", "--pairs", "9"],
+    "startup": ["bench/startup.py", "--pairs", "15"],
     "peer": ["bench/peer.py"],
 }
 

@@ -166,7 +166,9 @@ def rows(r: dict[str, Any]) -> list[Row]:
         ratio = s.get("current_over_baseline")
         out.append(
             (
-                "exec to `/readyz` 200, replay node",
+                "exec to `/readyz` 200, replay node, installed as the image installs it"
+                if s.get("installed")
+                else "exec to `/readyz` 200, replay node",
                 f"{s['exec_to_ready_s']['median']} s "
                 f"({_range(s['exec_to_ready_s']['range'], ' s')})",
                 f"before ({base['commit']}): {base['exec_to_ready_s']['median']} s; "

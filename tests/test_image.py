@@ -304,9 +304,10 @@ def test_the_environment_the_tests_run_in_is_the_lock() -> None:
 def test_the_images_install_leaves_every_module_compiled(tmp_path: Path) -> None:
     """(R-O6) The image installs the agent's wheel with pip and then sets
     PYTHONDONTWRITEBYTECODE: every module must already have bytecode that matches its source,
-    or each start compiles the agent anew (about 0.1 s; bench/startup.py compiles its checkouts
-    for the same reason). Built and installed here as the Dockerfile's two stages do (a wheel,
-    then `pip install --no-index` of it), with PYTHONDONTWRITEBYTECODE already set."""
+    or each start compiles the agent anew (about 0.1 s; bench/startup.py installs its checkouts
+    as the image does for the same reason). Built and installed here as the Dockerfile's two
+    stages do (a wheel, then `pip install --no-index` of it), with PYTHONDONTWRITEBYTECODE
+    already set."""
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     wheels, target = tmp_path / "wheels", tmp_path / "image"
