@@ -134,7 +134,11 @@ def import_amdsmi(target: str) -> ModuleType:
 
 def _purge() -> None:
     """Forget a half-imported wheel so the next round imports it afresh."""
-    for name in [n for n in sys.modules if n == "amdsmi" or n.startswith("amdsmi.")]:
+    # A copy of the names first: this runs on the backend's thread while the main thread may
+    # be importing (the server starts beside the first round), and iterating sys.modules
+    # itself then fails with "dictionary changed size during iteration". list() copies the
+    # keys without giving up the interpreter lock.
+    for name in [n for n in list(sys.modules) if n == "amdsmi" or n.startswith("amdsmi.")]:
         del sys.modules[name]
 
 

@@ -7,7 +7,10 @@ costs its round a deadline."""
 from __future__ import annotations
 
 import ctypes
+import sys
+import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,7 @@ from devicemanager.model import BackendState
 from tests.fakelib import Layout, ctypes_layout, layout
 from tests.fakelib import amd as fake
 from tests.vendors import kit
-from vendors._amd_lib import import_amdsmi
+from vendors._amd_lib import _purge, import_amdsmi
 from vendors._rocm_smi_lib import RsmiProcessInfo
 from vendors.amd import AmdBackend
 
@@ -190,3 +193,42 @@ def test_a_hung_call_costs_its_round_a_deadline_and_then_is_stuck(
     # Let the hung call return before the next test reloads the fake's scenario under it.
     time.sleep(2.5)
     monitor.stop()
+
+
+def test_a_half_imported_wheel_is_forgotten_while_another_thread_imports() -> None:
+    """The wheel is imported, and forgotten when that fails (no library: `unavailable`), on the
+    backend's thread, while the main thread may be importing: the server starts beside the
+    first round. Forgetting it must not iterate sys.modules while it changes, or the backend
+    reads `error: dictionary changed size during iteration` instead of `unavailable` (seen
+    once in some 40 starts of six manufacturers without their libraries)."""
+    stop = threading.Event()
+    churned = [f"_tests_churn_{i}" for i in range(50)]
+
+    def churn() -> None:  # another thread importing: names come and go in sys.modules
+        i = 0
+        while not stop.is_set():
+            sys.modules[churned[i % 50]] = types.ModuleType(churned[i % 50])
+            sys.modules.pop(churned[(i + 25) % 50], None)
+            i += 1
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # hand the lock over as often as the interpreter will
+    other = threading.Thread(target=churn)
+    other.start()
+    failures = 0
+    try:
+        for _ in range(3000):  # iterating sys.modules itself failed 54 times in 3,000 here
+            sys.modules["amdsmi.half_imported"] = types.ModuleType("amdsmi.half_imported")
+            try:
+                _purge()
+            except RuntimeError:
+                failures += 1
+            else:
+                assert "amdsmi.half_imported" not in sys.modules
+    finally:
+        stop.set()
+        other.join()
+        sys.setswitchinterval(interval)
+        for name in [*churned, "amdsmi.half_imported"]:
+            sys.modules.pop(name, None)
+    assert failures == 0
