@@ -15,44 +15,28 @@ tight only where the figure is a share (0..100 %) or cannot be negative.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from devicemanager.model import (
+    FIGURES,
     MIB,
     Card,
+    CardFigure,
     CardHealth,
     DeviceProcesses,
+    FigureTable,
+    HealthFigure,
     PartitionReading,
     Reason,
     VendorReading,
 )
 
-MAX_MIB = 16 << 20  # 16 TiB
-COUNTER = (0, 2**63)
-
+# The bounds are the figure table's (model.FIGURES), figure by figure.
 CARD: dict[str, tuple[float, float]] = {
-    "memory_total_mib": (1, MAX_MIB),
-    "memory_used_mib": (0, MAX_MIB),
-    "cores_utilization_percent": (0.0, 100.0),
-    "temperature_celsius": (-100.0, 200.0),
-    "power_usage_watts": (0.0, 100_000.0),
+    s.name.value: s.bounds for s in FIGURES.card if s.bounds is not None and not s.derived
 }
-HEALTH: dict[str, tuple[float, float]] = {
-    "ecc_corrected_volatile": COUNTER,
-    "ecc_uncorrected_volatile": COUNTER,
-    "ecc_corrected_aggregate": COUNTER,
-    "ecc_uncorrected_aggregate": COUNTER,
-    "remapped_rows_correctable": COUNTER,
-    "remapped_rows_uncorrectable": COUNTER,
-    "remapped_rows_pending": COUNTER,
-    "remapped_rows_failed": COUNTER,
-    "energy_joules": (0.0, 1e15),  # 100 kW for three centuries
-    "clock_sm_hz": (0, 1e11),
-    "clock_memory_hz": (0, 1e11),
-    "clock_graphics_hz": (0, 1e11),
-    "pcie_replays": COUNTER,
-}
-PARTITION_MEMORY = ("memory_total_mib", "memory_used_mib")
+MAX_MIB = int(CARD[CardFigure.MEMORY_TOTAL_MIB][1])
+PARTITION_MEMORY = (CardFigure.MEMORY_TOTAL_MIB.value, CardFigure.MEMORY_USED_MIB.value)
 ROW_MEMORY = (0, MAX_MIB * MIB)
 SHARE = (0.0, 100.0)
 
@@ -81,14 +65,22 @@ def _card(card: Card, path: str, refused: list[str]) -> Card:
     return replace(card, **changes, health=health, invalid=(*card.invalid, *invalid))
 
 
-def _health(health: CardHealth, path: str, refused: list[str]) -> CardHealth:
-    invalid = [name for name, b in HEALTH.items() if _outside(getattr(health, name), b)]
+def _health(
+    health: CardHealth, path: str, refused: list[str], table: FigureTable = FIGURES
+) -> CardHealth:
+    invalid = [
+        spec.name
+        for spec in table.health
+        if spec.bounds is not None
+        and _outside(health.number(cast(HealthFigure, spec.name)), spec.bounds)
+    ]
     if not invalid:
         return health
     refused.extend(f"{path}.{name}" for name in invalid)
     kept = tuple((name, r) for name, r in health.reasons if name not in invalid)
-    reasons = (*kept, *((name, Reason.INVALID_DATA) for name in invalid))
-    return replace(health, **dict.fromkeys(invalid), reasons=reasons)
+    reasons = (*kept, *((cast(HealthFigure, name), Reason.INVALID_DATA) for name in invalid))
+    numbers = tuple((name, v) for name, v in health.numbers if name not in invalid)
+    return replace(health, numbers=numbers, reasons=reasons)
 
 
 def _partition(part: PartitionReading, path: str, refused: list[str]) -> PartitionReading:
