@@ -562,7 +562,20 @@ def _all_finite(node: object) -> bool:
     return True
 
 
+def _finite_health(health: CardHealth, path: str, dropped: list[str]) -> CardHealth:
+    """A health figure that is no finite number is dropped and named as its figure (its only
+    floats are numbers: flags, counts and codes hold none)."""
+    bad = [name for name, v in health.numbers if isinstance(v, float) and not math.isfinite(v)]
+    if not bad:
+        return health
+    dropped.extend(f"{path}.{name}" for name in bad)
+    numbers = tuple((name, v) for name, v in health.numbers if name not in bad)
+    return dataclasses.replace(health, numbers=numbers)
+
+
 def _finite_node(node: _Node, path: str, dropped: list[str]) -> _Node:
+    if isinstance(node, CardHealth):
+        return _finite_health(node, path, dropped)  # type: ignore[return-value]
     if isinstance(node, float) and not math.isfinite(node):
         dropped.append(path)
         return None  # type: ignore[return-value]

@@ -53,11 +53,11 @@ def _any_outside(values: list[Any], bounds: tuple[float, float]) -> bool:
     return bool(present) and (min(present) < bounds[0] or max(present) > bounds[1])
 
 
-def _card(card: Card, path: str, refused: list[str]) -> Card:
+def _card(card: Card, path: str, refused: list[str], table: FigureTable = FIGURES) -> Card:
     invalid = tuple(name for name, b in CARD.items() if _outside(getattr(card, name), b))
     health = card.health
     if health is not None:
-        health = _health(health, f"{path}.health", refused)
+        health = _health(health, f"{path}.health", refused, table)
     if not invalid and health is card.health:
         return card
     refused.extend(f"{path}.{name}" for name in invalid)
@@ -124,11 +124,14 @@ def _device(answer: DeviceProcesses, path: str, refused: list[str]) -> DevicePro
     return replace(answer, **changes)
 
 
-def plausible_reading(reading: VendorReading) -> tuple[VendorReading, tuple[str, ...]]:
+def plausible_reading(
+    reading: VendorReading, table: FigureTable = FIGURES
+) -> tuple[VendorReading, tuple[str, ...]]:
     """The reading with every figure outside its physical range refused, and the paths
-    refused (e.g. `cards[2].power_usage_watts`). The common case returns the reading itself."""
+    refused (`cards[2].` and the figure's name, its row's in the figure table). The common case
+    returns the reading itself."""
     refused: list[str] = []
-    cards = tuple(_card(c, f"cards[{i}]", refused) for i, c in enumerate(reading.cards))
+    cards = tuple(_card(c, f"cards[{i}]", refused, table) for i, c in enumerate(reading.cards))
     partitions = tuple(
         _partition(p, f"partitions[{i}]", refused) for i, p in enumerate(reading.partitions)
     )
