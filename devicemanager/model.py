@@ -171,6 +171,14 @@ class CardHealth:
     def reason(self, figure: HealthFigure) -> Reason | None:
         return next((r for name, r in self.reasons if name == figure), None)
 
+    def held(self) -> dict[HealthFigure, HealthValue]:
+        """Every figure held, whatever its shape: for a reader that asks of each row."""
+        held: dict[HealthFigure, HealthValue] = dict(self.numbers)
+        for part in (self.flags, self.counts, self.codes):
+            if part:
+                held.update(part)
+        return held
+
     # The structured figures, typed.
     @property
     def throttle_reasons(self) -> Flags | None:

@@ -27,13 +27,13 @@ from devicemanager.model import (
     FIGURES,
     BackendState,
     Card,
-    CardHealth,
     Codes,
     Counts,
     FigureSpec,
     FigureTable,
     Flags,
     HealthFigure,
+    HealthValue,
     Reason,
     Shape,
     Snapshot,
@@ -137,10 +137,10 @@ def card_families(snapshot: Snapshot) -> Iterator[GaugeFamily]:
 
 
 def _health_samples(
-    health: CardHealth, spec: FigureSpec
+    held: Mapping[HealthFigure, HealthValue], spec: FigureSpec
 ) -> Iterator[tuple[tuple[str, ...], float]]:
     """(label values, value) of one health figure's samples, as its row's shape says."""
-    value = health.get(cast(HealthFigure, spec.name))
+    value = held.get(cast(HealthFigure, spec.name))
     if value is None:
         return
     if spec.shape is Shape.NUMBER:
@@ -165,6 +165,8 @@ def health_families(snapshot: Snapshot, table: FigureTable = FIGURES) -> Iterato
     node = snapshot.node or ""
     out: list[GaugeFamily] = []
     cards = [(g, c) for g in snapshot.groups for c in g.cards]
+    # Each card's figures by name, made once and looked up per row.
+    read = [(g, c, c.health.held()) for g, c in cards if c.health is not None]
     for table_family, specs in table.health_families():
         family = GaugeFamily(
             table_family.name,
@@ -172,12 +174,10 @@ def health_families(snapshot: Snapshot, table: FigureTable = FIGURES) -> Iterato
             labels=[*CARD_LABELS, *table_family.labels],
             kind=table_family.kind.value,
         )
-        for group, card in cards:
-            if card.health is None:
-                continue
+        for group, card, held in read:
             labels = [node, group.manufacturer, card.id, str(card.index)]
             for spec in specs:
-                for values, value in _health_samples(card.health, spec):
+                for values, value in _health_samples(held, spec):
                     family.add_metric([*labels, *values], value)
         out.append(family)
     capability = GaugeFamily(
@@ -204,10 +204,11 @@ def health_families(snapshot: Snapshot, table: FigureTable = FIGURES) -> Iterato
             capability.add_metric(invalid, 0.0)
         if card.health is None:
             continue
+        reasons, held = dict(card.health.reasons), card.health.held()
         for spec in table.health:
             figure = cast(HealthFigure, spec.name)
-            why = card.health.reason(figure)
-            present = card.health.get(figure) is not None
+            why = reasons.get(figure)
+            present = figure in held
             if why is None and not present:
                 continue  # not asked of this library: nothing to say
             labels = [

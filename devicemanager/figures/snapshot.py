@@ -99,13 +99,20 @@ def rfc3339(timestamp: float | None) -> str | None:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _held(health: CardHealth, spec: FigureSpec) -> Any:
-    """A health figure as JSON holds it: a number, an object of flags or counts, a list."""
-    value = health.get(cast(HealthFigure, spec.name))
-    if value is None or spec.shape is Shape.NUMBER:
-        return value
-    held: Any = value
-    return list(held) if spec.shape is Shape.CODES else dict(held)
+# How the health object is written, row by row: (figure, shape, the keys above its own, its
+# key, written only where read). Made once for the shipped table; a snapshot has a health
+# object per card, every round.
+_JsonPlan = tuple[tuple[HealthFigure, Shape, tuple[str, ...], str, bool], ...]
+
+
+def _json_plan(table: FigureTable) -> _JsonPlan:
+    return tuple(
+        (cast(HealthFigure, s.name), s.shape, s.json[:-1], s.json[-1], s.json_only_when_read)
+        for s in table.health
+    )
+
+
+_PLAN = _json_plan(FIGURES)
 
 
 def health_json(health: CardHealth, table: FigureTable = FIGURES) -> dict[str, Any]:
@@ -114,11 +121,18 @@ def health_json(health: CardHealth, table: FigureTable = FIGURES) -> dict[str, A
     backends only where it was read), and `absentReasons` says why for those the library
     explained."""
     doc: dict[str, Any] = {}
-    for spec in table.health:
-        value = _held(health, spec)
-        if value is None and spec.json_only_when_read:
-            continue
-        *parents, key = spec.json
+    held: dict[HealthFigure, Any] = health.held()
+    for figure, shape, parents, key, only_when_read in (
+        _PLAN if table is FIGURES else _json_plan(table)
+    ):
+        value = held.get(figure)
+        if value is None:
+            if only_when_read:
+                continue
+        elif shape is Shape.FLAGS or shape is Shape.COUNTS:
+            value = dict(value)
+        elif shape is Shape.CODES:
+            value = list(value)
         place = doc
         for parent in parents:
             place = place.setdefault(parent, {})
@@ -193,7 +207,7 @@ def card_json(card: Card) -> dict[str, Any]:
         "id": card.id,
         "index": card.index,
         "name": card.name,
-        **{spec.json[0]: getattr(card, spec.name) for spec in FIGURES.card},
+        **{key: getattr(card, name) for key, name in _CARD_JSON},
         "unhealthy": card.unhealthy,
         "unhealthyReason": card.unhealthy_reason,
         **extra,
@@ -251,7 +265,9 @@ def parse_time(value: Any) -> float:
         return 0.0
 
 
-# A card's own figures by field, as the snapshot names them (the figure table's card rows).
+# A card's own figures (the figure table's card rows): (JSON key, field) in the order shown,
+# and by field as the snapshot names them.
+_CARD_JSON = tuple((spec.json[0], spec.name.value) for spec in FIGURES.card)
 _CARD_KEYS = {spec.name.value: spec.json[0] for spec in FIGURES.card if not spec.derived}
 _CARD_FIELDS = {key: name for name, key in _CARD_KEYS.items()}
 
