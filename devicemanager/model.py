@@ -13,7 +13,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
+
+# The figure table (figure_table.py), handed on as part of the vocabulary.
+from devicemanager.figure_table import FIGURES as FIGURES
+from devicemanager.figure_table import THROTTLE_REASONS as THROTTLE_REASONS
+from devicemanager.figure_table import CardFigure as CardFigure
+from devicemanager.figure_table import FigureSpec as FigureSpec
+from devicemanager.figure_table import FigureTable as FigureTable
+from devicemanager.figure_table import HealthFigure as HealthFigure
+from devicemanager.figure_table import Kind as Kind
+from devicemanager.figure_table import Shape as Shape
 
 # What a vendor library answered, keyed by entry point, as JSON-able values.
 Payload = dict[str, Any]
@@ -67,79 +77,135 @@ class BackendState(StrEnum):
     STUCK = "stuck"  # an earlier read() has still not returned; no new call was made
 
 
-# The clock-throttle reasons a card can report, named as NVML's clocks-event reasons (its
-# nvmlClocksEventReason* bits) so every manufacturer's throttle status maps onto one label set.
-THROTTLE_REASONS: tuple[str, ...] = (
-    "gpu_idle",
-    "applications_clocks_setting",
-    "sw_power_cap",
-    "hw_slowdown",
-    "sync_boost",
-    "sw_thermal_slowdown",
-    "hw_thermal_slowdown",
-    "hw_power_brake_slowdown",
-    "display_clock_setting",
-)
+# A card's health figures as they are held: a number, (reason, active) flags, (code, count)
+# counts, or the codes active now.
+Flags = tuple[tuple[str, bool], ...]
+Counts = tuple[tuple[str, int], ...]
+Codes = tuple[str, ...]
+HealthValue = float | Flags | Counts | Codes
+# What a vendor made of one health figure: its value, or None and why it is absent.
+Answer = tuple[HealthValue | None, Reason | None]
 
 
 @dataclass(frozen=True, slots=True)
 class CardHealth:
     """A card's error counters, energy, clocks and link retries (issue 29), as its library gives
-    them, in base units. Every figure is optional: `None` is absent, and `reasons` says why for
-    each absent one it knows about, keyed by the figure's field name (`throttle_reasons` for the
-    throttle mask, `remapped_rows_*` one each for the remapped-rows call). A card whose backend
-    does not read these has no CardHealth at all (`Card.health` is None)."""
+    them, in base units, keyed by the table's `HealthFigure` (figure_table.py says each one's
+    unit, bounds, JSON key and family). Every figure is optional: one not held is absent, and
+    `reasons` says why for each absent one it knows about, in the order the backend said so
+    (`throttle_reasons` for the throttle mask, `remapped_rows_*` one each for the
+    remapped-rows call). A card whose backend does not read these has no CardHealth at all
+    (`Card.health` is None). Made by `CardHealth.of`, which keeps each part in the table's
+    order, so two readings of the same figures are equal."""
 
-    # Memory ECC error counts: volatile since the driver loaded, aggregate over the card's life.
-    ecc_corrected_volatile: int | None = None
-    ecc_uncorrected_volatile: int | None = None
-    ecc_corrected_aggregate: int | None = None
-    ecc_uncorrected_aggregate: int | None = None
-    # Memory repair: rows remapped for correctable and uncorrectable errors; pending and failed
-    # where the library gives them (NVML: a flag, 1 = at least one).
-    remapped_rows_correctable: int | None = None
-    remapped_rows_uncorrectable: int | None = None
-    remapped_rows_pending: int | None = None
-    remapped_rows_failed: int | None = None
-    energy_joules: float | None = None  # consumed since the driver loaded, a counter
-    # (reason, active) for every reason of THROTTLE_REASONS the library reports; None: no mask.
-    throttle_reasons: tuple[tuple[str, bool], ...] | None = None
-    clock_sm_hz: int | None = None
-    clock_memory_hz: int | None = None
-    clock_graphics_hz: int | None = None
-    pcie_replays: int | None = None  # PCIe replay counter since the driver loaded
+    numbers: tuple[tuple[HealthFigure, float], ...] = ()
+    # (reason, active) for every reason of THROTTLE_REASONS the library reports.
+    flags: tuple[tuple[HealthFigure, Flags], ...] = ()
     # Critical error events by code (NVML's XIDs), counted since the agent started: (code,
     # count), codes as decimal text in numeric order, at most MAX_ERROR_CODES of them, then
-    # ERROR_CODE_OTHER for every event past that bound. () none seen; None not read.
-    xid_errors: tuple[tuple[str, int], ...] | None = None
+    # ERROR_CODE_OTHER for every event past that bound. () none seen.
+    counts: tuple[tuple[HealthFigure, Counts], ...] = ()
     # Error codes the card reports now (Ascend's dcmi_get_device_errorcode_v2), as hex text,
-    # at most MAX_ERROR_CODES of them. () none; None not read.
-    error_codes: tuple[str, ...] | None = None
-    reasons: tuple[tuple[str, Reason], ...] = ()
+    # at most MAX_ERROR_CODES of them. () none.
+    codes: tuple[tuple[HealthFigure, Codes], ...] = ()
+    reasons: tuple[tuple[HealthFigure, Reason], ...] = ()
 
-    def reason(self, figure: str) -> Reason | None:
+    @classmethod
+    def of(
+        cls,
+        values: Mapping[HealthFigure, HealthValue | None] = MappingProxyType({}),
+        reasons: Iterable[tuple[HealthFigure, Reason]] = (),
+        table: FigureTable = FIGURES,
+    ) -> CardHealth:
+        """The figures `values` holds (None: not held), each where its row's shape says, and
+        why the absent ones are absent. A value of the wrong shape for its row is a TypeError:
+        a vendor's mistake, found by its tests."""
+        numbers: list[tuple[HealthFigure, float]] = []
+        flags: list[tuple[HealthFigure, Flags]] = []
+        counts: list[tuple[HealthFigure, Counts]] = []
+        codes: list[tuple[HealthFigure, Codes]] = []
+        for spec in table.health:
+            name = cast(HealthFigure, spec.name)
+            value = values.get(name)
+            if value is None:
+                continue
+            if spec.shape is Shape.NUMBER:
+                if not isinstance(value, int | float) or isinstance(value, bool):
+                    raise TypeError(f"{name}: {value!r} is not a number")
+                numbers.append((name, value))
+                continue
+            if not isinstance(value, tuple):
+                raise TypeError(f"{name}: {value!r} is not a {spec.shape} figure")
+            if spec.shape is Shape.FLAGS:
+                flags.append((name, cast(Flags, value)))
+            elif spec.shape is Shape.COUNTS:
+                counts.append((name, cast(Counts, value)))
+            else:
+                codes.append((name, cast(Codes, value)))
+        unknown = set(values) - {s.name for s in table.health}
+        if unknown:
+            raise TypeError(f"no row of the figure table: {sorted(unknown)}")
+        return cls(tuple(numbers), tuple(flags), tuple(counts), tuple(codes), tuple(reasons))
+
+    @classmethod
+    def answered(
+        cls, found: Mapping[HealthFigure, Answer], table: FigureTable = FIGURES
+    ) -> CardHealth:
+        """From a vendor's answers, figure by figure: a value where no reason is given, the
+        reasons in the order the vendor found them."""
+        values = {name: value for name, (value, why) in found.items() if why is None}
+        why = tuple((name, r) for name, (_, r) in found.items() if r is not None)
+        return cls.of(values, why, table)
+
+    def number(self, figure: HealthFigure) -> float | None:
+        return next((v for name, v in self.numbers if name == figure), None)
+
+    def get(self, figure: HealthFigure) -> HealthValue | None:
+        """The figure's value, whatever its shape; None when absent."""
+        for held in (self.numbers, self.flags, self.counts, self.codes):
+            for name, value in held:
+                if name == figure:
+                    return value
+        return None
+
+    def reason(self, figure: HealthFigure) -> Reason | None:
         return next((r for name, r in self.reasons if name == figure), None)
 
+    def held(self) -> dict[HealthFigure, HealthValue]:
+        """Every figure held, whatever its shape: for a reader that asks of each row."""
+        held: dict[HealthFigure, HealthValue] = dict(self.numbers)
+        for part in (self.flags, self.counts, self.codes):
+            if part:
+                held.update(part)
+        return held
 
-# The figures of a CardHealth a reason can be given for, in the order they are shown.
-HEALTH_FIGURES: tuple[str, ...] = (
-    "ecc_corrected_volatile",
-    "ecc_uncorrected_volatile",
-    "ecc_corrected_aggregate",
-    "ecc_uncorrected_aggregate",
-    "remapped_rows_correctable",
-    "remapped_rows_uncorrectable",
-    "remapped_rows_pending",
-    "remapped_rows_failed",
-    "energy_joules",
-    "throttle_reasons",
-    "clock_sm_hz",
-    "clock_memory_hz",
-    "clock_graphics_hz",
-    "pcie_replays",
-    "xid_errors",
-    "error_codes",
-)
+    # The structured figures, typed.
+    @property
+    def throttle_reasons(self) -> Flags | None:
+        return next((v for name, v in self.flags if name == HealthFigure.THROTTLE_REASONS), None)
+
+    @property
+    def xid_errors(self) -> Counts | None:
+        return next((v for name, v in self.counts if name == HealthFigure.XID_ERRORS), None)
+
+    @property
+    def error_codes(self) -> Codes | None:
+        return next((v for name, v in self.codes if name == HealthFigure.ERROR_CODES), None)
+
+
+def unsupported(
+    figures: Iterable[HealthFigure], table: FigureTable = FIGURES
+) -> dict[HealthFigure, Answer]:
+    """A vendor's set of figures no call of its library answers, as answers absent with
+    `unsupported`, in the table's order (a set has none, and `absentReasons` keeps the order
+    the answers are given in)."""
+    named = set(figures)
+    return {
+        cast(HealthFigure, s.name): (None, Reason.UNSUPPORTED)
+        for s in table.health
+        if s.name in named
+    }
+
 
 # How many distinct error codes one card's figures name (a label value each); events past it
 # are counted under ERROR_CODE_OTHER, so a driver that invents codes cannot grow /metrics.
@@ -504,7 +570,20 @@ def _all_finite(node: object) -> bool:
     return True
 
 
+def _finite_health(health: CardHealth, path: str, dropped: list[str]) -> CardHealth:
+    """A health figure that is no finite number is dropped and named as its figure (its only
+    floats are numbers: flags, counts and codes hold none)."""
+    bad = [name for name, v in health.numbers if isinstance(v, float) and not math.isfinite(v)]
+    if not bad:
+        return health
+    dropped.extend(f"{path}.{name}" for name in bad)
+    numbers = tuple((name, v) for name, v in health.numbers if name not in bad)
+    return dataclasses.replace(health, numbers=numbers)
+
+
 def _finite_node(node: _Node, path: str, dropped: list[str]) -> _Node:
+    if isinstance(node, CardHealth):
+        return _finite_health(node, path, dropped)  # type: ignore[return-value]
     if isinstance(node, float) and not math.isfinite(node):
         dropped.append(path)
         return None  # type: ignore[return-value]

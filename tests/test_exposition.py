@@ -24,6 +24,7 @@ from devicemanager.model import (
     Snapshot,
     VendorReading,
 )
+from devicemanager.model import HealthFigure as H
 from devicemanager.node.pods import PodInfo
 from tests.conftest import SCENARIOS, scenario_monitor
 
@@ -254,13 +255,15 @@ def test_health_counters_are_typed_counter_in_base_units_and_an_absent_one_has_n
     """(R-X7) ECC, energy and PCIe replays are counters named `…_total`; joules and hertz are
     published as the card gives them; an absent figure has no sample, its capability says why,
     and an unhealthy card's reason is a label of its own family beside `unhealthy`."""
-    health = CardHealth(
-        ecc_corrected_volatile=0,
-        ecc_uncorrected_volatile=3,
-        energy_joules=123_456.789,
-        throttle_reasons=(("gpu_idle", False), ("hw_slowdown", True)),
-        clock_sm_hz=1_755_000_000,
-        reasons=(("pcie_replays", Reason.UNSUPPORTED),),
+    health = CardHealth.of(
+        {
+            H.ECC_CORRECTED_VOLATILE: 0,
+            H.ECC_UNCORRECTED_VOLATILE: 3,
+            H.ENERGY_JOULES: 123_456.789,
+            H.THROTTLE_REASONS: (("gpu_idle", False), ("hw_slowdown", True)),
+            H.CLOCK_SM_HZ: 1_755_000_000,
+        },
+        reasons=((H.PCIE_REPLAYS, Reason.UNSUPPORTED),),
     )
     card = Card(id="GPU-a", index=0, unhealthy=True, unhealthy_reason="xid_79", health=health)
     result = BackendResult(
@@ -324,12 +327,14 @@ def test_xid_errors_are_a_counter_per_code_and_error_codes_a_gauge_per_code() ->
     counted = Card(
         id="GPU-a",
         index=0,
-        health=CardHealth(xid_errors=(("13", 2), ("79", 1), ("other", 5))),
+        health=CardHealth.of({H.XID_ERRORS: (("13", 2), ("79", 1), ("other", 5))}),
     )
     blind = Card(
-        id="GPU-b", index=1, health=CardHealth(reasons=(("xid_errors", Reason.UNSUPPORTED),))
+        id="GPU-b", index=1, health=CardHealth.of(reasons=((H.XID_ERRORS, Reason.UNSUPPORTED),))
     )
-    npu = Card(id="NPU-a", index=0, health=CardHealth(error_codes=("0x40F84E00", "0x80E01801")))
+    npu = Card(
+        id="NPU-a", index=0, health=CardHealth.of({H.ERROR_CODES: ("0x40F84E00", "0x80E01801")})
+    )
     results = [
         BackendResult(
             status=BackendStatus(m, BackendState.OK, 0.5),

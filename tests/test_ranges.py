@@ -27,6 +27,7 @@ from devicemanager.model import (
     Reason,
     VendorReading,
 )
+from devicemanager.model import HealthFigure as H
 from tests.world import ReadingBackend, card, gpu
 
 UINT32_MAX = 4294967295
@@ -93,21 +94,31 @@ def test_an_in_range_reading_is_returned_as_it_is() -> None:
 def test_health_figures_out_of_range_get_invalid_data_as_their_reason() -> None:
     """(R-X7) A negative counter, an energy past any card's life, a clock of 1 THz: each absent
     with `invalid_data` in the health's reasons, a reason given before for it replaced."""
-    health = CardHealth(
-        ecc_corrected_volatile=-1,
-        ecc_uncorrected_volatile=3,
-        energy_joules=1e18,
-        clock_sm_hz=10**12,
-        clock_memory_hz=1_593_000_000,
-        pcie_replays=0,
-        reasons=(("energy_joules", Reason.UNSUPPORTED),),
+    health = CardHealth.of(
+        {
+            H.ECC_CORRECTED_VOLATILE: -1,
+            H.ECC_UNCORRECTED_VOLATILE: 3,
+            H.ENERGY_JOULES: 1e18,
+            H.CLOCK_SM_HZ: 10**12,
+            H.CLOCK_MEMORY_HZ: 1_593_000_000,
+            H.PCIE_REPLAYS: 0,
+        },
+        reasons=((H.ENERGY_JOULES, Reason.UNSUPPORTED),),
     )
     bad = Card(id=gpu(0), index=0, health=health)
     fixed, refused = plausible_reading(reading(bad))
     out = fixed.cards[0].health
     assert out is not None
-    assert (out.ecc_corrected_volatile, out.energy_joules, out.clock_sm_hz) == (None, None, None)
-    assert (out.ecc_uncorrected_volatile, out.clock_memory_hz, out.pcie_replays) == (
+    assert (
+        out.number(H.ECC_CORRECTED_VOLATILE),
+        out.number(H.ENERGY_JOULES),
+        out.number(H.CLOCK_SM_HZ),
+    ) == (None, None, None)
+    assert (
+        out.number(H.ECC_UNCORRECTED_VOLATILE),
+        out.number(H.CLOCK_MEMORY_HZ),
+        out.number(H.PCIE_REPLAYS),
+    ) == (
         3,
         1_593_000_000,
         0,

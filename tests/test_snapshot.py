@@ -13,6 +13,8 @@ from devicemanager.model import (
     Card,
     CardHealth,
     CardLink,
+    HealthFigure,
+    HealthValue,
     Reason,
     VendorReading,
 )
@@ -125,14 +127,18 @@ def test_a_served_address_reads_back_its_numbers_and_names_and_nothing_else() ->
     assert card.address == (("card", 0), ("device", 1), ("bus", "0000:c1:00.0"))
 
 
-HEALTH = CardHealth(
-    ecc_corrected_volatile=0,
-    ecc_uncorrected_aggregate=2,
-    remapped_rows_pending=1,
-    energy_joules=1.5,
-    throttle_reasons=(("gpu_idle", True), ("sw_power_cap", False)),
-    clock_sm_hz=1_980_000_000,
-    reasons=(("pcie_replays", Reason.UNSUPPORTED), ("clock_memory_hz", Reason.INVALID_DATA)),
+H = HealthFigure
+FIGURES: dict[HealthFigure, HealthValue | None] = {
+    H.ECC_CORRECTED_VOLATILE: 0,
+    H.ECC_UNCORRECTED_AGGREGATE: 2,
+    H.REMAPPED_ROWS_PENDING: 1,
+    H.ENERGY_JOULES: 1.5,
+    H.THROTTLE_REASONS: (("gpu_idle", True), ("sw_power_cap", False)),
+    H.CLOCK_SM_HZ: 1_980_000_000,
+}
+HEALTH = CardHealth.of(
+    FIGURES,
+    reasons=((H.PCIE_REPLAYS, Reason.UNSUPPORTED), (H.CLOCK_MEMORY_HZ, Reason.INVALID_DATA)),
 )
 
 
@@ -169,7 +175,7 @@ def test_card_health_in_the_snapshot_is_null_when_absent_and_reads_back() -> Non
     served["health"]["clockThrottleReasons"]["gpu_idle"] = 1
     odd = snapshot.card_from_json(served)
     assert odd is not None and odd.health is not None
-    assert odd.health.pcie_replays is None and odd.health.reason("energy_joules") is None
+    assert odd.health.number(H.PCIE_REPLAYS) is None and odd.health.reason(H.ENERGY_JOULES) is None
     assert odd.health.throttle_reasons == (("sw_power_cap", False),)
 
 
@@ -208,8 +214,13 @@ def test_error_codes_in_the_snapshot_only_where_read_and_read_back() -> None:
     """(R-X7) `health.xidErrors` ({code: count}) and `health.errorCodes` (hex codes active
     now) are there only for a card whose backend reads them, so the health object of every
     other card is the one before; both read back whole, `other` included."""
-    codes = dataclasses.replace(
-        HEALTH, xid_errors=(("13", 2), ("79", 1), ("other", 4)), error_codes=("0x40F84E00",)
+    codes = CardHealth.of(
+        {
+            **FIGURES,
+            H.XID_ERRORS: (("13", 2), ("79", 1), ("other", 4)),
+            H.ERROR_CODES: ("0x40F84E00",),
+        },
+        HEALTH.reasons,
     )
     doc = json.loads(
         snapshot.encode(

@@ -19,12 +19,15 @@ from typing import Any
 
 from devicemanager.model import (
     Address,
+    Answer,
     Card,
     CardHealth,
+    HealthFigure,
     PartitionReading,
     ProcessRow,
     Reason,
     as_int,
+    unsupported,
 )
 from vendors._common import error_code, finite, rate_percent
 from vendors._rocm_smi_lib import CU_OCCUPANCY_INVALID
@@ -212,10 +215,10 @@ def _unhealthy(device: Mapping[str, Any]) -> str | None:
     left in use, as NVML's failed row remap and Hygon's unreservable page)."""
     if _lost(device):
         return "device_lost"
-    uncorrectable, _ = ecc_counts(device)["ecc_uncorrected_volatile"]  # never a sentinel
+    uncorrectable, _ = ecc_counts(device)[H.ECC_UNCORRECTED_VOLATILE]  # never a sentinel
     if uncorrectable is not None and uncorrectable > 0:
         return "ecc_uncorrectable"
-    if BAD_PAGES in device and bad_pages(device[BAD_PAGES])["remapped_rows_failed"] == (1, None):
+    if BAD_PAGES in device and bad_pages(device[BAD_PAGES])[H.REMAPPED_ROWS_FAILED] == (1, None):
         return "retired_pages_unreservable"
     return None
 
@@ -223,7 +226,8 @@ def _unhealthy(device: Mapping[str, Any]) -> str | None:
 # CardHealth's clock figures by amdsmi's clock domain (AmdSmiClkType): the graphics engines'
 # clock is the one compute runs on; amdsmi has no separate SM domain, so `clock_sm_hz` is
 # `unsupported` on AMD rather than a copy of the graphics clock.
-AMD_CLOCKS = {"clock_graphics_hz": "GFX", "clock_memory_hz": "MEM"}
+H = HealthFigure
+AMD_CLOCKS = {H.CLOCK_GRAPHICS_HZ: "GFX", H.CLOCK_MEMORY_HZ: "MEM"}
 UINT64_MAX = 0xFFFFFFFFFFFFFFFF
 MAX_CLOCK_MHZ = 100_000  # as NVML's: above 100 GHz is no clock
 
@@ -293,10 +297,8 @@ AMD_THROTTLE: tuple[tuple[str, tuple[str, ...]], ...] = (
 VIOLATION_FLAGS = tuple(flag for _, flags in AMD_THROTTLE for flag in flags)
 # Figures no amdsmi call answers: the error counts say "accumulated" with no lifetime, read as
 # since the driver loaded (volatile, assumed); no correctable-error repair count.
-AMD_UNSUPPORTED = (
-    "ecc_corrected_aggregate",
-    "ecc_uncorrected_aggregate",
-    "remapped_rows_correctable",
+AMD_UNSUPPORTED = frozenset(
+    {H.ECC_CORRECTED_AGGREGATE, H.ECC_UNCORRECTED_AGGREGATE, H.REMAPPED_ROWS_CORRECTABLE}
 )
 
 
@@ -324,15 +326,15 @@ def _ecc_by_blocks(device: Mapping[str, Any], key: str) -> tuple[int | None, Rea
     return (total, None) if answered else (None, Reason.UNSUPPORTED)
 
 
-def ecc_counts(device: Mapping[str, Any]) -> dict[str, tuple[int | None, Reason | None]]:
+def ecc_counts(device: Mapping[str, Any]) -> dict[HealthFigure, tuple[int | None, Reason | None]]:
     """Corrected and uncorrected ECC errors (volatile, assumed): amdsmi_get_gpu_total_ecc_count,
     else, where it did not answer, the enabled blocks' amdsmi_get_gpu_ecc_count summed. Deferred
     errors (the UMC's poison, consumed later) are no NVML figure: recorded, not published."""
-    out: dict[str, tuple[int | None, Reason | None]] = {}
+    out: dict[HealthFigure, tuple[int | None, Reason | None]] = {}
     total = device.get(TOTAL_ECC)
     for figure, key in (
-        ("ecc_corrected_volatile", "correctable_count"),
-        ("ecc_uncorrected_volatile", "uncorrectable_count"),
+        (H.ECC_CORRECTED_VOLATILE, "correctable_count"),
+        (H.ECC_UNCORRECTED_VOLATILE, "uncorrectable_count"),
     ):
         found = _counted(mapping(total).get(key, total), UINT64_MAX)
         if found[1] is not None and error_code(total) is not None and ECC_ENABLED in device:
@@ -342,11 +344,11 @@ def ecc_counts(device: Mapping[str, Any]) -> dict[str, tuple[int | None, Reason 
     return out
 
 
-def bad_pages(answer: Any) -> dict[str, tuple[int | None, Reason | None]]:
+def bad_pages(answer: Any) -> dict[HealthFigure, tuple[int | None, Reason | None]]:
     """Bad pages as memory repair, as Hygon's retired pages: reserved pages count as rows
     remapped for uncorrectable errors; `pending` and `failed` are flags, as NVML's: 1 when a
     page waits to be retired, or could not be. read() records each record's status."""
-    names = ("remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failed")
+    names = (H.REMAPPED_ROWS_UNCORRECTABLE, H.REMAPPED_ROWS_PENDING, H.REMAPPED_ROWS_FAILED)
     if (code := error_code(answer)) is not None:
         return dict.fromkeys(names, (None, reason_for(code)))
     if not isinstance(answer, list):
@@ -357,9 +359,9 @@ def bad_pages(answer: Any) -> dict[str, tuple[int | None, Reason | None]]:
         return dict.fromkeys(names, (None, Reason.INVALID_DATA))
     found = [as_int(s) for s in statuses]
     return {
-        "remapped_rows_uncorrectable": (found.count(PAGE_RESERVED), None),
-        "remapped_rows_pending": (int(PAGE_PENDING in found), None),
-        "remapped_rows_failed": (int(PAGE_UNRESERVABLE in found), None),
+        H.REMAPPED_ROWS_UNCORRECTABLE: (found.count(PAGE_RESERVED), None),
+        H.REMAPPED_ROWS_PENDING: (int(PAGE_PENDING in found), None),
+        H.REMAPPED_ROWS_FAILED: (int(PAGE_UNRESERVABLE in found), None),
     }
 
 
@@ -403,54 +405,34 @@ def health(device: Mapping[str, Any]) -> CardHealth | None:
     answer MHz."""
     if not any(key in device for key in HEALTH_KEYS):
         return None
-    figures: dict[str, Any] = {}
-    why: list[tuple[str, Reason]] = []
+    found: dict[HealthFigure, Answer] = {}
     if TOTAL_ECC in device or ECC_ENABLED in device:
-        for figure, (value, reason) in ecc_counts(device).items():
-            if reason is not None:
-                why.append((figure, reason))
-            else:
-                figures[figure] = value
+        found.update(ecc_counts(device))
     if BAD_PAGES in device:
-        for figure, (value, reason) in bad_pages(device[BAD_PAGES]).items():
-            if reason is not None:
-                why.append((figure, reason))
-            else:
-                figures[figure] = value
+        found.update(bad_pages(device[BAD_PAGES]))
     if VIOLATIONS in device:
-        active, reason = throttle(device[VIOLATIONS])
-        if reason is not None:
-            why.append(("throttle_reasons", reason))
-        else:
-            figures["throttle_reasons"] = active
+        found[H.THROTTLE_REASONS] = throttle(device[VIOLATIONS])
     energy = device.get("amdsmi_get_energy_count")
     count, reason = _counted(mapping(energy).get("energy_accumulator", energy), UINT64_MAX)
     resolution = finite(mapping(energy).get("counter_resolution"))
     if count is not None and (resolution is None or resolution <= 0):
         count, reason = None, Reason.INVALID_DATA
     if reason is not None:
-        why.append(("energy_joules", reason))
+        found[H.ENERGY_JOULES] = (None, reason)
     elif count is not None and resolution is not None:
-        figures["energy_joules"] = round(count * resolution / 1e6, 6)
+        found[H.ENERGY_JOULES] = (round(count * resolution / 1e6, 6), None)
     clocks = device.get("amdsmi_get_clock_info")
     for figure, domain in AMD_CLOCKS.items():
         answer = clocks.get(domain) if isinstance(clocks, Mapping) else None
         mhz, reason = _counted(mapping(answer).get("clk", answer), MAX_CLOCK_MHZ + 1)
-        if reason is not None:
-            why.append((figure, reason))
-        else:
-            figures[figure] = None if mhz is None else mhz * 1_000_000
-    why.append(("clock_sm_hz", Reason.UNSUPPORTED))
+        found[figure] = (None if mhz is None else mhz * 1_000_000, reason)
+    found[H.CLOCK_SM_HZ] = (None, Reason.UNSUPPORTED)
     # amdsmi's event notifications (VM faults, resets, throttling) and CPER records are no
     # error codes by number: not read (issue 29).
-    why.append(("xid_errors", Reason.UNSUPPORTED))
-    replays, reason = _counted(device.get("amdsmi_get_gpu_pci_replay_counter"), UINT64_MAX)
-    if reason is not None:
-        why.append(("pcie_replays", reason))
-    else:
-        figures["pcie_replays"] = replays
-    why.extend((figure, Reason.UNSUPPORTED) for figure in AMD_UNSUPPORTED)
-    return CardHealth(**figures, reasons=tuple(why))
+    found[H.XID_ERRORS] = (None, Reason.UNSUPPORTED)
+    found[H.PCIE_REPLAYS] = _counted(device.get("amdsmi_get_gpu_pci_replay_counter"), UINT64_MAX)
+    found.update(unsupported(AMD_UNSUPPORTED))
+    return CardHealth.answered(found)
 
 
 def _address(socket: int, device: Mapping[str, Any] | None) -> Address:

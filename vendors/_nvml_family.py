@@ -36,9 +36,12 @@ from devicemanager.model import (
     ERROR_CODE_OTHER,
     MAX_ERROR_CODES,
     THROTTLE_REASONS,
+    Answer,
     Card,
     CardHealth,
     DeviceProcesses,
+    HealthFigure,
+    HealthValue,
     PartitionReading,
     Payload,
     ProcessRow,
@@ -138,6 +141,19 @@ ECC_COUNTERS: tuple[tuple[str, int, int], ...] = (
     ("corrected_aggregate", 0, 1),
     ("uncorrected_aggregate", 1, 1),
 )
+H = HealthFigure
+# The health figure each of them is.
+ECC_FIGURES: dict[str, HealthFigure] = {
+    "corrected_volatile": H.ECC_CORRECTED_VOLATILE,
+    "uncorrected_volatile": H.ECC_UNCORRECTED_VOLATILE,
+    "corrected_aggregate": H.ECC_CORRECTED_AGGREGATE,
+    "uncorrected_aggregate": H.ECC_UNCORRECTED_AGGREGATE,
+}
+CLOCK_FIGURES: dict[str, HealthFigure] = {
+    "graphics": H.CLOCK_GRAPHICS_HZ,
+    "sm": H.CLOCK_SM_HZ,
+    "memory": H.CLOCK_MEMORY_HZ,
+}
 # nvmlClocksEventReason* bits (nvml.h), in THROTTLE_REASONS' order: 0x1 … 0x100.
 THROTTLE_BITS: tuple[tuple[str, int], ...] = tuple(
     (name, 1 << bit) for bit, name in enumerate(THROTTLE_REASONS)
@@ -182,38 +198,34 @@ def parse_health(device: Mapping[str, Any], p: str) -> CardHealth | None:
     out of range."""
     if not any(f"{p}{key}" in device for key in HEALTH_KEYS):
         return None
-    figures: dict[str, Any] = {}
-    why: list[tuple[str, Reason]] = []
+    found: dict[HealthFigure, Answer] = {}
 
-    def put(name: str, value: Any, reason: Reason | None) -> None:
-        if reason is not None:
-            why.append((name, reason))
-        else:
-            figures[name] = value
+    def put(figure: HealthFigure, value: HealthValue | None, reason: Reason | None) -> None:
+        found[figure] = (value, reason)
 
     ecc = device.get(f"{p}DeviceGetTotalEccErrors")
     if ecc is not None:
         for name, _, _ in ECC_COUNTERS:
-            put(f"ecc_{name}", *_count(_part(ecc, name), UINT64_MAX))
+            put(ECC_FIGURES[name], *_count(_part(ecc, name), UINT64_MAX))
     rows = device.get(f"{p}DeviceGetRemappedRows")
     if rows is not None:
         code = _error(rows)
-        for name, key, ceiling in (
-            ("correctable", "corrRows", UINT32_MAX),
-            ("uncorrectable", "uncRows", UINT32_MAX),
-            ("pending", "isPending", 2),  # NVML's flags: 0 or 1
-            ("failed", "failureOccurred", 2),
+        for figure, key, ceiling in (
+            (H.REMAPPED_ROWS_CORRECTABLE, "corrRows", UINT32_MAX),
+            (H.REMAPPED_ROWS_UNCORRECTABLE, "uncRows", UINT32_MAX),
+            (H.REMAPPED_ROWS_PENDING, "isPending", 2),  # NVML's flags: 0 or 1
+            (H.REMAPPED_ROWS_FAILED, "failureOccurred", 2),
         ):
             if code is not None:
-                put(f"remapped_rows_{name}", None, reason_for(code))
+                put(figure, None, reason_for(code))
             elif isinstance(rows, Mapping):
-                put(f"remapped_rows_{name}", *_count(rows.get(key), ceiling))
+                put(figure, *_count(rows.get(key), ceiling))
             else:
-                put(f"remapped_rows_{name}", None, Reason.INVALID_DATA)
+                put(figure, None, Reason.INVALID_DATA)
     energy = device.get(f"{p}DeviceGetTotalEnergyConsumption")
     if energy is not None:
         mj, reason = _count(energy, UINT64_MAX)  # millijoules since the driver loaded
-        put("energy_joules", None if mj is None else mj / 1000.0, reason)
+        put(H.ENERGY_JOULES, None if mj is None else mj / 1000.0, reason)
     mask: Any = device.get(f"{p}DeviceGetCurrentClocksEventReasons")
     older = device.get(f"{p}DeviceGetCurrentClocksThrottleReasons")
     if older is not None and _error(mask) is not None:
@@ -221,21 +233,21 @@ def parse_health(device: Mapping[str, Any], p: str) -> CardHealth | None:
     if mask is not None:
         bits, reason = _count(mask, UINT64_MAX)
         active = None if bits is None else tuple((n, bool(bits & b)) for n, b in THROTTLE_BITS)
-        put("throttle_reasons", active, reason)
+        put(H.THROTTLE_REASONS, active, reason)
     clocks = device.get(f"{p}DeviceGetClockInfo")
     if clocks is not None:
         for name, _ in CLOCKS:
             mhz, reason = _count(_part(clocks, name), UINT32_MAX)
             if mhz is not None and mhz > MAX_CLOCK_MHZ:
                 mhz, reason = None, Reason.INVALID_DATA
-            put(f"clock_{name}_hz", None if mhz is None else mhz * 1_000_000, reason)
+            put(CLOCK_FIGURES[name], None if mhz is None else mhz * 1_000_000, reason)
     replays = device.get(f"{p}DeviceGetPcieReplayCounter")
     if replays is not None:
-        put("pcie_replays", *_count(replays, UINT32_MAX))
+        put(H.PCIE_REPLAYS, *_count(replays, UINT32_MAX))
     counts = device.get(XID_COUNTS)
     if counts is not None:
-        put("xid_errors", *parse_xid_counts(counts))
-    return CardHealth(**figures, reasons=tuple(why))
+        put(H.XID_ERRORS, *parse_xid_counts(counts))
+    return CardHealth.answered(found)
 
 
 def parse_xid_counts(value: Any) -> tuple[tuple[tuple[str, int], ...] | None, Reason | None]:

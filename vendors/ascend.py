@@ -38,10 +38,12 @@ from devicemanager.model import (
     MAX_ERROR_CODES,
     MIB,
     Address,
+    Answer,
     Card,
     CardHealth,
     CardLink,
     DeviceProcesses,
+    HealthFigure,
     PartitionReading,
     Payload,
     ProcessRow,
@@ -50,6 +52,7 @@ from devicemanager.model import (
     VendorReading,
     as_int,
     mib_from_bytes,
+    unsupported,
 )
 from vendors._ascend_lib import (
     DCMI,
@@ -342,24 +345,27 @@ UINT32_MAX = 0xFFFFFFFF
 MAX_CLOCK_MHZ = 100_000  # 100 GHz: no clock is near it
 # struct dcmi_ecc_info's fields by CardHealth figure: the error counts now and in total, the
 # pages isolated for single-bit (correctable) and double-bit (uncorrectable) errors.
+H = HealthFigure
 ECC_FIGURES = (
-    ("ecc_corrected_volatile", "single_bit_error_cnt"),
-    ("ecc_uncorrected_volatile", "double_bit_error_cnt"),
-    ("ecc_corrected_aggregate", "total_single_bit_error_cnt"),
-    ("ecc_uncorrected_aggregate", "total_double_bit_error_cnt"),
-    ("remapped_rows_correctable", "single_bit_isolated_pages_cnt"),
-    ("remapped_rows_uncorrectable", "double_bit_isolated_pages_cnt"),
+    (H.ECC_CORRECTED_VOLATILE, "single_bit_error_cnt"),
+    (H.ECC_UNCORRECTED_VOLATILE, "double_bit_error_cnt"),
+    (H.ECC_CORRECTED_AGGREGATE, "total_single_bit_error_cnt"),
+    (H.ECC_UNCORRECTED_AGGREGATE, "total_double_bit_error_cnt"),
+    (H.REMAPPED_ROWS_CORRECTABLE, "single_bit_isolated_pages_cnt"),
+    (H.REMAPPED_ROWS_UNCORRECTABLE, "double_bit_isolated_pages_cnt"),
 )
 NEXT_ISOLATED = ("single_bit_next_isolated_pages_cnt", "double_bit_next_isolated_pages_cnt")
 # Figures no DCMI call answers (no energy counter, throttle reasons, PCIe replay counter or
 # graphics clock is declared; a failed isolation is not reported): absent, `unsupported`.
-ASCEND_UNSUPPORTED = (
-    "remapped_rows_failed",
-    "energy_joules",
-    "throttle_reasons",
-    "clock_graphics_hz",
-    "pcie_replays",
-    "xid_errors",  # no XIDs: DCMI's error codes are `error_codes`
+ASCEND_UNSUPPORTED = frozenset(
+    {
+        H.REMAPPED_ROWS_FAILED,
+        H.ENERGY_JOULES,
+        H.THROTTLE_REASONS,
+        H.CLOCK_GRAPHICS_HZ,
+        H.PCIE_REPLAYS,
+        H.XID_ERRORS,  # no XIDs: DCMI's error codes are `error_codes`
+    }
 )
 
 
@@ -410,11 +416,11 @@ def parse_health(device: Mapping[str, Any]) -> CardHealth | None:
     with its reason; None where the payload was recorded before they were read."""
     if ECC not in device and FREQUENCY not in device and ERROR_CODES not in device:
         return None
-    found: dict[str, tuple[Any, Reason | None]] = {}
+    found: dict[HealthFigure, Answer] = {}
     if ERROR_CODES in device:
-        found["error_codes"] = parse_error_codes(device[ERROR_CODES])
+        found[H.ERROR_CODES] = parse_error_codes(device[ERROR_CODES])
     ecc = _first_answer(device.get(ECC), ("hbm", "ddr"))
-    names = [figure for figure, _ in ECC_FIGURES] + ["remapped_rows_pending"]
+    names = [figure for figure, _ in ECC_FIGURES] + [H.REMAPPED_ROWS_PENDING]
     if ecc is not None:
         if (code := _error(ecc)) is not None:
             found.update(dict.fromkeys(names, (None, reason_for(code))))
@@ -428,19 +434,16 @@ def parse_health(device: Mapping[str, Any]) -> CardHealth | None:
             pending = [_count(ecc.get(key)) for key in NEXT_ISOLATED]
             bad = next((r for _, r in pending if r is not None), None)
             flag = None if bad else int(any(n for n, _ in pending))
-            found["remapped_rows_pending"] = (flag, bad)  # 1: pages wait to be isolated
+            found[H.REMAPPED_ROWS_PENDING] = (flag, bad)  # 1: pages wait to be isolated
     freq = device.get(FREQUENCY)
     if freq is not None:
-        for figure, kinds in (("clock_sm_hz", ("aicore",)), ("clock_memory_hz", ("hbm", "ddr"))):
+        for figure, kinds in ((H.CLOCK_SM_HZ, ("aicore",)), (H.CLOCK_MEMORY_HZ, ("hbm", "ddr"))):
             mhz, reason = _count(_first_answer(freq, kinds))
             if mhz is not None and mhz > MAX_CLOCK_MHZ:
                 mhz, reason = None, Reason.INVALID_DATA
             found[figure] = (None if mhz is None else mhz * 1_000_000, reason)
-    for figure in ASCEND_UNSUPPORTED:
-        found[figure] = (None, Reason.UNSUPPORTED)
-    figures = {name: value for name, (value, why) in found.items() if why is None}
-    why = tuple((name, r) for name, (_, r) in found.items() if r is not None)
-    return CardHealth(**figures, reasons=why)
+    found.update(unsupported(ASCEND_UNSUPPORTED))
+    return CardHealth.answered(found)
 
 
 def parse_card(device: Mapping[str, Any]) -> Card | None:

@@ -37,10 +37,12 @@ from typing import Any, ClassVar
 from devicemanager.backend import BackendUnavailable, Library
 from devicemanager.model import (
     MIB,
+    Answer,
     Card,
     CardHealth,
     CardLink,
     DeviceProcesses,
+    HealthFigure,
     PartitionReading,
     Payload,
     ProcessRow,
@@ -49,6 +51,7 @@ from devicemanager.model import (
     VendorReading,
     as_int,
     mib_from_bytes,
+    unsupported,
 )
 from vendors import _hygon_lib as lib
 from vendors._common import error_code as _error
@@ -181,7 +184,7 @@ def _unhealthy(device: Mapping[str, Any]) -> str | None:
             return "ecc_uncorrectable"
     if "rsmi_dev_memory_reserved_pages_get" in device:
         pages = _retired_pages(device["rsmi_dev_memory_reserved_pages_get"])
-        if pages["remapped_rows_failed"] == (1, None):
+        if pages[H.REMAPPED_ROWS_FAILED] == (1, None):
             return "retired_pages_unreservable"
     return None
 
@@ -216,9 +219,10 @@ MAX_CLOCK_HZ = 100_000_000_000  # 100 GHz: no accelerator's clock is near it
 MAX_RETIRED_PAGES = 4096  # retired-page records one read takes; more is `truncated`
 # CardHealth's clocks by ROCm SMI's clock domain: the system clock is the one compute runs on
 # (graphics); ROCm SMI has no separate SM domain, so `clock_sm_hz` is `unsupported` here.
+H = HealthFigure
 HYGON_CLOCKS = (
-    ("clock_graphics_hz", "sys", lib.RSMI_CLK_TYPE_SYS),
-    ("clock_memory_hz", "mem", lib.RSMI_CLK_TYPE_MEM),
+    (H.CLOCK_GRAPHICS_HZ, "sys", lib.RSMI_CLK_TYPE_SYS),
+    (H.CLOCK_MEMORY_HZ, "mem", lib.RSMI_CLK_TYPE_MEM),
 )
 # The entry points whose answers make a card's CardHealth; a payload recorded before they were
 # read has none of them, and its cards have no CardHealth (absent, as before).
@@ -230,13 +234,15 @@ HEALTH_KEYS = (
 )
 # Figures no call of Hygon's ROCm SMI answers (the throttle status is only a field of the
 # versioned gpu_metrics table, with AMD's own bits): absent with `unsupported`.
-HYGON_UNSUPPORTED = (
-    "ecc_corrected_aggregate",
-    "ecc_uncorrected_aggregate",
-    "remapped_rows_correctable",
-    "throttle_reasons",
-    "clock_sm_hz",
-    "xid_errors",  # no error-event call in the fork's header (issue 29)
+HYGON_UNSUPPORTED = frozenset(
+    {
+        H.ECC_CORRECTED_AGGREGATE,
+        H.ECC_UNCORRECTED_AGGREGATE,
+        H.REMAPPED_ROWS_CORRECTABLE,
+        H.THROTTLE_REASONS,
+        H.CLOCK_SM_HZ,
+        H.XID_ERRORS,  # no error-event call in the fork's header (issue 29)
+    }
 )
 
 
@@ -271,11 +277,11 @@ def _clock(answer: Any) -> tuple[int | None, Reason | None]:
     return hz, None
 
 
-def _retired_pages(answer: Any) -> dict[str, tuple[int | None, Reason | None]]:
+def _retired_pages(answer: Any) -> dict[HealthFigure, tuple[int | None, Reason | None]]:
     """Retired (bad) pages as memory repair: pages retired count as rows remapped for
     uncorrectable errors; `pending` and `failed` are flags, as NVML's: 1 when a page waits
     to be retired, or could not be."""
-    names = ("remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failed")
+    names = (H.REMAPPED_ROWS_UNCORRECTABLE, H.REMAPPED_ROWS_PENDING, H.REMAPPED_ROWS_FAILED)
     if (code := _error(answer)) is not None:
         return dict.fromkeys(names, (None, rsmi_reason(code)))
     statuses = [as_int(s) for s in answer] if isinstance(answer, list) else None
@@ -287,9 +293,9 @@ def _retired_pages(answer: Any) -> dict[str, tuple[int | None, Reason | None]]:
     if statuses is None or any(s not in known for s in statuses):
         return dict.fromkeys(names, (None, Reason.INVALID_DATA))
     return {
-        "remapped_rows_uncorrectable": (statuses.count(lib.RSMI_MEM_PAGE_STATUS_RESERVED), None),
-        "remapped_rows_pending": (int(lib.RSMI_MEM_PAGE_STATUS_PENDING in statuses), None),
-        "remapped_rows_failed": (int(lib.RSMI_MEM_PAGE_STATUS_UNRESERVABLE in statuses), None),
+        H.REMAPPED_ROWS_UNCORRECTABLE: (statuses.count(lib.RSMI_MEM_PAGE_STATUS_RESERVED), None),
+        H.REMAPPED_ROWS_PENDING: (int(lib.RSMI_MEM_PAGE_STATUS_PENDING in statuses), None),
+        H.REMAPPED_ROWS_FAILED: (int(lib.RSMI_MEM_PAGE_STATUS_UNRESERVABLE in statuses), None),
     }
 
 
@@ -299,12 +305,12 @@ def parse_health(device: Mapping[str, Any]) -> CardHealth | None:
     read. ECC is the memory (UMC) block's, counted since the driver loaded (volatile)."""
     if not any(key in device for key in HEALTH_KEYS):
         return None
-    found: dict[str, tuple[Any, Reason | None]] = {}
+    found: dict[HealthFigure, Answer] = {}
     ecc = device.get("rsmi_dev_ecc_count_get")
     if ecc is not None:
         for figure, key in (
-            ("ecc_corrected_volatile", "correctable_err"),
-            ("ecc_uncorrected_volatile", "uncorrectable_err"),
+            (H.ECC_CORRECTED_VOLATILE, "correctable_err"),
+            (H.ECC_UNCORRECTED_VOLATILE, "uncorrectable_err"),
         ):
             found[figure] = _count(
                 ecc.get(key) if isinstance(ecc, Mapping) and _error(ecc) is None else ecc
@@ -319,7 +325,7 @@ def parse_health(device: Mapping[str, Any]) -> CardHealth | None:
         if counts is not None and (resolution is None or resolution <= 0):
             counts, reason = None, Reason.INVALID_DATA
         joules = None if counts is None or resolution is None else counts * resolution / 1e6
-        found["energy_joules"] = (None if joules is None else round(joules, 6), reason)
+        found[H.ENERGY_JOULES] = (None if joules is None else round(joules, 6), reason)
     clocks = device.get("rsmi_dev_gpu_clk_freq_get")
     if clocks is not None:
         for figure, key, _ in HYGON_CLOCKS:
@@ -329,12 +335,9 @@ def parse_health(device: Mapping[str, Any]) -> CardHealth | None:
                 else clocks
             )
     if "rsmi_dev_pci_replay_counter_get" in device:
-        found["pcie_replays"] = _count(device["rsmi_dev_pci_replay_counter_get"])
-    for figure in HYGON_UNSUPPORTED:
-        found[figure] = (None, Reason.UNSUPPORTED)
-    figures = {name: value for name, (value, why) in found.items() if why is None}
-    why = tuple((name, r) for name, (_, r) in found.items() if r is not None)
-    return CardHealth(**figures, reasons=why)
+        found[H.PCIE_REPLAYS] = _count(device["rsmi_dev_pci_replay_counter_get"])
+    found.update(unsupported(HYGON_UNSUPPORTED))
+    return CardHealth.answered(found)
 
 
 def parse_card(device: Mapping[str, Any], ids: tuple[str, ...]) -> Card:

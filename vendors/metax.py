@@ -34,10 +34,12 @@ from typing import Any, ClassVar
 
 from devicemanager.backend import BackendUnavailable, Library
 from devicemanager.model import (
+    Answer,
     Card,
     CardHealth,
     CardLink,
     DeviceProcesses,
+    HealthFigure,
     PartitionReading,
     Payload,
     ProcessRow,
@@ -46,6 +48,7 @@ from devicemanager.model import (
     VendorReading,
     as_int,
     mib_from_bytes,
+    unsupported,
 )
 from vendors import _metax_lib as mx
 from vendors._common import error_code, failed, finite, listing, load, reasons
@@ -210,16 +213,19 @@ METAX_THROTTLE_BITS: tuple[tuple[str, int], ...] = (
 )
 # Figures no MXSML call answers (no energy counter, PCIe replay counter or graphics clock is
 # declared; "total" ECC counts are not split by lifetime; no pending or failed repair).
-METAX_UNSUPPORTED = (
-    "ecc_corrected_aggregate",
-    "ecc_uncorrected_aggregate",
-    "remapped_rows_correctable",
-    "remapped_rows_pending",
-    "remapped_rows_failed",
-    "energy_joules",
-    "clock_graphics_hz",
-    "pcie_replays",
-    "xid_errors",  # no error-event call is declared
+H = HealthFigure
+METAX_UNSUPPORTED = frozenset(
+    {
+        H.ECC_CORRECTED_AGGREGATE,
+        H.ECC_UNCORRECTED_AGGREGATE,
+        H.REMAPPED_ROWS_CORRECTABLE,
+        H.REMAPPED_ROWS_PENDING,
+        H.REMAPPED_ROWS_FAILED,
+        H.ENERGY_JOULES,
+        H.CLOCK_GRAPHICS_HZ,
+        H.PCIE_REPLAYS,
+        H.XID_ERRORS,  # no error-event call is declared
+    }
 )
 
 
@@ -239,13 +245,13 @@ def parse_health(device: Mapping[str, Any]) -> CardHealth | None:
     read. ECC counts are the SRAM's and the DRAM's together, as NVML's total counts are."""
     if not any(key in device for key in (ECC, THROTTLE, CLOCKS)):
         return None
-    found: dict[str, tuple[Any, Reason | None]] = {}
+    found: dict[HealthFigure, Answer] = {}
     ecc = device.get(ECC)
     if ecc is not None:
         for figure, keys in (
-            ("ecc_corrected_volatile", ("sramCE", "dramCE")),
-            ("ecc_uncorrected_volatile", ("sramUE", "dramUE")),
-            ("remapped_rows_uncorrectable", ("retiredPage",)),
+            (H.ECC_CORRECTED_VOLATILE, ("sramCE", "dramCE")),
+            (H.ECC_UNCORRECTED_VOLATILE, ("sramUE", "dramUE")),
+            (H.REMAPPED_ROWS_UNCORRECTABLE, ("retiredPage",)),
         ):
             parts = [_unsigned(ecc.get(k) if _answer(ecc) else ecc, UINT32_MAX) for k in keys]
             bad = next((r for _, r in parts if r is not None), None)
@@ -256,10 +262,10 @@ def parse_health(device: Mapping[str, Any]) -> CardHealth | None:
         active = (
             None if bits is None else tuple((n, bool(bits & b)) for n, b in METAX_THROTTLE_BITS)
         )
-        found["throttle_reasons"] = (active, reason)
+        found[H.THROTTLE_REASONS] = (active, reason)
     clocks = device.get(CLOCKS)
     if clocks is not None:
-        for figure, key in (("clock_sm_hz", "xcore"), ("clock_memory_hz", "mc0")):
+        for figure, key in ((H.CLOCK_SM_HZ, "xcore"), (H.CLOCK_MEMORY_HZ, "mc0")):
             answer = clocks.get(key) if _answer(clocks) else clocks
             if (code := error_code(answer)) is not None:
                 found[figure] = (None, reason_for(code))
@@ -269,11 +275,8 @@ def parse_health(device: Mapping[str, Any]) -> CardHealth | None:
             if mhz is not None and mhz > MAX_CLOCK_MHZ:
                 mhz, reason = None, Reason.INVALID_DATA
             found[figure] = (None if mhz is None else mhz * 1_000_000, reason)
-    for figure in METAX_UNSUPPORTED:
-        found[figure] = (None, Reason.UNSUPPORTED)
-    figures = {name: value for name, (value, why) in found.items() if why is None}
-    why = tuple((name, r) for name, (_, r) in found.items() if r is not None)
-    return CardHealth(**figures, reasons=why)
+    found.update(unsupported(METAX_UNSUPPORTED))
+    return CardHealth.answered(found)
 
 
 def parse_card(device: Mapping[str, Any], node: str | None) -> Card | None:

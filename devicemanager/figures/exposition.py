@@ -16,6 +16,7 @@ import gzip
 import io
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.utils import floatToGoString
@@ -23,12 +24,18 @@ from prometheus_client.utils import floatToGoString
 from devicemanager.figures.figures import AcceleratorEntry, InstanceEntries, PodLevel
 from devicemanager.grants.grants import REFUSALS
 from devicemanager.model import (
-    HEALTH_FIGURES,
-    THROTTLE_REASONS,
+    FIGURES,
     BackendState,
     Card,
-    CardHealth,
+    Codes,
+    Counts,
+    FigureSpec,
+    FigureTable,
+    Flags,
+    HealthFigure,
+    HealthValue,
     Reason,
+    Shape,
     Snapshot,
 )
 
@@ -71,14 +78,10 @@ class GaugeFamily:
 
 CARD_LABELS = ["node", "manufacturer", "id", "index"]
 
-# (family suffix, help, how to read the figure off a card)
+# (family suffix, help): the figure table's card rows (each suffix is the name of the figure on
+# a card), then the card's verdict.
 _CARD_FAMILIES: tuple[tuple[str, str], ...] = (
-    ("memory_total_mib", "Physical memory of the card, MiB."),
-    ("memory_used_mib", "Memory in use on the card by every tenant, MiB."),
-    ("memory_utilization_percent", "Card memory used over total, percent."),
-    ("cores_utilization_percent", "Share of time the card's compute was busy, percent."),
-    ("temperature_celsius", "Card temperature, degrees Celsius."),
-    ("power_usage_watts", "Card power draw, watts."),
+    *((spec.name.value, spec.family.help) for spec in FIGURES.card),
     (
         "unhealthy",
         "1 when the card is unhealthy: lost, a pending or failed memory repair, a fatal error "
@@ -133,138 +136,50 @@ def card_families(snapshot: Snapshot) -> Iterator[GaugeFamily]:
     yield from families.values()
 
 
-# Issue 29's per-card families: (suffix, kind, help, extra label, [(label value, how to read
-# the figure off a CardHealth)]). Counters end in `_total` (Prometheus's convention).
-_HealthRead = Callable[[CardHealth], float | int | bool | None]
+def _health_samples(
+    held: Mapping[HealthFigure, HealthValue], spec: FigureSpec
+) -> Iterator[tuple[tuple[str, ...], float]]:
+    """(label values, value) of one health figure's samples, as its row's shape says."""
+    value = held.get(cast(HealthFigure, spec.name))
+    if value is None:
+        return
+    if spec.shape is Shape.NUMBER:
+        yield spec.labels, float(cast(float, value))
+    elif spec.shape is Shape.FLAGS:  # in the row's order of reasons, each the card reports
+        active = dict(cast(Flags, value))
+        for reason in spec.labels:
+            if reason in active:
+                yield (reason,), float(active[reason])
+    elif spec.shape is Shape.COUNTS:
+        for code, count in cast(Counts, value):
+            yield (code,), float(count)
+    else:
+        for code in cast(Codes, value):
+            yield (code,), 1.0
 
 
-def _throttle(reason: str) -> _HealthRead:
-    def read(h: CardHealth) -> bool | None:
-        return None if h.throttle_reasons is None else dict(h.throttle_reasons).get(reason)
-
-    return read
-
-
-def _field(name: str) -> _HealthRead:
-    def read(h: CardHealth) -> float | int | bool | None:
-        value: float | int | bool | None = getattr(h, name)
-        return value
-
-    return read
-
-
-_HealthFamily = tuple[
-    str, str, str, tuple[str, ...], tuple[tuple[tuple[str, ...], _HealthRead], ...]
-]
-_HEALTH_FAMILIES: tuple[_HealthFamily, ...] = (
-    (
-        "ecc_errors_total",
-        "counter",
-        "Memory ECC errors the card's library counted: error corrected or uncorrected; counter "
-        "volatile (since the driver loaded) or aggregate (over the card's life).",
-        ("error", "counter"),
-        tuple(
-            ((error, counter), _field(f"ecc_{error}_{counter}"))
-            for counter in ("volatile", "aggregate")
-            for error in ("corrected", "uncorrected")
-        ),
-    ),
-    (
-        "remapped_rows",
-        "gauge",
-        "Memory rows remapped by the card's repair, by state: correctable and uncorrectable "
-        "count rows; pending and failed are NVML's flags (1: at least one; pending: a reset "
-        "is needed; failed: the card should be replaced).",
-        ("state",),
-        tuple(
-            ((state,), _field(f"remapped_rows_{state}"))
-            for state in ("correctable", "uncorrectable", "pending", "failed")
-        ),
-    ),
-    (
-        "energy_joules_total",
-        "counter",
-        "Energy the card consumed since its driver loaded, joules.",
-        (),
-        (((), _field("energy_joules")),),
-    ),
-    (
-        "clock_throttle_active",
-        "gauge",
-        "1 while the reason holds the card's clocks down (reasons named as NVML's clocks event "
-        "reasons), 0 while it does not.",
-        ("reason",),
-        tuple(((r,), _throttle(r)) for r in THROTTLE_REASONS),
-    ),
-    (
-        "clock_hertz",
-        "gauge",
-        "The card's current clock, hertz: clock sm, memory or graphics.",
-        ("clock",),
-        tuple(((c,), _field(f"clock_{c}_hz")) for c in ("sm", "memory", "graphics")),
-    ),
-    (
-        "pcie_replays_total",
-        "counter",
-        "PCIe replays the card counted since its driver loaded.",
-        (),
-        (((), _field("pcie_replays")),),
-    ),
-)
-
-
-def health_families(snapshot: Snapshot) -> Iterator[GaugeFamily]:
+def health_families(snapshot: Snapshot, table: FigureTable = FIGURES) -> Iterator[GaugeFamily]:
     """Issue 29's per-card families: error counters, memory repair, energy, clock throttling,
     clocks, PCIe replays, why each absent one is absent, and why an unhealthy card is. A family
     no card has a sample of is not written, so a node whose backend reads none is unchanged."""
     node = snapshot.node or ""
     out: list[GaugeFamily] = []
     cards = [(g, c) for g in snapshot.groups for c in g.cards]
-    for suffix, kind, help_text, extra, reads in _HEALTH_FAMILIES:
+    # Each card's figures by name, made once and looked up per row.
+    read = [(g, c, c.health.held()) for g, c in cards if c.health is not None]
+    for table_family, specs in table.health_families():
         family = GaugeFamily(
-            f"gpustack_accelerator_{suffix}",
-            _sampled(help_text, snapshot.period_seconds),
-            labels=[*CARD_LABELS, *extra],
-            kind=kind,
+            table_family.name,
+            _sampled(table_family.help, snapshot.period_seconds),
+            labels=[*CARD_LABELS, *table_family.labels],
+            kind=table_family.kind.value,
         )
-        for group, card in cards:
-            if card.health is None:
-                continue
+        for group, card, held in read:
             labels = [node, group.manufacturer, card.id, str(card.index)]
-            for values, read in reads:
-                value = read(card.health)
-                if value is not None:
-                    family.add_metric([*labels, *values], float(value))
+            for spec in specs:
+                for values, value in _health_samples(held, spec):
+                    family.add_metric([*labels, *values], value)
         out.append(family)
-    xids = GaugeFamily(
-        "gpustack_accelerator_xid_errors_total",
-        _sampled(
-            "Critical error events (NVML XIDs) the card raised since the agent started, by "
-            "code, application XIDs included; at most 64 codes per card, later ones as "
-            'xid="other".',
-            snapshot.period_seconds,
-        ),
-        labels=[*CARD_LABELS, "xid"],
-        kind="counter",
-    )
-    active = GaugeFamily(
-        "gpustack_accelerator_error_code_active",
-        _sampled(
-            "1 per error code the card reports now (Ascend's error codes, hex); at most 64 "
-            "per card.",
-            snapshot.period_seconds,
-        ),
-        labels=[*CARD_LABELS, "code"],
-    )
-    for group, card in cards:
-        if card.health is None:
-            continue
-        labels = [node, group.manufacturer, card.id, str(card.index)]
-        for code, count in card.health.xid_errors or ():
-            xids.add_metric([*labels, code], float(count))
-        for code in card.health.error_codes or ():
-            active.add_metric([*labels, code], 1.0)
-    out.extend((xids, active))
     capability = GaugeFamily(
         "gpustack_accelerator_figure_capability",
         "1 when the card's library answered the figure this round; 0 with the reason it is "
@@ -289,12 +204,20 @@ def health_families(snapshot: Snapshot) -> Iterator[GaugeFamily]:
             capability.add_metric(invalid, 0.0)
         if card.health is None:
             continue
-        for figure in HEALTH_FIGURES:
-            why = card.health.reason(figure)
-            present = getattr(card.health, figure) is not None
+        reasons, held = dict(card.health.reasons), card.health.held()
+        for spec in table.health:
+            figure = cast(HealthFigure, spec.name)
+            why = reasons.get(figure)
+            present = figure in held
             if why is None and not present:
                 continue  # not asked of this library: nothing to say
-            labels = [node, group.manufacturer, card.id, figure, "" if why is None else why.value]
+            labels = [
+                node,
+                group.manufacturer,
+                card.id,
+                spec.capability,
+                "" if why is None else why.value,
+            ]
             capability.add_metric(labels, 1.0 if why is None else 0.0)
     out.extend((capability, reason))
     yield from (f for f in out if f.samples)
@@ -498,25 +421,10 @@ TARGET_LABELS = ("instance", "job", "endpoint")
 INSTANCE_LABELS = ["namespace", "instance_name", "instance_uid", "node", "pod", "container"]
 ACCELERATOR_LABELS = [*INSTANCE_LABELS, "id", "index", "manufacturer", "mode"]
 
-# SPEC §7: the accelerator families, one series per grant, units mirroring the API fields.
+# SPEC §7: the accelerator families, one series per grant, units mirroring the API fields: the
+# figure table's card rows, each with its per-grant HELP, then the verdict.
 _ENTRY_FAMILIES: tuple[tuple[str, str], ...] = (
-    (
-        "memory_total_mib",
-        "The grant's memory: the whole card, a slice's quota, or a partition's own capacity, MiB.",
-    ),
-    (
-        "memory_used_mib",
-        "Memory the Instance uses of its grant, MiB; may exceed the total, never "
-        "clamped; absent when unmeasured.",
-    ),
-    ("memory_utilization_percent", "Memory used over the grant's total, percent."),
-    (
-        "cores_utilization_percent",
-        "Compute used against the Instance's own allowance, percent; "
-        "may exceed 100; absent when unmeasured.",
-    ),
-    ("temperature_celsius", "Temperature of the card the grant is on, degrees Celsius."),
-    ("power_usage_watts", "Power draw of the card the grant is on, watts."),
+    *((spec.name.value, spec.grant_help) for spec in FIGURES.card if spec.grant_help is not None),
     (
         "unhealthy",
         "1 when the card the grant is on is unhealthy, with why in `reason` (the card's "

@@ -15,44 +15,28 @@ tight only where the figure is a share (0..100 %) or cannot be negative.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from devicemanager.model import (
+    FIGURES,
     MIB,
     Card,
+    CardFigure,
     CardHealth,
     DeviceProcesses,
+    FigureTable,
+    HealthFigure,
     PartitionReading,
     Reason,
     VendorReading,
 )
 
-MAX_MIB = 16 << 20  # 16 TiB
-COUNTER = (0, 2**63)
-
+# The bounds are the figure table's (model.FIGURES), figure by figure.
 CARD: dict[str, tuple[float, float]] = {
-    "memory_total_mib": (1, MAX_MIB),
-    "memory_used_mib": (0, MAX_MIB),
-    "cores_utilization_percent": (0.0, 100.0),
-    "temperature_celsius": (-100.0, 200.0),
-    "power_usage_watts": (0.0, 100_000.0),
+    s.name.value: s.bounds for s in FIGURES.card if s.bounds is not None and not s.derived
 }
-HEALTH: dict[str, tuple[float, float]] = {
-    "ecc_corrected_volatile": COUNTER,
-    "ecc_uncorrected_volatile": COUNTER,
-    "ecc_corrected_aggregate": COUNTER,
-    "ecc_uncorrected_aggregate": COUNTER,
-    "remapped_rows_correctable": COUNTER,
-    "remapped_rows_uncorrectable": COUNTER,
-    "remapped_rows_pending": COUNTER,
-    "remapped_rows_failed": COUNTER,
-    "energy_joules": (0.0, 1e15),  # 100 kW for three centuries
-    "clock_sm_hz": (0, 1e11),
-    "clock_memory_hz": (0, 1e11),
-    "clock_graphics_hz": (0, 1e11),
-    "pcie_replays": COUNTER,
-}
-PARTITION_MEMORY = ("memory_total_mib", "memory_used_mib")
+MAX_MIB = int(CARD[CardFigure.MEMORY_TOTAL_MIB][1])
+PARTITION_MEMORY = (CardFigure.MEMORY_TOTAL_MIB.value, CardFigure.MEMORY_USED_MIB.value)
 ROW_MEMORY = (0, MAX_MIB * MIB)
 SHARE = (0.0, 100.0)
 
@@ -69,11 +53,11 @@ def _any_outside(values: list[Any], bounds: tuple[float, float]) -> bool:
     return bool(present) and (min(present) < bounds[0] or max(present) > bounds[1])
 
 
-def _card(card: Card, path: str, refused: list[str]) -> Card:
+def _card(card: Card, path: str, refused: list[str], table: FigureTable = FIGURES) -> Card:
     invalid = tuple(name for name, b in CARD.items() if _outside(getattr(card, name), b))
     health = card.health
     if health is not None:
-        health = _health(health, f"{path}.health", refused)
+        health = _health(health, f"{path}.health", refused, table)
     if not invalid and health is card.health:
         return card
     refused.extend(f"{path}.{name}" for name in invalid)
@@ -81,14 +65,22 @@ def _card(card: Card, path: str, refused: list[str]) -> Card:
     return replace(card, **changes, health=health, invalid=(*card.invalid, *invalid))
 
 
-def _health(health: CardHealth, path: str, refused: list[str]) -> CardHealth:
-    invalid = [name for name, b in HEALTH.items() if _outside(getattr(health, name), b)]
+def _health(
+    health: CardHealth, path: str, refused: list[str], table: FigureTable = FIGURES
+) -> CardHealth:
+    invalid = [
+        spec.name
+        for spec in table.health
+        if spec.bounds is not None
+        and _outside(health.number(cast(HealthFigure, spec.name)), spec.bounds)
+    ]
     if not invalid:
         return health
     refused.extend(f"{path}.{name}" for name in invalid)
     kept = tuple((name, r) for name, r in health.reasons if name not in invalid)
-    reasons = (*kept, *((name, Reason.INVALID_DATA) for name in invalid))
-    return replace(health, **dict.fromkeys(invalid), reasons=reasons)
+    reasons = (*kept, *((cast(HealthFigure, name), Reason.INVALID_DATA) for name in invalid))
+    numbers = tuple((name, v) for name, v in health.numbers if name not in invalid)
+    return replace(health, numbers=numbers, reasons=reasons)
 
 
 def _partition(part: PartitionReading, path: str, refused: list[str]) -> PartitionReading:
@@ -132,11 +124,14 @@ def _device(answer: DeviceProcesses, path: str, refused: list[str]) -> DevicePro
     return replace(answer, **changes)
 
 
-def plausible_reading(reading: VendorReading) -> tuple[VendorReading, tuple[str, ...]]:
+def plausible_reading(
+    reading: VendorReading, table: FigureTable = FIGURES
+) -> tuple[VendorReading, tuple[str, ...]]:
     """The reading with every figure outside its physical range refused, and the paths
-    refused (e.g. `cards[2].power_usage_watts`). The common case returns the reading itself."""
+    refused (`cards[2].` and the figure's name, its row's in the figure table). The common case
+    returns the reading itself."""
     refused: list[str] = []
-    cards = tuple(_card(c, f"cards[{i}]", refused) for i, c in enumerate(reading.cards))
+    cards = tuple(_card(c, f"cards[{i}]", refused, table) for i, c in enumerate(reading.cards))
     partitions = tuple(
         _partition(p, f"partitions[{i}]", refused) for i, p in enumerate(reading.partitions)
     )

@@ -11,20 +11,24 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from devicemanager.figures import slices as slice_section
 from devicemanager.model import (
-    HEALTH_FIGURES,
+    FIGURES,
     LINK_KINDS,
-    THROTTLE_REASONS,
     BackendState,
     BackendStatus,
     Card,
     CardHealth,
     CardLink,
+    FigureSpec,
+    FigureTable,
     Group,
+    HealthFigure,
+    HealthValue,
     Reason,
+    Shape,
     SliceSection,
     Snapshot,
     VendorReading,
@@ -95,86 +99,81 @@ def rfc3339(timestamp: float | None) -> str | None:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-# (JSON key, CardHealth field) of the health object's plain figures; the nested ones below.
-_ECC = (("corrected", "volatile"), ("uncorrected", "volatile"), ("corrected", "aggregate"),
-        ("uncorrected", "aggregate"))  # fmt: skip
-_ROWS = ("correctable", "uncorrectable", "pending", "failed")
-_CLOCKS = ("sm", "memory", "graphics")
+# How the health object is written, row by row: (figure, shape, the keys above its own, its
+# key, written only where read). Made once for the shipped table; a snapshot has a health
+# object per card, every round.
+_JsonPlan = tuple[tuple[HealthFigure, Shape, tuple[str, ...], str, bool], ...]
 
 
-def health_json(health: CardHealth) -> dict[str, Any]:
+def _json_plan(table: FigureTable) -> _JsonPlan:
+    return tuple(
+        (cast(HealthFigure, s.name), s.shape, s.json[:-1], s.json[-1], s.json_only_when_read)
+        for s in table.health
+    )
+
+
+_PLAN = _json_plan(FIGURES)
+
+
+def health_json(health: CardHealth, table: FigureTable = FIGURES) -> dict[str, Any]:
     """A card's error counters, energy, clocks and PCIe replays (issue 29): every figure is
-    there, null when absent, and `absentReasons` says why for those the library explained."""
-    ecc: dict[str, dict[str, int | None]] = {"corrected": {}, "uncorrected": {}}
-    for error, counter in _ECC:
-        ecc[error][counter] = getattr(health, f"ecc_{error}_{counter}")
-    throttle = health.throttle_reasons
-    # The error codes only where the backend reads them (issue 29's second part): every other
-    # card's health object is the one it was before.
-    codes: dict[str, Any] = {}
-    if health.xid_errors is not None:
-        codes["xidErrors"] = dict(health.xid_errors)
-    if health.error_codes is not None:
-        codes["errorCodes"] = list(health.error_codes)
-    return {
-        "eccErrors": ecc,
-        "remappedRows": {s: getattr(health, f"remapped_rows_{s}") for s in _ROWS},
-        "energyJoules": health.energy_joules,
-        "clockThrottleReasons": None if throttle is None else dict(throttle),
-        "clocksHz": {c: getattr(health, f"clock_{c}_hz") for c in _CLOCKS},
-        "pcieReplays": health.pcie_replays,
-        **codes,
-        "absentReasons": {name: reason.value for name, reason in health.reasons},
-    }
+    there, null when absent, where its row of the figure table says (a figure read only by some
+    backends only where it was read), and `absentReasons` says why for those the library
+    explained."""
+    doc: dict[str, Any] = {}
+    held: dict[HealthFigure, Any] = health.held()
+    for figure, shape, parents, key, only_when_read in (
+        _PLAN if table is FIGURES else _json_plan(table)
+    ):
+        value = held.get(figure)
+        if value is None:
+            if only_when_read:
+                continue
+        elif shape is Shape.FLAGS or shape is Shape.COUNTS:
+            value = dict(value)
+        elif shape is Shape.CODES:
+            value = list(value)
+        place = doc
+        for parent in parents:
+            place = place.setdefault(parent, {})
+        place[key] = value
+    doc["absentReasons"] = {name: reason.value for name, reason in health.reasons}
+    return doc
 
 
-def _xid_errors(doc: Any) -> tuple[tuple[str, int], ...] | None:
-    """`{code: count}` back, in the order written; None where it is not such an object."""
+def _read_back(spec: FigureSpec, doc: Any) -> HealthValue | None:
+    """One health figure back from its JSON; None where it is not of its row's shape."""
+    if spec.shape is Shape.NUMBER:
+        return as_int(doc) if spec.integer else as_number(doc)
+    if spec.shape is Shape.CODES:
+        return tuple(c for c in doc if isinstance(c, str)) if isinstance(doc, list) else None
     if not isinstance(doc, dict):
         return None
+    if spec.shape is Shape.FLAGS:  # the row's reasons, in its order
+        return tuple((r, doc[r]) for r in spec.labels if isinstance(doc.get(r), bool))
+    # Counts: `{code: count}` back, in the order written.
     counts = [(code, as_int(count)) for code, count in doc.items()]
     return tuple((c, n) for c, n in counts if isinstance(c, str) and n is not None)
 
 
-def _error_codes(doc: Any) -> tuple[str, ...] | None:
-    if not isinstance(doc, list):
-        return None
-    return tuple(c for c in doc if isinstance(c, str))
-
-
-def health_from_json(doc: Any) -> CardHealth | None:
+def health_from_json(doc: Any, table: FigureTable = FIGURES) -> CardHealth | None:
     """The health object back; anything unreadable in it is absent."""
     if not isinstance(doc, dict):
         return None
-
-    def part(parent: dict[str, Any], key: str) -> dict[str, Any]:
-        value = parent.get(key)
-        return value if isinstance(value, dict) else {}
-
-    ecc = part(doc, "eccErrors")
-    figures: dict[str, Any] = {f"ecc_{e}_{c}": as_int(part(ecc, e).get(c)) for e, c in _ECC}
-    rows, clocks = part(doc, "remappedRows"), part(doc, "clocksHz")
-    figures.update({f"remapped_rows_{s}": as_int(rows.get(s)) for s in _ROWS})
-    figures.update({f"clock_{c}_hz": as_int(clocks.get(c)) for c in _CLOCKS})
-    throttle = doc.get("clockThrottleReasons")
+    values: dict[HealthFigure, HealthValue | None] = {}
+    for spec in table.health:
+        place: Any = doc
+        for key in spec.json:
+            place = place.get(key) if isinstance(place, dict) else None
+        values[cast(HealthFigure, spec.name)] = _read_back(spec, place)
+    absent = doc.get("absentReasons")
     known = set(Reason)
-    return CardHealth(
-        **figures,
-        energy_joules=as_number(doc.get("energyJoules")),
-        throttle_reasons=tuple(
-            (r, throttle[r]) for r in THROTTLE_REASONS if isinstance(throttle.get(r), bool)
-        )
-        if isinstance(throttle, dict)
-        else None,
-        pcie_replays=as_int(doc.get("pcieReplays")),
-        xid_errors=_xid_errors(doc.get("xidErrors")),
-        error_codes=_error_codes(doc.get("errorCodes")),
-        reasons=tuple(
-            (name, Reason(value))
-            for name, value in part(doc, "absentReasons").items()
-            if name in HEALTH_FIGURES and value in known
-        ),
-    )
+    reasons = []
+    for name, value in absent.items() if isinstance(absent, dict) else ():
+        row = table.health_spec(name)
+        if row is not None and value in known:
+            reasons.append((cast(HealthFigure, row.name), Reason(value)))
+    return CardHealth.of(values, reasons, table)
 
 
 def card_json(card: Card) -> dict[str, Any]:
@@ -208,12 +207,7 @@ def card_json(card: Card) -> dict[str, Any]:
         "id": card.id,
         "index": card.index,
         "name": card.name,
-        "memory": card.memory_total_mib,
-        "memoryUsage": card.memory_used_mib,
-        "memoryUtilization": card.memory_utilization_percent,
-        "coresUtilization": card.cores_utilization_percent,
-        "temperature": card.temperature_celsius,
-        "powerUsage": card.power_usage_watts,
+        **{key: getattr(card, name) for key, name in _CARD_JSON},
         "unhealthy": card.unhealthy,
         "unhealthyReason": card.unhealthy_reason,
         **extra,
@@ -271,15 +265,20 @@ def parse_time(value: Any) -> float:
         return 0.0
 
 
-# A card's own figures by field, as the snapshot names them.
-_CARD_KEYS = {
-    "memory_total_mib": "memory",
-    "memory_used_mib": "memoryUsage",
-    "cores_utilization_percent": "coresUtilization",
-    "temperature_celsius": "temperature",
-    "power_usage_watts": "powerUsage",
-}
+# A card's own figures (the figure table's card rows): (JSON key, field) in the order shown,
+# and by field as the snapshot names them.
+_CARD_JSON = tuple((spec.json[0], spec.name.value) for spec in FIGURES.card)
+_CARD_KEYS = {spec.name.value: spec.json[0] for spec in FIGURES.card if not spec.derived}
 _CARD_FIELDS = {key: name for name, key in _CARD_KEYS.items()}
+
+
+def _card_figures(doc: dict[str, Any]) -> dict[str, Any]:
+    """A card's own figures back, by field: a count as an integer, a measure as a number."""
+    return {
+        spec.name.value: (as_int if spec.integer else as_number)(doc.get(spec.json[0]))
+        for spec in FIGURES.card
+        if not spec.derived
+    }
 
 
 def card_from_json(doc: dict[str, Any]) -> Card | None:
@@ -295,11 +294,7 @@ def card_from_json(doc: dict[str, Any]) -> Card | None:
         id=doc["id"],
         index=doc["index"],
         name=name if isinstance(name, str) else None,
-        memory_total_mib=as_int(doc.get("memory")),
-        memory_used_mib=as_int(doc.get("memoryUsage")),
-        cores_utilization_percent=as_number(doc.get("coresUtilization")),
-        temperature_celsius=as_number(doc.get("temperature")),
-        power_usage_watts=as_number(doc.get("powerUsage")),
+        **_card_figures(doc),
         unhealthy=doc.get("unhealthy") is True,
         unhealthy_reason=reason if isinstance(reason, str) else None,
         aliases=tuple(a for a in aliases if isinstance(a, str))

@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from devicemanager.model import FIGURES
+
 
 class Scope(StrEnum):
     DEVICE = "device"
@@ -299,6 +301,11 @@ FAMILIES: tuple[Family, ...] = (
 
 BY_NAME: dict[str, Family] = {f.name: f for f in FAMILIES}
 
+# The figure table's families (the card's, each per-grant one, the health ones) summarize does
+# not read: derived figures, health, temperature and power. A figure added to the table is
+# known here without a line of its own.
+_AGENT_FIGURES_IGNORED = tuple(name for name in FIGURES.family_names() if name not in BY_NAME)
+
 # Families known and deliberately not summarized: named in the report's `ignored`, never
 # counted as unrecognised. Figures derived from others, health, temperature and power, the
 # agent's own collector state, the scheduler's own state, and HAMi-WebUI's exporter.
@@ -307,19 +314,9 @@ IGNORED: dict[str, str] = {
     for names, why in (
         (
             (
-                "gpustack_accelerator_memory_utilization_percent",
-                "gpustack_accelerator_temperature_celsius",
-                "gpustack_accelerator_power_usage_watts",
+                *_AGENT_FIGURES_IGNORED,
                 "gpustack_accelerator_unhealthy",
                 "gpustack_accelerator_unhealthy_reason",
-                "gpustack_accelerator_ecc_errors_total",
-                "gpustack_accelerator_remapped_rows",
-                "gpustack_accelerator_energy_joules_total",
-                "gpustack_accelerator_clock_throttle_active",
-                "gpustack_accelerator_clock_hertz",
-                "gpustack_accelerator_pcie_replays_total",
-                "gpustack_accelerator_xid_errors_total",
-                "gpustack_accelerator_error_code_active",
                 "gpustack_accelerator_link_info",
                 "gpustack_accelerator_links",
                 "gpustack_accelerator_numa_node",
@@ -341,9 +338,6 @@ IGNORED: dict[str, str] = {
                 "gpustack_accelerator_grants_refused",
                 "gpustack_instance_metrics_collector_skipped_lines",
                 "gpustack_instance_metrics_collector_age_seconds",
-                "gpustack_instance_accelerator_memory_utilization_percent",
-                "gpustack_instance_accelerator_temperature_celsius",
-                "gpustack_instance_accelerator_power_usage_watts",
                 "gpustack_instance_accelerator_unhealthy",
                 "gpustack_instance_cpu_total_millicores",
                 "gpustack_instance_cpu_used_millicores",

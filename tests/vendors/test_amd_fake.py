@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from devicemanager.backend import BackendUnavailable
 from devicemanager.figures.ranges import plausible_reading
 from devicemanager.model import Card, ReadRequest, Reason, VendorReading
+from devicemanager.model import HealthFigure as H
 from tests.conftest import REPO, agent_env
 from tests.fakelib import amd as fake
 from tests.fakelib.amd import GIB, scenarios
@@ -112,8 +113,14 @@ def test_energy_clocks_and_replays_through_the_real_wheel(node) -> None:  # type
     (payload,) = rounds(node(scenarios.health_figures()), ReadRequest(), 1)
     full, blind, odd = (c.health for c in AmdBackend().parse(payload).cards)
     assert full is not None and blind is not None and odd is not None
-    assert full.energy_joules == pytest.approx(15.3, abs=1e-5)  # 1,000,000 counts of 15.3 µJ
-    assert (full.clock_graphics_hz, full.clock_memory_hz, full.pcie_replays) == (
+    assert full.number(H.ENERGY_JOULES) == pytest.approx(
+        15.3, abs=1e-5
+    )  # 1,000,000 counts of 15.3 µJ
+    assert (
+        full.number(H.CLOCK_GRAPHICS_HZ),
+        full.number(H.CLOCK_MEMORY_HZ),
+        full.number(H.PCIE_REPLAYS),
+    ) == (
         2_100_000_000,
         1_300_000_000,
         4,
@@ -132,8 +139,12 @@ def test_energy_clocks_and_replays_through_the_real_wheel(node) -> None:  # type
         "xid_errors": Reason.UNSUPPORTED,
         **NO_AMD_CALL,
     }
-    assert (blind.energy_joules, blind.clock_memory_hz, blind.pcie_replays) == (None, None, None)
-    assert blind.clock_graphics_hz == 2_100_000_000
+    assert (
+        blind.number(H.ENERGY_JOULES),
+        blind.number(H.CLOCK_MEMORY_HZ),
+        blind.number(H.PCIE_REPLAYS),
+    ) == (None, None, None)
+    assert blind.number(H.CLOCK_GRAPHICS_HZ) == 2_100_000_000
     assert dict(odd.reasons) == {
         "clock_graphics_hz": Reason.INVALID_DATA,
         "clock_sm_hz": Reason.UNSUPPORTED,
@@ -141,7 +152,11 @@ def test_energy_clocks_and_replays_through_the_real_wheel(node) -> None:  # type
         "xid_errors": Reason.UNSUPPORTED,
         **NO_AMD_CALL,
     }
-    assert (odd.clock_graphics_hz, odd.pcie_replays, odd.energy_joules) == (None, None, 0.0)
+    assert (
+        odd.number(H.CLOCK_GRAPHICS_HZ),
+        odd.number(H.PCIE_REPLAYS),
+        odd.number(H.ENERGY_JOULES),
+    ) == (None, None, 0.0)
 
 
 def test_cpx_card_eight_xcps_under_their_physical_card(node) -> None:  # type: ignore[no-untyped-def]
@@ -258,11 +273,14 @@ def test_ecc_bad_pages_and_throttling_through_the_real_wheel(node) -> None:  # t
     full, blind, blocks, odd = reading.cards
     assert full.health is not None and blind.health is not None
     assert blocks.health is not None and odd.health is not None
-    assert (full.health.ecc_corrected_volatile, full.health.ecc_uncorrected_volatile) == (12, 0)
     assert (
-        full.health.remapped_rows_uncorrectable,
-        full.health.remapped_rows_pending,
-        full.health.remapped_rows_failed,
+        full.health.number(H.ECC_CORRECTED_VOLATILE),
+        full.health.number(H.ECC_UNCORRECTED_VOLATILE),
+    ) == (12, 0)
+    assert (
+        full.health.number(H.REMAPPED_ROWS_UNCORRECTABLE),
+        full.health.number(H.REMAPPED_ROWS_PENDING),
+        full.health.number(H.REMAPPED_ROWS_FAILED),
     ) == (2, 1, 0)
     assert full.health.throttle_reasons == (
         ("sw_power_cap", True),
@@ -290,17 +308,20 @@ def test_ecc_bad_pages_and_throttling_through_the_real_wheel(node) -> None:  # t
         "throttle_reasons",
     ):
         assert blind.health.reason(figure) is Reason.UNSUPPORTED, figure
-        assert getattr(blind.health, figure) is None, figure
+        assert blind.health.get(figure) is None, figure
     # The total not served: UMC 5 + GFX 2, SDMA without a counter.
-    assert (blocks.health.ecc_corrected_volatile, blocks.health.ecc_uncorrected_volatile) == (7, 0)
-    assert blocks.health.remapped_rows_failed == 1
+    assert (
+        blocks.health.number(H.ECC_CORRECTED_VOLATILE),
+        blocks.health.number(H.ECC_UNCORRECTED_VOLATILE),
+    ) == (7, 0)
+    assert blocks.health.number(H.REMAPPED_ROWS_FAILED) == 1
     assert (blocks.unhealthy, blocks.unhealthy_reason) == (True, "retired_pages_unreservable")
     assert blocks.health.throttle_reasons is None
     assert blocks.health.reason("throttle_reasons") is Reason.UNSUPPORTED  # all UINT8_MAX
     # UINT64_MAX is a sentinel (and makes no card unhealthy); 2^63 + 1 is past any counter.
-    assert odd.health.ecc_uncorrected_volatile is None
+    assert odd.health.number(H.ECC_UNCORRECTED_VOLATILE) is None
     assert odd.health.reason("ecc_uncorrected_volatile") is Reason.INVALID_DATA
-    assert odd.health.ecc_corrected_volatile is None
+    assert odd.health.number(H.ECC_CORRECTED_VOLATILE) is None
     assert odd.health.reason("ecc_corrected_volatile") is Reason.INVALID_DATA
     assert "cards[3].health.ecc_corrected_volatile" in refused
     assert (odd.unhealthy, odd.unhealthy_reason) == (False, None)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from devicemanager.figures.published import Published
+from devicemanager.model import HealthFigure as H
 from devicemanager.model import ReadRequest, Reason, VendorReading
 from tests.conftest import assert_promtool_accepts
 from tests.fakelib import ascend as fake_dcmi
@@ -595,17 +596,20 @@ def test_npu_health_through_our_ctypes(libdcmi: Path, scenario) -> None:  # type
     full, off, odd = (c.health for c in reading(libdcmi).cards)
     assert full is not None and off is not None and odd is not None
     assert (
-        full.ecc_corrected_volatile,
-        full.ecc_uncorrected_volatile,
-        full.ecc_corrected_aggregate,
-        full.ecc_uncorrected_aggregate,
+        full.number(H.ECC_CORRECTED_VOLATILE),
+        full.number(H.ECC_UNCORRECTED_VOLATILE),
+        full.number(H.ECC_CORRECTED_AGGREGATE),
+        full.number(H.ECC_UNCORRECTED_AGGREGATE),
     ) == (3, 1, 40, 2)
     assert (
-        full.remapped_rows_correctable,
-        full.remapped_rows_uncorrectable,
-        full.remapped_rows_pending,
+        full.number(H.REMAPPED_ROWS_CORRECTABLE),
+        full.number(H.REMAPPED_ROWS_UNCORRECTABLE),
+        full.number(H.REMAPPED_ROWS_PENDING),
     ) == (2, 1, 1)
-    assert (full.clock_sm_hz, full.clock_memory_hz) == (1_650_000_000, 1_600_000_000)
+    assert (full.number(H.CLOCK_SM_HZ), full.number(H.CLOCK_MEMORY_HZ)) == (
+        1_650_000_000,
+        1_600_000_000,
+    )
     never = {
         "remapped_rows_failed",
         "energy_joules",
@@ -633,7 +637,10 @@ def test_npu_health_through_our_ctypes(libdcmi: Path, scenario) -> None:  # type
     }
     scenario(scenarios.two_devices_on_one_card())
     duo = reading(libdcmi).cards[0].health
-    assert duo is not None and (duo.clock_memory_hz, duo.ecc_corrected_volatile) == (3.2e9, 0)
+    assert duo is not None and (
+        duo.number(H.CLOCK_MEMORY_HZ),
+        duo.number(H.ECC_CORRECTED_VOLATILE),
+    ) == (3.2e9, 0)
 
 
 def test_the_whole_agent_publishes_npu_health(

@@ -176,7 +176,7 @@ def test_parse_over_the_fixture(name: str) -> None:
         assert card.health is not None, card.index
         for figure, value in want.items():
             pair = (None, value) if isinstance(value, Reason) else (value, None)
-            assert (getattr(card.health, figure), card.health.reason(figure)) == pair, (
+            assert (card.health.get(figure), card.health.reason(figure)) == pair, (
                 card.index,
                 figure,
             )

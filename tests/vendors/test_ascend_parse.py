@@ -575,7 +575,7 @@ def test_each_ascend_health_figure_is_range_checked_and_says_why_it_is_absent(
     `unsupported`, never 0."""
     health = npu_health(**fields)
     assert health is not None
-    assert (getattr(health, figure), health.reason(figure)) == (value, reason)
+    assert (health.get(figure), health.reason(figure)) == (value, reason)
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from devicemanager.agent.monitor import Monitor
+from devicemanager.model import HealthFigure as H
 from devicemanager.model import ReadRequest, Reason
 from tests.conftest import REPO, Agent, agent_env, assert_promtool_accepts
 from tests.fakelib import hygon as fake
@@ -149,14 +150,23 @@ def test_card_health_through_our_ctypes(libs: dict[str, str], scenario) -> None:
     payload = read(libs, ReadRequest())
     full, blind, odd = (c.health for c in HygonBackend().parse(payload).cards)
     assert full is not None and blind is not None and odd is not None
-    assert (full.ecc_corrected_volatile, full.ecc_uncorrected_volatile) == (4, 1)
+    assert (full.number(H.ECC_CORRECTED_VOLATILE), full.number(H.ECC_UNCORRECTED_VOLATILE)) == (
+        4,
+        1,
+    )
     assert (
-        full.remapped_rows_uncorrectable,
-        full.remapped_rows_pending,
-        full.remapped_rows_failed,
+        full.number(H.REMAPPED_ROWS_UNCORRECTABLE),
+        full.number(H.REMAPPED_ROWS_PENDING),
+        full.number(H.REMAPPED_ROWS_FAILED),
     ) == (2, 1, 0)
-    assert full.energy_joules is not None and round(full.energy_joules, 3) == 15.3
-    assert (full.clock_graphics_hz, full.clock_memory_hz, full.pcie_replays) == (
+    assert (
+        full.number(H.ENERGY_JOULES) is not None and round(full.number(H.ENERGY_JOULES), 3) == 15.3
+    )
+    assert (
+        full.number(H.CLOCK_GRAPHICS_HZ),
+        full.number(H.CLOCK_MEMORY_HZ),
+        full.number(H.PCIE_REPLAYS),
+    ) == (
         1_500_000_000,
         1_600_000_000,
         9,
@@ -186,13 +196,13 @@ def test_card_health_through_our_ctypes(libs: dict[str, str], scenario) -> None:
             Reason.UNSUPPORTED,
         ),
     }
-    assert blind.clock_graphics_hz == 1_500_000_000  # the fake's default top level
+    assert blind.number(H.CLOCK_GRAPHICS_HZ) == 1_500_000_000  # the fake's default top level
     assert {k: v for k, v in odd.reasons if v is not Reason.UNSUPPORTED} == {
         "ecc_corrected_volatile": Reason.INVALID_DATA,
         "clock_graphics_hz": Reason.INVALID_DATA,
         "pcie_replays": Reason.INVALID_DATA,
     }
-    assert (odd.remapped_rows_uncorrectable, odd.remapped_rows_failed) == (0, 1)
+    assert (odd.number(H.REMAPPED_ROWS_UNCORRECTABLE), odd.number(H.REMAPPED_ROWS_FAILED)) == (0, 1)
     # The page card 2 could not retire makes it unhealthy; card 0's uncorrectable ECC error
     # is the more severe reason of the two it has.
     reasons = [c.unhealthy_reason for c in HygonBackend().parse(payload).cards]

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from devicemanager.agent.monitor import Monitor
+from devicemanager.model import HealthFigure as H
 from devicemanager.model import ReadRequest, Reason, VendorReading
 from tests.conftest import REPO, agent_env, assert_promtool_accepts
 from tests.fakelib import metax as fake
@@ -469,16 +470,19 @@ def test_card_health_through_our_ctypes(libmxsml: Path, scenario) -> None:  # ty
     full, blind, odd = (c.health for c in parse(payload).cards)
     assert full is not None and blind is not None and odd is not None
     assert (
-        full.ecc_corrected_volatile,
-        full.ecc_uncorrected_volatile,
-        full.remapped_rows_uncorrectable,
+        full.number(H.ECC_CORRECTED_VOLATILE),
+        full.number(H.ECC_UNCORRECTED_VOLATILE),
+        full.number(H.REMAPPED_ROWS_UNCORRECTABLE),
     ) == (7, 1, 3)
     assert full.throttle_reasons is not None
     assert [r for r, on in full.throttle_reasons if on] == [
         "sw_power_cap",
         "hw_power_brake_slowdown",
     ]
-    assert (full.clock_sm_hz, full.clock_memory_hz) == (1_500_000_000, 1_800_000_000)
+    assert (full.number(H.CLOCK_SM_HZ), full.number(H.CLOCK_MEMORY_HZ)) == (
+        1_500_000_000,
+        1_800_000_000,
+    )
     never = {
         "ecc_corrected_aggregate",
         "ecc_uncorrected_aggregate",

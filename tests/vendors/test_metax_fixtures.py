@@ -211,7 +211,7 @@ def test_parse_over_the_fixture(name: str) -> None:
                 assert [r for r, on in health.throttle_reasons if on] == value, card.id
                 continue
             pair = (None, value) if isinstance(value, Reason) else (value, None)
-            assert (getattr(health, figure), health.reason(figure)) == pair, (card.id, figure)
+            assert (health.get(figure), health.reason(figure)) == pair, (card.id, figure)
 
 
 @pytest.mark.parametrize("name", sorted(TABLE))

@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from devicemanager.agent.monitor import Monitor
 from devicemanager.backend import BackendUnavailable
+from devicemanager.model import HealthFigure as H
 from devicemanager.model import ReadRequest, Reason
 from tests.conftest import REPO, Agent, agent_env, assert_promtool_accepts
 from tests.fakelib import nvidia as fake_nvml
@@ -217,28 +218,35 @@ def test_card_health_through_real_pynvml(libnvml: Path, scenario) -> None:  # ty
     full, blind, old = (c.health for c in NvidiaBackend().parse(payload).cards)
     assert full is not None and blind is not None and old is not None
     assert (
-        full.ecc_corrected_volatile,
-        full.ecc_uncorrected_volatile,
-        full.ecc_corrected_aggregate,
-        full.ecc_uncorrected_aggregate,
+        full.number(H.ECC_CORRECTED_VOLATILE),
+        full.number(H.ECC_UNCORRECTED_VOLATILE),
+        full.number(H.ECC_CORRECTED_AGGREGATE),
+        full.number(H.ECC_UNCORRECTED_AGGREGATE),
     ) == (12, 1, 345, 2)
     assert (
-        full.remapped_rows_correctable,
-        full.remapped_rows_uncorrectable,
-        full.remapped_rows_pending,
-        full.remapped_rows_failed,
+        full.number(H.REMAPPED_ROWS_CORRECTABLE),
+        full.number(H.REMAPPED_ROWS_UNCORRECTABLE),
+        full.number(H.REMAPPED_ROWS_PENDING),
+        full.number(H.REMAPPED_ROWS_FAILED),
     ) == (3, 1, 1, 0)
-    assert full.energy_joules == 123_456.789  # 123,456,789 mJ
+    assert full.number(H.ENERGY_JOULES) == 123_456.789  # 123,456,789 mJ
     assert full.throttle_reasons is not None
     assert [r for r, on in full.throttle_reasons if on] == ["sw_power_cap", "hw_thermal_slowdown"]
-    assert (full.clock_sm_hz, full.clock_memory_hz, full.clock_graphics_hz) == (
+    assert (
+        full.number(H.CLOCK_SM_HZ),
+        full.number(H.CLOCK_MEMORY_HZ),
+        full.number(H.CLOCK_GRAPHICS_HZ),
+    ) == (
         1_755_000_000,
         2_619_000_000,
         1_755_000_000,
     )
-    assert (full.pcie_replays, full.reasons) == (7, ())
+    assert (full.number(H.PCIE_REPLAYS), full.reasons) == (7, ())
     # Card 1: nothing but two clock domains answered; every other figure says why.
-    assert (blind.clock_sm_hz, blind.clock_graphics_hz) == (1_980_000_000, 1_980_000_000)
+    assert (blind.number(H.CLOCK_SM_HZ), blind.number(H.CLOCK_GRAPHICS_HZ)) == (
+        1_980_000_000,
+        1_980_000_000,
+    )
     assert dict(blind.reasons) == {
         name: Reason.UNSUPPORTED
         for name in (
@@ -256,7 +264,11 @@ def test_card_health_through_real_pynvml(libnvml: Path, scenario) -> None:  # ty
             "pcie_replays",
         )
     }
-    assert (blind.energy_joules, blind.throttle_reasons, blind.pcie_replays) == (None, None, None)
+    assert (
+        blind.number(H.ENERGY_JOULES),
+        blind.throttle_reasons,
+        blind.number(H.PCIE_REPLAYS),
+    ) == (None, None, None)
     # Card 2: the sentinels refused, the older throttle call read.
     assert dict(old.reasons) == {
         "ecc_corrected_volatile": Reason.INVALID_DATA,
@@ -264,7 +276,11 @@ def test_card_health_through_real_pynvml(libnvml: Path, scenario) -> None:  # ty
         "clock_sm_hz": Reason.INVALID_DATA,
         "pcie_replays": Reason.INVALID_DATA,
     }
-    assert (old.ecc_corrected_volatile, old.energy_joules, old.clock_sm_hz) == (None, None, None)
+    assert (
+        old.number(H.ECC_CORRECTED_VOLATILE),
+        old.number(H.ENERGY_JOULES),
+        old.number(H.CLOCK_SM_HZ),
+    ) == (None, None, None)
     assert old.throttle_reasons is not None and dict(old.throttle_reasons)["gpu_idle"] is True
     assert "nvmlDeviceGetCurrentClocksThrottleReasons" in payload["devices"][2]
     assert "nvmlDeviceGetCurrentClocksThrottleReasons" not in payload["devices"][0]

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from devicemanager.agent.replay import load_recording
+from devicemanager.model import HealthFigure as H
 from devicemanager.model import ReadRequest, Reason
 from tests.conftest import FIXTURES
 from tests.fakelib import nvidia as fake_nvml
@@ -192,14 +193,14 @@ def test_parse_over_the_fixture(name: str) -> None:
         assert h is not None
         assert (
             (
-                h.ecc_corrected_volatile,
-                h.ecc_uncorrected_volatile,
-                h.ecc_corrected_aggregate,
-                h.ecc_uncorrected_aggregate,
+                h.number(H.ECC_CORRECTED_VOLATILE),
+                h.number(H.ECC_UNCORRECTED_VOLATILE),
+                h.number(H.ECC_CORRECTED_AGGREGATE),
+                h.number(H.ECC_UNCORRECTED_AGGREGATE),
             ),
-            h.energy_joules,
-            h.clock_sm_hz,
-            h.pcie_replays,
+            h.number(H.ENERGY_JOULES),
+            h.number(H.CLOCK_SM_HZ),
+            h.number(H.PCIE_REPLAYS),
             tuple(r.value for _, r in h.reasons),
         ) == facts["health"][card.id]
 

@@ -429,7 +429,7 @@ def test_each_health_figure_is_range_checked_and_says_why_it_is_absent(
     (c,) = parse_card(**answers)
     health = c.health
     assert health is not None
-    assert (getattr(health, figure), health.reason(figure)) == (value, reason)
+    assert (health.get(figure), health.reason(figure)) == (value, reason)
 
 
 def test_the_older_throttle_call_answers_only_where_the_newer_failed() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from devicemanager.agent.monitor import Monitor
+from devicemanager.model import HealthFigure as H
 from devicemanager.model import ReadRequest, Reason
 from tests.conftest import assert_promtool_accepts
 from tests.fakelib import thead as fake
@@ -190,28 +191,35 @@ def test_card_health_through_our_declarations(libhgml: Path, scenario) -> None: 
     full, blind, old = (c.health for c in cards)
     assert full is not None and blind is not None and old is not None
     assert (
-        full.ecc_corrected_volatile,
-        full.ecc_uncorrected_volatile,
-        full.ecc_corrected_aggregate,
-        full.ecc_uncorrected_aggregate,
+        full.number(H.ECC_CORRECTED_VOLATILE),
+        full.number(H.ECC_UNCORRECTED_VOLATILE),
+        full.number(H.ECC_CORRECTED_AGGREGATE),
+        full.number(H.ECC_UNCORRECTED_AGGREGATE),
     ) == (5, 1, 210, 3)
     assert (
-        full.remapped_rows_correctable,
-        full.remapped_rows_uncorrectable,
-        full.remapped_rows_pending,
-        full.remapped_rows_failed,
+        full.number(H.REMAPPED_ROWS_CORRECTABLE),
+        full.number(H.REMAPPED_ROWS_UNCORRECTABLE),
+        full.number(H.REMAPPED_ROWS_PENDING),
+        full.number(H.REMAPPED_ROWS_FAILED),
     ) == (2, 1, 1, 0)
-    assert full.energy_joules == 98_765.432  # 98,765,432 mJ
+    assert full.number(H.ENERGY_JOULES) == 98_765.432  # 98,765,432 mJ
     assert full.throttle_reasons is not None
     assert [r for r, on in full.throttle_reasons if on] == ["sw_power_cap", "hw_slowdown"]
-    assert (full.clock_sm_hz, full.clock_memory_hz, full.clock_graphics_hz) == (
+    assert (
+        full.number(H.CLOCK_SM_HZ),
+        full.number(H.CLOCK_MEMORY_HZ),
+        full.number(H.CLOCK_GRAPHICS_HZ),
+    ) == (
         1_450_000_000,
         1_600_000_000,
         1_450_000_000,
     )
-    assert (full.pcie_replays, full.reasons) == (3, ())
+    assert (full.number(H.PCIE_REPLAYS), full.reasons) == (3, ())
     assert full.xid_errors == ()  # the event set answered; the card raised none
-    assert (blind.clock_sm_hz, blind.clock_graphics_hz) == (1_500_000_000, 1_500_000_000)
+    assert (blind.number(H.CLOCK_SM_HZ), blind.number(H.CLOCK_GRAPHICS_HZ)) == (
+        1_500_000_000,
+        1_500_000_000,
+    )
     assert dict(blind.reasons) == {name: Reason.UNSUPPORTED for name in NOT_ANSWERED}
     assert dict(old.reasons) == {
         "ecc_corrected_volatile": Reason.INVALID_DATA,

@@ -203,12 +203,12 @@ def test_parse_over_the_fixture(name: str) -> None:
                 assert health.throttle_reasons is not None, card.id
                 assert [r for r, on in health.throttle_reasons if on] == value, card.id
             elif isinstance(value, Reason):
-                assert (getattr(health, figure), health.reason(figure)) == (None, value), (
+                assert (health.get(figure), health.reason(figure)) == (None, value), (
                     card.id,
                     figure,
                 )
             else:
-                assert (getattr(health, figure), health.reason(figure)) == (value, None), (
+                assert (health.get(figure), health.reason(figure)) == (value, None), (
                     card.id,
                     figure,
                 )
@@ -384,7 +384,7 @@ def test_each_ppu_health_figure_is_range_checked_and_says_why_it_is_absent(
     (c,) = parse_card(**answers)
     health = c.health
     assert health is not None
-    assert (getattr(health, figure), health.reason(figure)) == (value, reason)
+    assert (health.get(figure), health.reason(figure)) == (value, reason)
 
 
 def test_the_ppus_older_throttle_call_answers_only_where_the_newer_failed() -> None:

@@ -1,0 +1,346 @@
+"""Every card figure declared once (issue 40): its name, unit, kind, bounds, where the snapshot
+holds it, its /metrics family and label values, HELP, and the name the capability gauge gives it.
+
+The rest is derived from these rows: figures/ranges.py's bounds, figures/snapshot.py's JSON
+(both ways), figures/exposition.py's card, health and capability families, report/families.py's
+list of the agent's families, and tests/test_docs.py's check of docs/metrics.md. Vendors return
+health figures keyed by `HealthFigure` (an enum, so mypy checks every key), and each vendor's
+"unsupported" set is a frozenset of its members. Adding a figure is one row here (and its
+member) plus the vendor reads that produce it.
+
+Two tables: a card's own figures (fields of `model.Card`, each also the figure of a per-grant
+family), and its health figures (error counters, energy, clocks, link retries, error events:
+`model.CardHealth`, keyed by `HealthFigure`). Imports nothing of the package: `model.py`
+imports it and hands it on as part of the vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+PREFIX = "gpustack_accelerator_"  # a card family's name: PREFIX + its suffix
+GRANT_PREFIX = "gpustack_instance_accelerator_"  # a per-grant family's name
+
+
+class Kind(StrEnum):
+    """A family's TYPE: a counter's family name ends in `_total`."""
+
+    GAUGE = "gauge"
+    COUNTER = "counter"
+
+
+class Shape(StrEnum):
+    """How a health figure is held, shown and published."""
+
+    NUMBER = "number"  # one number: a JSON number, one sample with the row's label values
+    FLAGS = "flags"  # (label value, bool) per reason: a JSON object of booleans, 1/0 samples
+    COUNTS = "counts"  # (label value, count): a JSON object of counts, one sample each
+    CODES = "codes"  # label values active now: a JSON list, a 1 sample each
+
+
+class CardFigure(StrEnum):
+    """A card's own figures: each is the name of a `model.Card` field (or property)."""
+
+    MEMORY_TOTAL_MIB = "memory_total_mib"
+    MEMORY_USED_MIB = "memory_used_mib"
+    MEMORY_UTILIZATION_PERCENT = "memory_utilization_percent"
+    CORES_UTILIZATION_PERCENT = "cores_utilization_percent"
+    TEMPERATURE_CELSIUS = "temperature_celsius"
+    POWER_USAGE_WATTS = "power_usage_watts"
+
+
+class HealthFigure(StrEnum):
+    """A card's health figures (issue 29), in the order they are shown."""
+
+    ECC_CORRECTED_VOLATILE = "ecc_corrected_volatile"
+    ECC_UNCORRECTED_VOLATILE = "ecc_uncorrected_volatile"
+    ECC_CORRECTED_AGGREGATE = "ecc_corrected_aggregate"
+    ECC_UNCORRECTED_AGGREGATE = "ecc_uncorrected_aggregate"
+    REMAPPED_ROWS_CORRECTABLE = "remapped_rows_correctable"
+    REMAPPED_ROWS_UNCORRECTABLE = "remapped_rows_uncorrectable"
+    REMAPPED_ROWS_PENDING = "remapped_rows_pending"
+    REMAPPED_ROWS_FAILED = "remapped_rows_failed"
+    ENERGY_JOULES = "energy_joules"
+    THROTTLE_REASONS = "throttle_reasons"
+    CLOCK_SM_HZ = "clock_sm_hz"
+    CLOCK_MEMORY_HZ = "clock_memory_hz"
+    CLOCK_GRAPHICS_HZ = "clock_graphics_hz"
+    PCIE_REPLAYS = "pcie_replays"
+    XID_ERRORS = "xid_errors"
+    ERROR_CODES = "error_codes"
+
+
+# The clock-throttle reasons a card can report, named as NVML's clocks-event reasons (its
+# nvmlClocksEventReason* bits) so every manufacturer's throttle status maps onto one label set.
+THROTTLE_REASONS: tuple[str, ...] = (
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "display_clock_setting",
+)
+
+MAX_MIB = 16 << 20  # 16 TiB: past any card made
+COUNTER = (0, 2**63)
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One /metrics family of card figures: the rows that name it are its samples."""
+
+    suffix: str  # the family's name after PREFIX
+    kind: Kind
+    help: str  # the HELP text, before "Sampled every …"
+    labels: tuple[str, ...] = ()  # label names beyond the card's (node, manufacturer, id, index)
+
+    @property
+    def name(self) -> str:
+        return PREFIX + self.suffix
+
+
+@dataclass(frozen=True, slots=True)
+class FigureSpec:
+    """One figure, declared once."""
+
+    name: StrEnum  # a CardFigure or HealthFigure: the capability gauge's `figure` label too
+    unit: str
+    family: Family
+    json: tuple[str, ...]  # where the snapshot holds it: the key under the card (or `health`)
+    labels: tuple[str, ...] = ()  # NUMBER: its values of the family's labels; FLAGS: every one
+    bounds: tuple[float, float] | None = None  # what the hardware can hold (figures/ranges.py)
+    integer: bool = True  # a count (a JSON integer) or a measure (a JSON number)
+    shape: Shape = Shape.NUMBER
+    # Written in the snapshot only where the backend reads it (issue 29's error codes): every
+    # other card's health object is the one it was before.
+    json_only_when_read: bool = False
+    derived: bool = False  # computed from other figures: never read, refused or read back
+    grant_help: str | None = None  # a card figure's per-grant family (GRANT_PREFIX), its HELP
+
+    @property
+    def capability(self) -> str:
+        """The name the capability gauge and `absentReasons` give the figure."""
+        return self.name.value
+
+    @property
+    def kind(self) -> Kind:
+        return self.family.kind
+
+
+@dataclass(frozen=True, slots=True)
+class FigureTable:
+    card: tuple[FigureSpec, ...]
+    health: tuple[FigureSpec, ...]
+
+    def health_spec(self, name: str) -> FigureSpec | None:
+        return next((s for s in self.health if s.name == name), None)
+
+    def health_families(self) -> tuple[tuple[Family, tuple[FigureSpec, ...]], ...]:
+        """Each health family with its rows, in the order the rows first name them."""
+        order: dict[Family, list[FigureSpec]] = {}
+        for spec in self.health:
+            order.setdefault(spec.family, []).append(spec)
+        return tuple((family, tuple(specs)) for family, specs in order.items())
+
+    def family_names(self) -> tuple[str, ...]:
+        """Every family the rows declare: the card's, each per-grant one, the health ones."""
+        card = [s.family.name for s in self.card]
+        grant = [GRANT_PREFIX + s.name.value for s in self.card if s.grant_help is not None]
+        health = [family.name for family, _ in self.health_families()]
+        return tuple(dict.fromkeys([*card, *grant, *health]))
+
+
+def _card(
+    name: CardFigure,
+    unit: str,
+    json: str,
+    help_text: str,
+    grant_help: str,
+    bounds: tuple[float, float] | None,
+    *,
+    integer: bool = False,
+    derived: bool = False,
+) -> FigureSpec:
+    family = Family(name.value, Kind.GAUGE, help_text)
+    return FigureSpec(
+        name, unit, family, (json,), (), bounds, integer, derived=derived, grant_help=grant_help
+    )
+
+
+# A card's own figures, in the order the snapshot and /metrics show them.
+CARD: tuple[FigureSpec, ...] = (
+    _card(
+        CardFigure.MEMORY_TOTAL_MIB,
+        "MiB",
+        "memory",
+        "Physical memory of the card, MiB.",
+        "The grant's memory: the whole card, a slice's quota, or a partition's own capacity, MiB.",
+        (1, MAX_MIB),
+        integer=True,
+    ),
+    _card(
+        CardFigure.MEMORY_USED_MIB,
+        "MiB",
+        "memoryUsage",
+        "Memory in use on the card by every tenant, MiB.",
+        "Memory the Instance uses of its grant, MiB; may exceed the total, never "
+        "clamped; absent when unmeasured.",
+        (0, MAX_MIB),
+        integer=True,
+    ),
+    _card(
+        CardFigure.MEMORY_UTILIZATION_PERCENT,
+        "percent",
+        "memoryUtilization",
+        "Card memory used over total, percent.",
+        "Memory used over the grant's total, percent.",
+        None,
+        derived=True,
+    ),
+    _card(
+        CardFigure.CORES_UTILIZATION_PERCENT,
+        "percent",
+        "coresUtilization",
+        "Share of time the card's compute was busy, percent.",
+        "Compute used against the Instance's own allowance, percent; "
+        "may exceed 100; absent when unmeasured.",
+        (0.0, 100.0),
+    ),
+    _card(
+        CardFigure.TEMPERATURE_CELSIUS,
+        "celsius",
+        "temperature",
+        "Card temperature, degrees Celsius.",
+        "Temperature of the card the grant is on, degrees Celsius.",
+        (-100.0, 200.0),
+    ),
+    _card(
+        CardFigure.POWER_USAGE_WATTS,
+        "watts",
+        "powerUsage",
+        "Card power draw, watts.",
+        "Power draw of the card the grant is on, watts.",
+        (0.0, 100_000.0),
+    ),
+)
+
+_ECC = Family(
+    "ecc_errors_total",
+    Kind.COUNTER,
+    "Memory ECC errors the card's library counted: error corrected or uncorrected; counter "
+    "volatile (since the driver loaded) or aggregate (over the card's life).",
+    ("error", "counter"),
+)
+_ROWS = Family(
+    "remapped_rows",
+    Kind.GAUGE,
+    "Memory rows remapped by the card's repair, by state: correctable and uncorrectable "
+    "count rows; pending and failed are NVML's flags (1: at least one; pending: a reset "
+    "is needed; failed: the card should be replaced).",
+    ("state",),
+)
+_ENERGY = Family(
+    "energy_joules_total",
+    Kind.COUNTER,
+    "Energy the card consumed since its driver loaded, joules.",
+)
+_THROTTLE = Family(
+    "clock_throttle_active",
+    Kind.GAUGE,
+    "1 while the reason holds the card's clocks down (reasons named as NVML's clocks event "
+    "reasons), 0 while it does not.",
+    ("reason",),
+)
+_CLOCKS = Family(
+    "clock_hertz",
+    Kind.GAUGE,
+    "The card's current clock, hertz: clock sm, memory or graphics.",
+    ("clock",),
+)
+_REPLAYS = Family(
+    "pcie_replays_total",
+    Kind.COUNTER,
+    "PCIe replays the card counted since its driver loaded.",
+)
+_XIDS = Family(
+    "xid_errors_total",
+    Kind.COUNTER,
+    "Critical error events (NVML XIDs) the card raised since the agent started, by "
+    "code, application XIDs included; at most 64 codes per card, later ones as "
+    'xid="other".',
+    ("xid",),
+)
+_CODES = Family(
+    "error_code_active",
+    Kind.GAUGE,
+    "1 per error code the card reports now (Ascend's error codes, hex); at most 64 per card.",
+    ("code",),
+)
+
+
+def _ecc(name: HealthFigure, error: str, counter: str) -> FigureSpec:
+    return FigureSpec(
+        name, "errors", _ECC, ("eccErrors", error, counter), (error, counter), COUNTER
+    )
+
+
+def _rows(name: HealthFigure, state: str) -> FigureSpec:
+    return FigureSpec(name, "rows", _ROWS, ("remappedRows", state), (state,), COUNTER)
+
+
+def _clock(name: HealthFigure, clock: str) -> FigureSpec:
+    return FigureSpec(name, "hertz", _CLOCKS, ("clocksHz", clock), (clock,), (0, 1e11))
+
+
+H = HealthFigure
+# A card's health figures, in the order the snapshot, /metrics and the capability gauge show
+# them (a family's place is where its first row is).
+HEALTH: tuple[FigureSpec, ...] = (
+    _ecc(H.ECC_CORRECTED_VOLATILE, "corrected", "volatile"),
+    _ecc(H.ECC_UNCORRECTED_VOLATILE, "uncorrected", "volatile"),
+    _ecc(H.ECC_CORRECTED_AGGREGATE, "corrected", "aggregate"),
+    _ecc(H.ECC_UNCORRECTED_AGGREGATE, "uncorrected", "aggregate"),
+    _rows(H.REMAPPED_ROWS_CORRECTABLE, "correctable"),
+    _rows(H.REMAPPED_ROWS_UNCORRECTABLE, "uncorrectable"),
+    _rows(H.REMAPPED_ROWS_PENDING, "pending"),  # NVML's flag: 1 = at least one
+    _rows(H.REMAPPED_ROWS_FAILED, "failed"),
+    # 100 kW for three centuries.
+    FigureSpec(H.ENERGY_JOULES, "joules", _ENERGY, ("energyJoules",), (), (0.0, 1e15), False),
+    FigureSpec(
+        H.THROTTLE_REASONS,
+        "flag",
+        _THROTTLE,
+        ("clockThrottleReasons",),
+        THROTTLE_REASONS,
+        shape=Shape.FLAGS,
+    ),
+    _clock(H.CLOCK_SM_HZ, "sm"),
+    _clock(H.CLOCK_MEMORY_HZ, "memory"),
+    _clock(H.CLOCK_GRAPHICS_HZ, "graphics"),
+    FigureSpec(H.PCIE_REPLAYS, "replays", _REPLAYS, ("pcieReplays",), (), COUNTER),
+    # Critical error events by code (NVML's XIDs), counted since the agent started.
+    FigureSpec(
+        H.XID_ERRORS,
+        "events",
+        _XIDS,
+        ("xidErrors",),
+        shape=Shape.COUNTS,
+        json_only_when_read=True,
+    ),
+    # Error codes the card reports now (Ascend's dcmi_get_device_errorcode_v2), as hex text.
+    FigureSpec(
+        H.ERROR_CODES,
+        "codes",
+        _CODES,
+        ("errorCodes",),
+        shape=Shape.CODES,
+        json_only_when_read=True,
+    ),
+)
+del H
+
+FIGURES = FigureTable(card=CARD, health=HEALTH)
