@@ -638,9 +638,9 @@ def test_a_slice_past_its_bounds_is_refused_and_counted_never_decoded(
     try:
         until(lambda: all(r.synced for r in source.reflectors))
         own = source.reflectors[0]
-        assert own.refused == {TOO_LARGE: 1}
         inventory = source(frozenset())
         assert inventory is not None and len(inventory.devices) == 5
+        assert own.refused == {TOO_LARGE: 1}
         # by the watch: a line past the bound is dropped as it arrives (a skipped line)
         api.put_slice(huge, "MODIFIED")
         until(lambda: own.malformed == 2)
