@@ -48,8 +48,8 @@ class ListError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Refused:
-    """One item of the list that was not decoded, and why; `raw` is its first characters, to
-    name it in a log line (never trusted)."""
+    """One item of the list that was not decoded, and why; `raw` is its text (its first
+    characters only when it is too large), to name it in a log line, never trusted."""
 
     index: int
     reason: str
@@ -71,22 +71,53 @@ def _skip(text: str, pos: int) -> int:
     return _SPACE.match(text, pos).end()  # type: ignore[union-attr]  # matches the empty text
 
 
-def _skim(text: str, pos: int) -> int:
-    """Where the JSON value at `pos` ends."""
+def _skim(text: str, pos: int, limit: int | None = None) -> int:
+    """Where the JSON value at `pos` ends; one nested deeper than the decoder goes is scanned
+    bracket by bracket instead, as far as `limit` characters."""
     try:
         return int(_SKIM.raw_decode(text, pos)[1])
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        return _scan(text, pos, limit)
+    except ValueError as exc:
         raise ListError(f"not JSON at character {pos}: {exc}") from exc
 
 
-def _item_spans(text: str, pos: int) -> tuple[list[tuple[int, int]], int]:
+_BRACKET = re.compile(r'["{}\[\]]')
+_STRING_TAIL = re.compile(r'(?:[^"\\]|\\.)*"', re.DOTALL)
+
+
+def _scan(text: str, pos: int, limit: int | None) -> int:
+    """Where the object or array at `pos` ends, by its brackets (strings skipped whole)."""
+    stop = len(text) if limit is None else min(len(text), pos + limit)
+    depth = 0
+    at = pos
+    while True:
+        m = _BRACKET.search(text, at, stop)
+        if m is None:
+            raise ListError(f"no end within {stop - pos} characters of character {pos}")
+        at = m.end()
+        c = m.group()
+        if c == '"':
+            tail = _STRING_TAIL.match(text, at, stop)
+            if tail is None:
+                raise ListError(f"an unterminated string at character {m.start()}")
+            at = tail.end()
+        elif c in "{[":
+            depth += 1
+        else:
+            depth -= 1
+            if depth == 0:
+                return at
+
+
+def _item_spans(text: str, pos: int, limit: int | None) -> tuple[list[tuple[int, int]], int]:
     """The span of each value of the array whose `[` is at `pos`, and where the array ends."""
     spans: list[tuple[int, int]] = []
     pos = _skip(text, pos + 1)
     if text.startswith("]", pos):
         return spans, pos + 1
     while True:
-        end = _skim(text, pos)
+        end = _skim(text, pos, limit)
         spans.append((pos, end))
         pos = _skip(text, end)
         if text.startswith("]", pos):
@@ -120,7 +151,7 @@ def split_list(data: bytes | str, max_item_chars: int | None = None) -> Split:
             raise ListError(f"no colon at character {pos}")
         pos = _skip(text, pos + 1)
         if key == ITEMS and text.startswith("[", pos) and spans is None:
-            spans, pos = _item_spans(text, pos)
+            spans, pos = _item_spans(text, pos, max_item_chars)
         else:
             end = _skim(text, pos)
             if _ESCAPED_BYTE.search(text, pos, end):
@@ -143,22 +174,55 @@ def split_list(data: bytes | str, max_item_chars: int | None = None) -> Split:
     refused: list[Refused] = []
     for n, (start, end) in enumerate(spans):
         size = end - start
-        raw = text[start : min(end, start + 512)]
         if max_item_chars is not None and size > max_item_chars:
-            refused.append(Refused(n, TOO_LARGE, size, raw))
-        elif _ESCAPED_BYTE.search(text, start, end):
+            refused.append(Refused(n, TOO_LARGE, size, text[start : start + 512]))
+            continue
+        raw = text[start:end]
+        if _ESCAPED_BYTE.search(raw):
             refused.append(Refused(n, INVALID_UTF8, size, raw))
+            continue
+        try:
+            item = _HEAD.decode(raw)
+        except (ValueError, RecursionError):
+            refused.append(Refused(n, INVALID_JSON, size, raw))
+            continue
+        if isinstance(item, dict):
+            items.append(item)
         else:
-            try:
-                item = _HEAD.decode(text[start:end])
-            except (ValueError, RecursionError):
-                refused.append(Refused(n, INVALID_JSON, size, raw))
-                continue
-            if isinstance(item, dict):
-                items.append(item)
-            else:
-                refused.append(Refused(n, NOT_AN_OBJECT, size, raw))
+            refused.append(Refused(n, NOT_AN_OBJECT, size, raw[:512]))
     return Split(head, tuple(items), tuple(refused))
+
+
+_KEY_VALUE = re.compile(r'\s*:\s*"((?:[^"\\]|\\.){0,253})"')
+
+
+def string_values(text: str, key: str, depth: int, limit: int = 8) -> list[str]:
+    """The string values of `key` among the keys of objects `depth` deep (1: the item's own
+    keys) in an item's text that may not decode: what a refused item still says of itself,
+    read by its brackets alone. At most `limit`, each of at most 253 characters."""
+    out: list[str] = []
+    level = 0
+    at = 0
+    while len(out) < limit:
+        m = _BRACKET.search(text, at)
+        if m is None:
+            return out
+        at = m.end()
+        c = m.group()
+        if c == '"':
+            tail = _STRING_TAIL.match(text, at)
+            if tail is None:
+                return out
+            if level == depth and text[at : tail.end() - 1] == key:
+                value = _KEY_VALUE.match(text, tail.end())
+                if value is not None:
+                    out.append(value.group(1))
+            at = tail.end()
+        elif c in "{[":
+            level += 1
+        else:
+            level -= 1
+    return out
 
 
 def named(raw: str) -> str:
