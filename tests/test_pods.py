@@ -173,6 +173,11 @@ def unreadable_statuses(pod: dict[str, Any], text: bytes) -> bytes:
     return json.dumps(pod).encode()
 
 
+def huge_annotation(pod: dict[str, Any], text: bytes) -> bytes:
+    pod["metadata"]["annotations"]["note"] = "x" * (300 << 10)  # the API server allows 256 KiB
+    return json.dumps(pod).encode()
+
+
 def long_name(pod: dict[str, Any], text: bytes) -> bytes:
     pod["metadata"]["name"] = "bge-" + "m" * (1 << 20)
     return json.dumps(pod).encode()
@@ -184,7 +189,9 @@ def too_deep(pod: dict[str, Any], text: bytes) -> bytes:
     )
 
 
-@pytest.mark.parametrize("poison", [invalid_utf8, unreadable_statuses, long_name, too_deep])
+@pytest.mark.parametrize(
+    "poison", [invalid_utf8, unreadable_statuses, long_name, huge_annotation, too_deep]
+)
 def test_one_pod_the_file_cannot_give_whole_costs_that_pod_alone(
     tmp_path: Path, poison: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
