@@ -206,24 +206,22 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo | None:
     )
 
 
-def _too_long(value: Any, bound: int) -> bool:
-    return isinstance(value, str) and len(value) > bound
-
-
-def _text_map(value: Any, key_bound: int, value_bound: int | None) -> bool:
-    """Whether a label or annotation map is what the API server keeps: text to text, within
-    its bounds (absent is fine)."""
+def _text_map(value: Any, key_bound: int, value_bound: int) -> int | None:
+    """The characters of a label or annotation map as the API server keeps one (text to
+    text, within its bounds; absent is empty), or None when it is not one."""
     if value is None:
-        return True
+        return 0
     if not isinstance(value, Mapping):
-        return False
-    return all(
-        isinstance(k, str)
-        and len(k) <= key_bound
-        and isinstance(v, str)
-        and (value_bound is None or len(v) <= value_bound)
-        for k, v in value.items()
-    )
+        return None
+    size = 0
+    for k, v in value.items():
+        if type(k) is not str or type(v) is not str:
+            return None
+        n, m = len(k), len(v)
+        if n > key_bound or m > value_bound:
+            return None
+        size += n + m
+    return size
 
 
 def bounds_error(obj: Mapping[str, Any]) -> str | None:
@@ -238,21 +236,21 @@ def bounds_error(obj: Mapping[str, Any]) -> str | None:
         value = meta.get(key)
         if value is not None and (not isinstance(value, str) or len(value) > bound):
             return f"metadata.{key} is not text of at most {bound} characters"
-    if not _text_map(meta.get("labels"), MAX_LABEL_KEY, MAX_LABEL_VALUE):
+    if _text_map(meta.get("labels"), MAX_LABEL_KEY, MAX_LABEL_VALUE) is None:
         return f"a label that is not text, or over {MAX_LABEL_KEY}/{MAX_LABEL_VALUE} characters"
-    annotations = meta.get("annotations")
-    if not _text_map(annotations, MAX_LABEL_KEY, None):
-        return "an annotation that is not text"
-    if annotations and sum(len(k) + len(v) for k, v in annotations.items()) > MAX_ANNOTATIONS:
-        return f"annotations over {MAX_ANNOTATIONS} characters"
+    size = _text_map(meta.get("annotations"), MAX_LABEL_KEY, MAX_ANNOTATIONS)
+    if size is None or size > MAX_ANNOTATIONS:
+        return f"an annotation that is not text, or annotations over {MAX_ANNOTATIONS} characters"
     refs = meta.get("ownerReferences")
     if refs is not None and not isinstance(refs, list):
         return "ownerReferences is not a list"
     for ref in refs or ():
-        if not isinstance(ref, Mapping) or any(
-            _too_long(ref.get(k), MAX_OWNER_TEXT) for k in ("apiVersion", "kind", "name", "uid")
-        ):
-            return f"an ownerReference that is not an object of text within {MAX_OWNER_TEXT}"
+        if not isinstance(ref, Mapping):
+            return "an ownerReference that is not an object"
+        for k in ("apiVersion", "kind", "name", "uid"):
+            v = ref.get(k)
+            if type(v) is str and len(v) > MAX_OWNER_TEXT:
+                return f"an ownerReference's {k} over {MAX_OWNER_TEXT} characters"
     for part, keys in (("spec", ("initContainers", "containers")), ("status", _STATUS_LISTS)):
         body = obj.get(part)
         if body is None:
