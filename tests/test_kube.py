@@ -493,15 +493,44 @@ def test_pod_metrics_fallback_and_an_entry_older_than_the_pod() -> None:
         usage_from_pod_metrics(doc, "2026-11-20T09:30:00Z")
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        [],
+        "summary",
+        {"pods": "x"},
+        {"items": []},  # a list of another API
+        {"node": {}, "pods": [{"name": "vllm-0"}]},  # no podRef
+        {"pods": [{"podRef": {"name": "a", "namespace": "n"}}]},  # no uid
+        {"pods": [{"podRef": {"name": "a", "namespace": "n", "uid": "u"}, "cpu": "x"}]},
+    ],
+)
+def test_a_summary_of_another_shape_is_no_success(
+    api: FakeApiServer, kubelet: FakeKubelet, answer: Any
+) -> None:
+    """(issue 44, item 8) The kubelet answering a summary of the wrong shape used to be read as
+    a node with no pods: `collector_success{source="kubelet"} 1` while every used figure was
+    dropped. Now it is a failed read, saying what is wrong with the answer."""
+    objects = instance_pods()
+    kubelet.summary = answer
+    extras = run_round(api, kubelet, objects)
+    assert extras.exporting and not extras.kubelet_success
+    (vllm,) = extras.pod_level
+    assert (vllm.cpu_millicores.total, vllm.cpu_millicores.used) == (4000, None)
+    with pytest.raises(ValueError, match="summary"):
+        usage_from_summary(answer)
+    kubelet.summary = summary_for(objects[1:2])  # the kubelet answers a summary again
+    assert run_round(api, kubelet, objects).kubelet_success
+
+
 def test_summary_parsing_is_defensive() -> None:
-    assert usage_from_summary(None) == {} and usage_from_summary({"pods": "x"}) == {}
     got = usage_from_summary(
         {
             "pods": [
                 {
                     "podRef": {"name": "a", "namespace": "n", "uid": "u"},
                     "cpu": {"usageNanoCores": 1},
-                    "memory": "x",
+                    "memory": {"workingSetBytes": "x"},
                 }
             ]
         }

@@ -19,8 +19,15 @@ from devicemanager.grants import dra
 from devicemanager.grants.allocations import Mode
 from devicemanager.kube.client import KubeClient, config_from
 from devicemanager.kube.dra import (
+    MALFORMED,
+    MAX_DEVICES_PER_SLICE,
+    MAX_SLICE_BYTES,
+    TOO_LARGE,
+    TOO_MANY_DEVICES,
+    TOO_MANY_SLICES,
     DraSource,
     RecordedDra,
+    RefusedSlice,
     SliceEntry,
     current_devices,
     parse_claim,
@@ -60,7 +67,7 @@ def nvidia_slice() -> dict[str, Any]:
 
 def test_a_v1_nvidia_slice_gives_each_device_its_bare_attributes_capacity_and_taints() -> None:
     entry = parse_slice(nvidia_slice(), NODE)
-    assert entry is not None and (entry.driver, entry.pool, entry.generation) == (
+    assert isinstance(entry, SliceEntry) and (entry.driver, entry.pool, entry.generation) == (
         "gpu.nvidia.com",
         NODE,
         3,
@@ -82,7 +89,7 @@ def test_a_v1_nvidia_slice_gives_each_device_its_bare_attributes_capacity_and_ta
 def test_a_v1beta1_slice_keeps_its_fields_under_basic() -> None:
     (obj,) = items("amd-mi300x-slice-v1beta1.json")
     entry = parse_slice(obj, "mi300x-02")
-    assert entry is not None
+    assert isinstance(entry, SliceEntry)
     whole, part = entry.devices
     assert whole.attributes["pciBusID"] == "0000:29:00.0" and whole.attributes["numaNode"] == 0
     assert whole.capacity == {"memory": 192 * 2**30, "computeUnits": 304}
@@ -99,7 +106,7 @@ def test_another_domains_attribute_never_passes_for_one_the_agent_reads() -> Non
         {"name": "x", "attributes": {"example.com/uuid": {"string": UUID0}}},
     ]
     entry = parse_slice(obj, NODE)
-    assert entry is not None
+    assert isinstance(entry, SliceEntry)
     assert dict(entry.devices[0].attributes) == {"example.com/uuid": UUID0}
     assert dra.resolve(entry.devices[0], ALIASES) is None
 
@@ -114,10 +121,10 @@ def test_which_slices_reach_this_node() -> None:
         return obj
 
     assert parse_slice(base, "another-node") is None
-    assert parse_slice(spec(allNodes=True), NODE) is not None
+    assert isinstance(parse_slice(spec(allNodes=True), NODE), SliceEntry)
     named = {"nodeSelectorTerms": [{"matchFields": [
         {"key": "metadata.name", "operator": "In", "values": [NODE]}]}]}  # fmt: skip
-    assert parse_slice(spec(nodeSelector=named), NODE) is not None
+    assert isinstance(parse_slice(spec(nodeSelector=named), NODE), SliceEntry)
     assert parse_slice(spec(nodeSelector=named), "another-node") is None
     by_label = {"nodeSelectorTerms": [{"matchExpressions": [
         {"key": "pool", "operator": "In", "values": ["a"]}]}]}  # fmt: skip
@@ -126,7 +133,7 @@ def test_which_slices_reach_this_node() -> None:
     per_device["spec"]["devices"][0]["nodeName"] = NODE
     per_device["spec"]["devices"][1]["allNodes"] = True
     entry = parse_slice(per_device, NODE)
-    assert entry is not None and [d.name for d in entry.devices] == ["gpu-0", "gpu-1"]
+    assert isinstance(entry, SliceEntry) and [d.name for d in entry.devices] == ["gpu-0", "gpu-1"]
 
 
 def test_only_a_pools_newest_generation_counts() -> None:
@@ -139,11 +146,40 @@ def test_only_a_pools_newest_generation_counts() -> None:
 
 
 @pytest.mark.parametrize(
-    "junk",
-    [None, [], {"spec": []}, {"spec": {"driver": 7}}, {"spec": {"driver": "d", "pool": "p"}}],
+    "junk", [None, [], {"spec": {"driver": 7}}, {"spec": {"driver": "d", "pool": "p"}}]
 )
-def test_an_object_that_is_not_a_slice_is_no_slice(junk: Any) -> None:
+def test_an_object_that_is_not_a_slice_of_this_node_is_no_slice(junk: Any) -> None:
     assert parse_slice(junk, NODE) is None
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"devices": "not-a-list"}, MALFORMED),
+        ({"devices": {"gpu-0": {}}}, MALFORMED),
+        ({"devices": [{"name": "gpu-0"}, "gpu-1"]}, MALFORMED),
+        ({"devices": [{"name": "gpu-0"}, {"attributes": {}}]}, MALFORMED),
+        ({"devices": [{"name": "x" * 254}]}, MALFORMED),
+        ({"driver": 7}, MALFORMED),
+        ({"pool": {"name": NODE, "generation": "4"}}, MALFORMED),
+        ({"pool": {"name": NODE, "generation": -1}}, MALFORMED),
+        ({"devices": [{"name": f"gpu-{i}"} for i in range(129)]}, TOO_MANY_DEVICES),
+    ],
+)
+def test_a_slice_of_this_node_the_api_server_would_never_store_is_refused_saying_why(
+    change: dict[str, Any], reason: str
+) -> None:
+    obj = nvidia_slice()
+    obj["spec"].update(change)
+    refused = parse_slice(obj, NODE)
+    assert isinstance(refused, RefusedSlice) and refused.reason == reason
+    assert isinstance(parse_slice({"spec": []}, NODE), RefusedSlice)
+    # at the bound it is a slice: Kubernetes' own limit is 128 devices
+    obj = nvidia_slice()
+    obj["spec"]["devices"] = [{"name": f"gpu-{i}"} for i in range(MAX_DEVICES_PER_SLICE)]
+    obj["spec"]["pool"] = {"name": NODE, "generation": 4}
+    entry = parse_slice(obj, NODE)
+    assert isinstance(entry, SliceEntry) and len(entry.devices) == MAX_DEVICES_PER_SLICE
 
 
 def test_a_claims_status_says_admin_access_the_share_and_who_holds_it() -> None:
@@ -414,7 +450,7 @@ def test_the_kubelets_allocated_resources_status_marks_the_card_it_names() -> No
         (UUID3, "Unknown"),
     )
     entry = parse_slice(nvidia_slice(), NODE)
-    assert entry is not None
+    assert isinstance(entry, SliceEntry)
     inventory = dra.inventory_of(entry.devices)
     assert dra.kubelet_health(info.device_health, inventory, ALIASES) == {
         ("nvidia", UUID0): "kubelet:Unhealthy",
@@ -498,6 +534,132 @@ def test_a_claim_deleted_while_its_pod_runs_keeps_the_status_last_read(
             claim_of("pod-dcgm-0", ("monitoring", "all-gpus", "gpu-0")), later, ALIASES
         )
         assert held == dra.PodClaims()  # still admin access: still no grant
+    finally:
+        source.stop()
+        api.cut()
+
+
+# -- what a malformed or oversized slice costs (issue 44, item 3) -------------------------------
+
+
+def gpu0_held(inventory: dra.DraInventory | None) -> list[tuple[str, Mode]]:
+    held = dra.pod_allocations(
+        claim_of("pod-train-0", ("team-a", "train-gpu-x2bq", "gpu-0")),
+        inventory,
+        ALIASES,
+        "pod-train-0",
+    )
+    return [(a.device_id, a.mode) for a in held.allocations]
+
+
+def newer_generation(name: str, devices: Any) -> dict[str, Any]:
+    """A slice of the node's own pool, one generation newer than the fixture's."""
+    obj = nvidia_slice()
+    obj["metadata"]["name"] = name
+    obj["spec"]["pool"] = {"name": NODE, "generation": 4, "resourceSliceCount": 1}
+    obj["spec"]["devices"] = devices
+    return obj
+
+
+def test_a_malformed_newer_slice_never_erases_the_pools_devices(
+    api: FakeApiServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A slice of the node's own pool with a newer generation whose `devices` is not a list
+    used to make the pool's newest generation an empty one: every DRA pod lost every series,
+    while `collector_success{source="dra"}` stayed 1 and nothing was counted. Kubernetes'
+    own informers never admit an object that does not decode (the scheduler keeps the last
+    one that did): the agent skips it, counts it, says so, and keeps the pool's devices."""
+    caplog.set_level(logging.WARNING, "devicemanager.kube.dra")
+    api.put_slice(nvidia_slice())
+    api.put_slice(newer_generation("listed-bad", "not-a-list"))  # there at the first list
+    source = DraSource(client_of(api, tmp_path), NODE, backoff=(0.05, 0.2), claim_wait=5.0)
+    api.claims[("team-a", "train-gpu-x2bq")] = items("claims.json")[0]
+    source.start()
+    try:
+        until(lambda: all(r.synced for r in source.reflectors))
+        own = source.reflectors[0]
+        refs = frozenset({("team-a", "train-gpu-x2bq")})
+        inventory = source(refs)
+        assert inventory is not None and inventory.error is None
+        assert len(inventory.devices) == 5
+        assert gpu0_held(inventory) == [(UUID0, Mode.EXCLUSIVE)]
+        assert own.refused == {MALFORMED: 1} and own.malformed == 1
+        # one arriving by the watch, of every malformed shape, is skipped the same way
+        api.put_slice(newer_generation("watched-bad", [{"name": "gpu-0"}, "gpu-1"]))
+        # and the node's valid slice turning malformed keeps its last valid version
+        broken = nvidia_slice()
+        broken["spec"]["pool"]["generation"] = 5
+        broken["spec"]["devices"] = {"gpu-0": {}}
+        api.put_slice(broken, "MODIFIED")
+        until(lambda: own.malformed == 3)
+        inventory = source(refs)
+        assert inventory is not None and len(inventory.devices) == 5
+        assert gpu0_held(inventory) == [(UUID0, Mode.EXCLUSIVE)]
+        said = [r for r in caplog.records if "resource slice was refused" in r.getMessage()]
+        assert [getattr(r, "slice", None) for r in said] == [
+            "listed-bad",
+            "watched-bad",
+            nvidia_slice()["metadata"]["name"],
+        ]
+        assert all(getattr(r, "reason", None) == MALFORMED for r in said)
+        # a valid newer generation is the pool's, as before
+        api.put_slice(newer_generation("watched-bad", [{"name": "gpu-9"}]), "MODIFIED")
+        until(
+            lambda: (
+                ("gpu.nvidia.com", NODE, "gpu-9") in (source(refs) or dra.DraInventory()).devices
+            )
+        )
+        inventory = source(refs)
+        assert inventory is not None and set(inventory.devices) == {
+            ("gpu.nvidia.com", NODE, "gpu-9")
+        }
+    finally:
+        source.stop()
+        api.cut()
+
+
+def test_a_slice_past_its_bounds_is_refused_and_counted_never_decoded(
+    api: FakeApiServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A slice of 100,000 devices took the agent to 287 MiB. Now a slice's JSON past 2 MiB is
+    refused by its length, in a list page or a watch line, before it is decoded; one under it
+    with more than Kubernetes' 128 devices is refused by its count; slices past 256 per watch
+    are refused too. Each is counted and logged; the pool's valid devices stay."""
+    caplog.set_level(logging.WARNING, "devicemanager.kube.dra")
+    device = {"name": "gpu-0", "attributes": {"uuid": {"string": UUID0}}}
+    huge = newer_generation(
+        "huge", [{**device, "name": f"gpu-{i}"} for i in range(MAX_SLICE_BYTES // 60)]
+    )
+    assert len(json.dumps(huge)) > MAX_SLICE_BYTES
+    api.put_slice(nvidia_slice())
+    api.put_slice(huge)
+    source = DraSource(client_of(api, tmp_path), NODE, backoff=(0.05, 0.2))
+    source.start()
+    try:
+        until(lambda: all(r.synced for r in source.reflectors))
+        own = source.reflectors[0]
+        inventory = source(frozenset())
+        assert inventory is not None and len(inventory.devices) == 5
+        assert own.refused == {TOO_LARGE: 1}
+        # by the watch: a line past the bound is dropped as it arrives (a skipped line)
+        api.put_slice(huge, "MODIFIED")
+        until(lambda: own.malformed == 2)
+        # under 2 MiB, over 128 devices: refused by its count
+        api.put_slice(newer_generation("many", [{"name": f"gpu-{i}"} for i in range(129)]))
+        until(lambda: own.refused.get(TOO_MANY_DEVICES) == 1)
+        # past the slices a watch keeps
+        for i in range(256):
+            extra = nvidia_slice()
+            extra["metadata"]["name"] = f"extra-{i:03d}"
+            extra["spec"]["pool"] = {"name": f"pool-{i}", "generation": 1}
+            extra["spec"]["devices"] = []
+            api.put_slice(extra)
+        until(lambda: own.refused.get(TOO_MANY_SLICES) == 1)
+        assert own.malformed == 4
+        inventory = source(frozenset())
+        assert inventory is not None and len(inventory.devices) == 5
+        reasons = [getattr(r, "reason", None) for r in caplog.records]
+        assert reasons.count(TOO_LARGE) == 1 and reasons.count(TOO_MANY_SLICES) == 1
     finally:
         source.stop()
         api.cut()

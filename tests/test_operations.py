@@ -723,7 +723,7 @@ def test_pods_that_cannot_be_read_are_logged_once_with_the_traceback(
     wait_until(lambda: len(pods_lines()) == 1, what="the first fault logged")
     time.sleep(1.5)  # some fifteen rounds of the same fault
     (first,) = pods_lines()
-    assert first["level"] == "error" and "JSONDecodeError" in first["error"]
+    assert first["level"] == "error" and "ListError" in first["error"]
     assert "Traceback" in first["exc"]
     pods.unlink()  # another fault
     wait_until(lambda: len(pods_lines()) == 2, what="the changed fault logged")

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ import httpx2
 from lightkube.config.client_adapter import Client as adapter_client
 from lightkube.config.client_adapter import ConnectionParams
 from lightkube.config.kubeconfig import KubeConfig
+
+from devicemanager.node.jsonlist import ListError, Refused, split_list
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -108,6 +111,61 @@ class KubeClient:
                 return items, str(meta.get("resourceVersion", ""))
             query = {**query, "continue": meta["continue"]}
 
+    def get_bytes(
+        self, path: str, params: dict[str, str] | None, max_bytes: int, timeout: float | None = None
+    ) -> bytes:
+        """The body of a GET, read no further than `max_bytes`: past it the read is abandoned
+        (KubeError) before the rest arrives, never buffered and then judged."""
+        timeout = timeout or self.timeout
+        started = time.monotonic()
+        try:
+            with self._http.stream("GET", path, params=params, timeout=timeout) as response:
+                if response.status_code != 200:
+                    response.read()
+                    raise KubeError(
+                        f"GET {path}: {response.status_code} {_message(response)}",
+                        response.status_code,
+                    )
+                body = bytearray()
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > max_bytes:
+                        raise KubeError(f"GET {path}: the answer is over {max_bytes} bytes")
+                    if time.monotonic() - started > timeout:
+                        raise KubeError(f"GET {path}: no whole answer in {timeout}s")
+                return bytes(body)
+        except httpx2.HTTPError as exc:
+            raise KubeError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
+
+    def list_bounded(
+        self,
+        path: str,
+        params: dict[str, str] | None,
+        chunk: int,
+        max_item_bytes: int,
+        refused: Callable[[Refused], None],
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Every object a collection holds, as `list_all`, with each page read no further than
+        `chunk` items of `max_item_bytes` and each item decoded on its own: one past its bound,
+        or one that does not decode, is handed to `refused` and left out, and the rest is kept."""
+        items: list[dict[str, Any]] = []
+        query = {**(params or {}), "limit": str(chunk)}
+        while True:
+            body = self.get_bytes(path, query, chunk * max_item_bytes + (64 << 10))
+            try:
+                page = split_list(body, max_item_bytes)
+            except ListError as exc:
+                raise KubeError(f"GET {path}: the answer is not a list: {exc}") from exc
+            items.extend(page.items)
+            for item in page.refused:
+                refused(item)
+            meta = page.head.get("metadata")
+            meta = meta if isinstance(meta, dict) else {}
+            more = meta.get("continue")
+            if not more or not isinstance(more, str):
+                return items, str(meta.get("resourceVersion", ""))
+            query = {**query, "continue": more}
+
     def list_pods(self, node: str, chunk: int = 500) -> tuple[list[dict[str, Any]], str]:
         """Every pod of one node, in pages, and the resource version of the list."""
         return self.list_all("/api/v1/pods", {"fieldSelector": f"spec.nodeName={node}"}, chunk)
@@ -119,11 +177,13 @@ class KubeClient:
         resource_version: str,
         timeout_seconds: int = 300,
         malformed: Callable[[str], None] | None = None,
+        max_line_bytes: int | None = None,
     ) -> Iterator[WatchEvent]:
         """A collection's events after `resource_version`, bookmarks included, until the server
         ends the watch. A 410 (as a status or an ERROR event) raises KubeError(status=410). A
         line that is not an event raises KubeError, or, when `malformed` is given, is handed to
-        it and skipped: the watch goes on."""
+        it and skipped: the watch goes on. With `max_line_bytes`, a longer line is such a line,
+        dropped as it arrives: never held whole, never decoded."""
         query = {
             **params,
             "watch": "true",
@@ -139,7 +199,18 @@ class KubeClient:
                     raise KubeError(
                         f"watch: {response.status_code} {_message(response)}", response.status_code
                     )
-                for line in response.iter_lines():
+                lines: Iterable[str | bytes | None] = (
+                    response.iter_lines()
+                    if max_line_bytes is None
+                    else bounded_lines(response.iter_bytes(), max_line_bytes)
+                )
+                for line in lines:
+                    if line is None:
+                        line = f"a line over {max_line_bytes} bytes"
+                        if malformed is None:
+                            raise KubeError(f"watch: {line}")
+                        malformed(line)
+                        continue
                     if not line.strip():
                         continue
                     try:
@@ -147,7 +218,10 @@ class KubeClient:
                     except KubeError:
                         if malformed is None:
                             raise
-                        malformed(line[:80])
+                        shown = line[:80]
+                        malformed(
+                            shown if isinstance(shown, str) else shown.decode("utf-8", "replace")
+                        )
                         continue
                     if event.type == "ERROR":
                         code = event.object.get("code")
@@ -200,10 +274,38 @@ def _message(response: httpx2.Response) -> str:
     return str(doc.get("message", "")) if isinstance(doc, dict) else ""
 
 
-def _event(line: str) -> WatchEvent:
+def bounded_lines(chunks: Iterable[bytes], limit: int) -> Iterator[bytes | None]:
+    """Each line of a byte stream, or None for a line longer than `limit`: its bytes are let go
+    as they arrive, so a line of any length costs `limit` at most."""
+    held = bytearray()
+    over = False
+    for chunk in chunks:
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            if end < 0:
+                if not over:
+                    held += chunk[start:]
+                    if len(held) > limit:
+                        over = True
+                        held.clear()
+                break
+            if not over:
+                held += chunk[start:end]
+            yield None if over or len(held) > limit else bytes(held)
+            held.clear()
+            over = False
+            start = end + 1
+    if over:
+        yield None
+    elif held:
+        yield bytes(held)
+
+
+def _event(line: str | bytes) -> WatchEvent:
     try:
         doc = json.loads(line)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise KubeError(f"watch: a line that is not JSON: {line[:80]!r}") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("object"), dict):
         raise KubeError(f"watch: not an event: {line[:80]!r}")

@@ -43,19 +43,44 @@ from devicemanager.grants import dra
 from devicemanager.grants.quantity import parse_quantity
 from devicemanager.kube.client import KubeClient, KubeError, WatchEvent
 from devicemanager.kube.informer import Reflector
+from devicemanager.node import jsonlist
 
 log = logging.getLogger("devicemanager.kube.dra")
 
 GROUP = "resource.k8s.io"
 VERSIONS = ("v1", "v1beta2", "v1beta1")  # newest first
 STANDARD_DOMAIN = "resource.kubernetes.io"  # standard attributes: pciBusID, pcieRoot
-MAX_SLICES = 1024  # slices kept for one node (a driver publishes a few per node)
+# Bounds on what the API server hands over (docs/kubernetes.md, Bounds). A driver publishes a
+# few slices per node; Kubernetes' own validation allows 128 devices per slice (64 where a
+# device has taints or consumes counters), and with 32 attributes and capacities per device
+# no valid slice's JSON comes near 2 MiB.
+MAX_SLICES = 256  # slices kept per watch (this node's; those reaching it from no one node)
+MAX_DEVICES_PER_SLICE = 128
+MAX_SLICE_BYTES = 2 << 20  # one slice's JSON, in a list page or a watch line: never decoded past
+LIST_CHUNK = 16  # slices asked per page: a page is read no further than 16 slices' bound
 MAX_NAME = dra.MAX_NAME
 MAX_TEXT = 1024  # an attribute's string value
 MAX_TAINTS = 16  # per device
 
 
 # -- parsing (pure) ------------------------------------------------------------------------------
+
+
+# Why a slice was refused: skipped, counted with the watch's skipped lines, logged, and the
+# last valid version of it (if any) kept, as Kubernetes' own informers keep the last object
+# that decoded.
+MALFORMED = "malformed"  # not the shape of a ResourceSlice (`devices` not a list, a device unnamed)
+TOO_LARGE = jsonlist.TOO_LARGE  # its JSON past MAX_SLICE_BYTES: never decoded
+TOO_MANY_DEVICES = "too_many_devices"  # over MAX_DEVICES_PER_SLICE
+TOO_MANY_SLICES = "too_many_slices"  # past MAX_SLICES, or dra.MAX_SLICE_DEVICES devices held
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedSlice:
+    """A ResourceSlice of this node that the agent does not use, and why."""
+
+    reason: str
+    detail: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,26 +190,43 @@ def _names(requirement: Any, node: str) -> bool:
     return False
 
 
-def parse_slice(obj: Any, node: str) -> SliceEntry | None:
-    """One ResourceSlice of any served version, or None when it is not one (or not this
-    node's). `v1beta1` keeps each device's fields under `basic`; `v1beta2` and `v1` do not."""
-    spec = obj.get("spec") if isinstance(obj, dict) else None
+def parse_slice(obj: Any, node: str) -> SliceEntry | RefusedSlice | None:
+    """One ResourceSlice of any served version: its entry, a RefusedSlice saying why it is not
+    used (not the shape of a slice, over 128 devices), or None when it is no object or not this
+    node's. `v1beta1` keeps each device's fields under `basic`; `v1beta2` and `v1` do not.
+
+    A slice is used whole or not at all: a newer generation with one device the API server
+    would never have stored does not stand in for the pool's devices, and the devices of a
+    slice not used are never half of a pool."""
+    if not isinstance(obj, dict):
+        return None
+    spec = obj.get("spec")
     if not isinstance(spec, dict):
+        return RefusedSlice(MALFORMED, "no spec")
+    per_device = spec.get("perDeviceNodeSelection") is True
+    if not per_device and not _reaches(spec, node):
         return None
     driver = _name(spec.get("driver"))
     pool = spec.get("pool")
     pool_name = _name(pool.get("name")) if isinstance(pool, dict) else None
     if driver is None or pool_name is None:
-        return None
-    generation = pool.get("generation") if isinstance(pool, dict) else None
-    per_device = spec.get("perDeviceNodeSelection") is True
-    if not per_device and not _reaches(spec, node):
-        return None
+        return RefusedSlice(MALFORMED, "no driver or pool name")
+    generation = pool.get("generation", 0) if isinstance(pool, dict) else 0
+    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
+        return RefusedSlice(MALFORMED, "the pool's generation is not a count")
     raw_devices = spec.get("devices")
+    if raw_devices is None:
+        raw_devices = []  # a slice of shared counters only
+    if not isinstance(raw_devices, list):
+        return RefusedSlice(MALFORMED, "`devices` is not a list")
+    if len(raw_devices) > MAX_DEVICES_PER_SLICE:
+        return RefusedSlice(
+            TOO_MANY_DEVICES, f"{len(raw_devices)} devices, over {MAX_DEVICES_PER_SLICE}"
+        )
     devices = []
-    for raw in raw_devices[: dra.MAX_SLICE_DEVICES] if isinstance(raw_devices, list) else ():
+    for raw in raw_devices:
         if not isinstance(raw, dict) or (name := _name(raw.get("name"))) is None:
-            continue
+            return RefusedSlice(MALFORMED, "a device that is no object with a name")
         body = _map(raw.get("basic")) or raw
         if per_device and not _reaches(body, node):
             continue
@@ -212,12 +254,7 @@ def parse_slice(obj: Any, node: str) -> SliceEntry | None:
                 _taints(body.get("taints")),
             )
         )
-    return SliceEntry(
-        driver,
-        pool_name,
-        generation if isinstance(generation, int) and not isinstance(generation, bool) else 0,
-        tuple(devices),
-    )
+    return SliceEntry(driver, pool_name, generation, tuple(devices))
 
 
 def current_devices(entries: Iterable[SliceEntry]) -> list[dra.DraDevice]:
@@ -325,6 +362,8 @@ class SliceReflector(Reflector):
         self.absent_retry = absent_retry
         self._lock = threading.Lock()
         self._entries: dict[str, SliceEntry] = {}
+        self.refused: dict[str, int] = {}  # slices refused since start, by reason
+        self._refused_names: dict[str, str] = {}  # slices refused now (logged), by name
         self.synced = False
         self.absent = False  # the cluster serves no resource.k8s.io version the agent reads
 
@@ -332,14 +371,76 @@ class SliceReflector(Reflector):
         with self._lock:
             return list(self._entries.values())
 
-    def replace_all(self, objects: Iterable[Any], version: str) -> None:
-        fresh: dict[str, SliceEntry] = {}
-        for obj in objects:
-            key = _slice_name(obj)
-            entry = parse_slice(obj, self.node)
-            if key is not None and entry is not None and len(fresh) < MAX_SLICES:
-                fresh[key] = entry
+    def _refuse(self, key: str | None, reason: str, detail: str) -> None:
+        """A slice not used: counted with the watch's skipped lines (what
+        `collector_skipped_lines{source="resourceslices"}` reports) and by reason, and logged
+        when a slice is first refused for that reason; a slice refused again and again (a
+        driver that keeps writing it) is counted, not logged each time. Under the lock."""
+        self.malformed += 1
+        self.refused[reason] = self.refused.get(reason, 0) + 1
+        if key is not None and self._refused_names.get(key) == reason:
+            return
+        if key is not None and len(self._refused_names) >= MAX_SLICES:
+            return  # as many refused slices named as kept ones: the count goes on, the log not
+        if key is not None:
+            self._refused_names[key] = reason
+        log.warning(
+            "a resource slice was refused; the last valid version of it, if any, is kept",
+            extra={**self._log_extra, "slice": key, "reason": reason, "detail": detail},
+        )
+
+    def _admit(
+        self,
+        entries: dict[str, SliceEntry],
+        key: str,
+        entry: SliceEntry,
+        held: int,
+        *,
+        valid: bool = True,
+    ) -> int:
+        """Keep `entry` under `key` within the node's bounds (a slice past them is refused);
+        `held` is the devices `entries` holds, returned as it is after. `valid`: the slice as
+        the API server holds it now (not the last valid version of one refused)."""
+        before = entries.get(key)
+        devices = held - (len(before.devices) if before else 0) + len(entry.devices)
+        if before is None and len(entries) >= MAX_SLICES:
+            self._refuse(key, TOO_MANY_SLICES, f"over {MAX_SLICES} slices")
+            return held
+        if devices > dra.MAX_SLICE_DEVICES:
+            self._refuse(key, TOO_MANY_SLICES, f"over {dra.MAX_SLICE_DEVICES} devices held")
+            return held
+        entries[key] = entry
+        if valid:
+            self._refused_names.pop(key, None)
+        return devices
+
+    def replace_all(
+        self, objects: Iterable[Any], version: str, refused: Iterable[jsonlist.Refused] = ()
+    ) -> None:
         with self._lock:
+            fresh: dict[str, SliceEntry] = {}
+            held = 0
+            listed: set[str] = set()
+            for obj in objects:
+                key = _slice_name(obj)
+                entry = parse_slice(obj, self.node)
+                if key is not None:
+                    listed.add(key)
+                if isinstance(entry, RefusedSlice):
+                    self._refuse(key, entry.reason, entry.detail)
+                    last = self._entries.get(key) if key is not None else None
+                    if key is not None and last is not None:
+                        held = self._admit(fresh, key, last, held, valid=False)
+                elif key is not None and entry is not None:
+                    held = self._admit(fresh, key, entry, held)
+            # Slices gone from the list are no longer refused: the next one of a name is news.
+            self._refused_names = {k: v for k, v in self._refused_names.items() if k in listed}
+            for item in refused:
+                self._refuse(
+                    None,
+                    TOO_LARGE if item.reason == jsonlist.TOO_LARGE else MALFORMED,
+                    f"{item.reason}, {item.size} characters {jsonlist.named(item.raw)}".strip(),
+                )
             self._entries = fresh
             self.version = version
             self.synced, self.absent = True, False
@@ -354,11 +455,27 @@ class SliceReflector(Reflector):
             key = _slice_name(event.object)
             if event.type == "BOOKMARK" or key is None:
                 return
-            entry = None if event.type == "DELETED" else parse_slice(event.object, self.node)
-            if entry is None:
-                self._entries.pop(key, None)  # deleted, or no longer reaching this node
-            elif key in self._entries or len(self._entries) < MAX_SLICES:
-                self._entries[key] = entry
+            if event.type == "DELETED":
+                self._entries.pop(key, None)
+                self._refused_names.pop(key, None)
+                return
+            entry = parse_slice(event.object, self.node)
+            if isinstance(entry, RefusedSlice):
+                self._refuse(key, entry.reason, entry.detail)  # the last valid version stays
+            elif entry is None:
+                self._entries.pop(key, None)  # no longer reaching this node
+                self._refused_names.pop(key, None)
+            else:
+                held = sum(len(e.devices) for e in self._entries.values())
+                self._admit(self._entries, key, entry, held)
+
+    def _list(self, path: str, params: dict[str, str]) -> None:
+        """List every slice afresh, each decoded alone within its bound."""
+        refused: list[jsonlist.Refused] = []
+        items, listed = self.client.list_bounded(
+            path, params, LIST_CHUNK, MAX_SLICE_BYTES, refused.append
+        )
+        self.replace_all(items, listed, refused)
 
     def run_once(self) -> bool | None:
         version = self._version()
@@ -368,10 +485,14 @@ class SliceReflector(Reflector):
         params = {"fieldSelector": self.selector}
         try:
             if not self.version:
-                items, listed = self.client.list_all(path, params)
-                self.replace_all(items, listed)
+                self._list(path, params)
             for event in self.client.watch(
-                path, params, self.version, self.watch_timeout, malformed=self._malformed
+                path,
+                params,
+                self.version,
+                self.watch_timeout,
+                malformed=self._malformed,
+                max_line_bytes=MAX_SLICE_BYTES + 4096,  # the event's envelope around the slice
             ):
                 self.apply(event)
                 if self._stop.is_set():
@@ -592,13 +713,13 @@ class RecordedDra:
 
     def __call__(self, refs: frozenset[tuple[str, str]]) -> dra.DraInventory | None:
         try:
-            entries = [parse_slice(obj, self.node) for obj in _items(self.slices)]
+            parsed = [parse_slice(obj, self.node) for obj in _items(self.slices)]
             statuses = [parse_claim(obj) for obj in (_items(self.claims) if self.claims else [])]
         except (OSError, ValueError) as exc:
             return dra.DraInventory(error=f"the recorded slices cannot be read: {exc}")
         read = [s for s in statuses if s is not None and (s.namespace, s.name) in refs]
         known = {(s.namespace, s.name) for s in read}
-        devices = current_devices(e for e in entries if e is not None)
+        devices = current_devices(e for e in parsed if isinstance(e, SliceEntry))
         return dra.inventory_of(devices, read, missing_claims=refs - known)
 
     def start(self) -> None:

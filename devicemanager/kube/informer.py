@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from devicemanager.kube.client import KubeClient, KubeError, WatchEvent
-from devicemanager.node.pods import PodIndex, PodInfo, pod_info
+from devicemanager.node.pods import PodIndex, PodInfo, read_pod
 
 log = logging.getLogger("devicemanager.kube.informer")
 
@@ -244,10 +244,14 @@ class PodInformer(Reflector):
 
 
 def _info(obj: Any) -> PodInfo | None:
-    """One pod object, or None: an object the index cannot read is that pod's problem, never a
-    failed list or a dead watch for the node."""
-    try:
-        return pod_info(obj) if isinstance(obj, dict) else None
-    except Exception:
-        log.exception("a pod object could not be indexed; it is left out")
-        return None
+    """One pod object, or None: an object the index cannot read whole is that pod's problem,
+    never a failed list or a dead watch for the node. It is indexed by its identity alone
+    (pods.read_pod), so its processes are its own, and said once per event."""
+    info = read_pod(obj)
+    if info is not None and info.refused is not None:
+        log.warning(
+            "a pod object could not be read whole; it is indexed by its UID and container ids "
+            "alone and holds no grants",
+            extra={"uid": info.uid, "reason": info.refused},
+        )
+    return info

@@ -47,23 +47,58 @@ KUBELET_PORT = 10250
 MAX_SUMMARY_BYTES = 32 << 20
 
 
+_SECTIONS = ("cpu", "memory", "ephemeral-storage")
+
+
 def _section(pod: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     value = pod.get(key)
     return value if isinstance(value, Mapping) else {}
 
 
+def _pod_ref(pod: Any) -> Mapping[str, Any] | None:
+    """An entry's `podRef` when it names a pod (namespace, name and uid as strings), else None."""
+    ref = pod.get("podRef") if isinstance(pod, Mapping) else None
+    if not isinstance(ref, Mapping):
+        return None
+    return ref if all(isinstance(ref.get(k), str) for k in ("namespace", "name", "uid")) else None
+
+
+def summary_error(summary: Any) -> str | None:
+    """Why an answer is no summary the agent can use, or None when it is one: an object whose
+    `pods` is a list, with every pod entry naming its pod. An answer of another shape (a proxy's
+    page, another API's object) is a failed read, never a summary of a node with no pods."""
+    if not isinstance(summary, Mapping):
+        return "the answer is not a summary (not a JSON object)"
+    pods = summary.get("pods")
+    if not isinstance(pods, list):
+        return "the answer is not a summary (no list of pods)"
+    unnamed = sum(1 for pod in pods if _pod_ref(pod) is None)
+    if unnamed:
+        return f"the summary has {unnamed} of {len(pods)} pod entries naming no pod"
+    # A section the kubelet has not measured yet is absent; one that is there is an object.
+    shapeless = sum(
+        1 for pod in pods if any(k in pod and not isinstance(pod[k], Mapping) for k in _SECTIONS)
+    )
+    if shapeless:
+        return f"the summary has {shapeless} of {len(pods)} pod entries with a figure not an object"
+    return None
+
+
 def usage_from_summary(summary: Any) -> dict[PodKey, PodUsage]:
     """Per pod: CPU usageNanoCores in millicores, memory working set, and storage as the
-    pod-level ephemeral aggregate the kubelet evicts on (writable layers, logs, emptyDir)."""
+    pod-level ephemeral aggregate the kubelet evicts on (writable layers, logs, emptyDir).
+    Raises ValueError for an answer that is no summary (`summary_error`): its figures are not
+    used, and the read is not a success."""
+    error = summary_error(summary)
+    if error is not None:
+        raise ValueError(error)
     out: dict[PodKey, PodUsage] = {}
-    pods = summary.get("pods") if isinstance(summary, Mapping) else None
-    for pod in pods if isinstance(pods, list) else ():
-        if not isinstance(pod, Mapping) or not isinstance(pod.get("podRef"), Mapping):
-            continue
-        ref = pod["podRef"]
-        cpu, memory, storage = (_section(pod, k) for k in ("cpu", "memory", "ephemeral-storage"))
+    for pod in summary["pods"]:
+        ref = _pod_ref(pod)
+        assert ref is not None  # summary_error said every entry names its pod
+        cpu, memory, storage = (_section(pod, k) for k in _SECTIONS)
         nano = as_number(cpu.get("usageNanoCores"))
-        key = (str(ref.get("namespace", "")), str(ref.get("name", "")), str(ref.get("uid", "")))
+        key = (ref["namespace"], ref["name"], ref["uid"])
         out[key] = PodUsage(
             cpu_millicores=None if nano is None else math.ceil(nano / 1e6),
             memory_mib=mib_from_bytes(as_number(memory.get("workingSetBytes"))),
@@ -177,9 +212,13 @@ class KubeletClient:
                 ) from exc
             raise KubeletError(f"{self.url}: {type(exc).__name__}: {exc}") from exc
         try:
-            return json.loads(body)
+            summary = json.loads(body)
         except ValueError as exc:
             raise KubeletError(f"{self.url}: the answer is not JSON") from exc
+        error = summary_error(summary)
+        if error is not None:
+            raise KubeletError(f"{self.url}: {error}")
+        return summary
 
 
 def _certificate_error(exc: BaseException) -> ssl.SSLCertVerificationError | None:

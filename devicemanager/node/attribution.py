@@ -121,6 +121,10 @@ def place(identified: Identified, index: PodIndex) -> Resolution:
         # The index may lag a new pod; never assume such a process is nobody's.
         return Resolution(reason=Reason.UNKNOWN_POD, identity=identity)
     name = pod.containers.get(identity.container_id)
+    if name is None and pod.refused is not None:
+        # A pod whose object was refused holds no grant: its process is its own (excluded from
+        # every grant's figures), not an unknown one poisoning the card it shares.
+        return Resolution(placement=Placement(pod.uid, ""), identity=identity)
     if name is None:
         return Resolution(reason=Reason.UNKNOWN_CONTAINER, identity=identity)
     return Resolution(placement=Placement(pod.uid, name), identity=identity)
