@@ -1,5 +1,5 @@
-"""The `devicemanager` command: serve, snapshot, metrics, whois, record, instance-metrics,
-summarize.
+"""The `devicemanager` command: serve, snapshot, metrics, whois, record, crosscheck,
+instance-metrics, summarize.
 
 One error style for every command: a one-line message that names what to fix, no traceback
 unless `--debug`, and one set of exit codes:
@@ -329,6 +329,18 @@ def _cmd_record(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return OK
+
+
+# -- crosscheck -------------------------------------------------------------------------------
+
+
+def _cmd_crosscheck(args: argparse.Namespace) -> int:
+    from devicemanager.crosscheck.shell import CrosscheckError, command
+
+    try:
+        return command(args)
+    except CrosscheckError as exc:
+        raise CliError(str(exc), exc.code) from None
 
 
 # -- whois ------------------------------------------------------------------------------------
@@ -912,6 +924,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="also read this partition (e.g. GPU-…:MIG-…); repeatable",
     )
     rec.set_defaults(func=_cmd_record)
+
+    from devicemanager.crosscheck.flags import add_flags as add_crosscheck_flags
+
+    cross = sub.add_parser(
+        "crosscheck",
+        parents=[common],
+        help="compare each figure the agent publishes with the manufacturer's own tool "
+        "(nvidia-smi, amd-smi, npu-smi, mx-smi, hy-smi)",
+    )
+    add_crosscheck_flags(cross)
+    cross.set_defaults(func=_cmd_crosscheck)
 
     im = sub.add_parser(
         "instance-metrics", parents=[common], help="one Instance's sample, as the worker serves it"

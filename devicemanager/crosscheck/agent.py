@@ -1,0 +1,130 @@
+"""The agent's reading as crosscheck figures: each card's published values under the names the
+tools' parsers use, the names the agent knows each card by, and its process rows.
+
+The figures are the backend's pure `parse` of one payload: what the agent publishes for that
+round (`/metrics` and the snapshot render these fields, scaled: Hz, watts, MiB).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from devicemanager.crosscheck.model import Value
+from devicemanager.model import MIB, Card, CardHealth, VendorReading
+
+# CardHealth's counters, by the crosscheck figure each is.
+COUNTS = {
+    "ecc_corrected_volatile": "ecc.corrected.volatile",
+    "ecc_uncorrected_volatile": "ecc.uncorrected.volatile",
+    "ecc_corrected_aggregate": "ecc.corrected.aggregate",
+    "ecc_uncorrected_aggregate": "ecc.uncorrected.aggregate",
+    "remapped_rows_correctable": "remapped_rows.correctable",
+    "remapped_rows_uncorrectable": "remapped_rows.uncorrectable",
+    "pcie_replays": "pcie.replays",
+}
+# Counted in the model, a yes or no in the tools (nvidia-smi's `remapped_row_pending: Yes`).
+FLAGS = {
+    "remapped_rows_pending": "remapped_rows.pending",
+    "remapped_rows_failed": "remapped_rows.failed",
+}
+CLOCKS = {
+    "clock_sm_hz": "clock.sm_mhz",
+    "clock_graphics_hz": "clock.graphics_mhz",
+    "clock_memory_hz": "clock.memory_mhz",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class AgentCard:
+    id: str
+    keys: frozenset[str]
+    figures: Mapping[str, Value]
+    why_absent: Mapping[str, str]  # figure -> the agent's own reason it is absent
+
+
+@dataclass(frozen=True, slots=True)
+class AgentProcess:
+    card: str  # the card's id
+    pid: int
+    memory_bytes: int | None
+
+
+def normal_key(key: str) -> str:
+    """Bus ids compare lower-case with a four-digit domain (nvidia-smi prints eight)."""
+    key = key.strip().lower()
+    head, sep, rest = key.partition(":")
+    if sep and len(head) == 8 and head.startswith("0000") and rest.count(":") == 1:
+        return head[4:] + ":" + rest
+    return key
+
+
+def card_keys(card: Card) -> frozenset[str]:
+    keys = {card.id, *card.aliases, f"index:{card.index}"}
+    address = dict(card.address)
+    if isinstance(address.get("bdf"), str):
+        keys.add(str(address["bdf"]))
+    if "card" in address and "device" in address:  # Ascend: npu-smi's NPU and Chip
+        keys.add(f"npu:{address['card']}:{address['device']}")
+    return frozenset(normal_key(k) for k in keys)
+
+
+def _health(health: CardHealth, out: dict[str, Value], why: dict[str, str]) -> None:
+    reasons = dict(health.reasons)
+    for field, figure in COUNTS.items():
+        value = getattr(health, field)
+        if value is not None:
+            out[figure] = int(value)
+        elif field in reasons:
+            why[figure] = f"the agent's reading: {reasons[field]}"
+    for field, figure in FLAGS.items():
+        value = getattr(health, field)
+        if value is not None:
+            out[figure] = bool(value)
+        elif field in reasons:
+            why[figure] = f"the agent's reading: {reasons[field]}"
+    for field, figure in CLOCKS.items():
+        value = getattr(health, field)
+        if value is not None:
+            out[figure] = value / 1e6
+        elif field in reasons:
+            why[figure] = f"the agent's reading: {reasons[field]}"
+    if health.throttle_reasons is not None:
+        for reason, active in health.throttle_reasons:
+            out[f"throttle.{reason}"] = bool(active)
+
+
+def agent_card(card: Card) -> AgentCard:
+    figures: dict[str, Value] = {}
+    why: dict[str, str] = {}
+    for figure, value in (
+        ("memory.total_mib", card.memory_total_mib),
+        ("memory.used_mib", card.memory_used_mib),
+        ("utilization_percent", card.cores_utilization_percent),
+        ("temperature_celsius", card.temperature_celsius),
+        ("power_watts", card.power_usage_watts),
+    ):
+        if value is not None:
+            figures[figure] = value
+    for name in card.invalid:  # refused as out of range (R-V2): the agent publishes none
+        why[name] = "the agent refused its value as out of range"
+    if card.health is not None:
+        _health(card.health, figures, why)
+    return AgentCard(card.id, card_keys(card), figures, why)
+
+
+def agent_cards(reading: VendorReading) -> tuple[AgentCard, ...]:
+    return tuple(agent_card(c) for c in reading.cards)
+
+
+def agent_processes(reading: VendorReading) -> tuple[AgentProcess, ...]:
+    return tuple(
+        AgentProcess(device.device_id, row.pid, row.memory_bytes)
+        for device in reading.processes
+        for row in device.rows
+    )
+
+
+def whole_mib(memory_bytes: int) -> int:
+    """Bytes in whole MiB as the tools print them (nvidia-smi divides and drops the rest)."""
+    return memory_bytes // MIB

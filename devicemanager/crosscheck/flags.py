@@ -1,0 +1,43 @@
+"""`crosscheck`'s flags, apart from the command, so that building the parser (which every
+command does, `serve` included) imports no parser of a tool."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from devicemanager.backend import BACKENDS
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("vendor", choices=sorted(BACKENDS), help="the manufacturer to check")
+    parser.add_argument(
+        "--payload",
+        type=Path,
+        help="the agent's figures from this recording (`devicemanager record` output) instead "
+        "of reading the vendor library now; the tool's answers it keeps are used unless "
+        "--tool-output is given",
+    )
+    parser.add_argument(
+        "--tool-output",
+        type=Path,
+        metavar="DIR",
+        help="the tool's answers saved in DIR (nvidia-smi-q.xml, nvidia-smi-compute-apps.csv, "
+        "amd-smi-metric.json, npu-smi-info.txt, mx-smi.txt, hy-smi.json) instead of running it",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=30.0,
+        help="seconds each run of the tool may take (default: 30)",
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
