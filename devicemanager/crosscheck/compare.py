@@ -57,10 +57,12 @@ def tolerance(figure: str) -> Tolerance:
     return WINDOWS.get(figure, EXACT)
 
 
-def _match(tool: ToolCard, cards: Mapping[str, AgentCard]) -> AgentCard | None:
+def _match(tool: ToolCard, cards: Mapping[str, AgentCard], taken: set[str]) -> AgentCard | None:
+    """The agent's card the tool's card names, each taken once (amdsmi numbers a partitioned
+    card and its first partition alike: the tool lists them in the agent's order)."""
     for key in tool.keys:
         for card in cards.values():
-            if normal_key(key) in card.keys:
+            if card.id not in taken and normal_key(key) in card.keys:
                 return card
     return None
 
@@ -133,7 +135,7 @@ def compare(
     matched: dict[str, str] = {}  # each of a tool card's keys -> the agent's card id
     found: set[str] = set()
     for tool in reading.cards:
-        agent = _match(tool, by_id)
+        agent = _match(tool, by_id, found)
         if agent is None:
             subject = f"card {tool.keys[0]}"
             why = f"{reading.tool} lists this card, the agent does not read it"
