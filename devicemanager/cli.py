@@ -291,11 +291,18 @@ def record(
                 )
             )
         reading = backend.parse(payload)
+        # The manufacturer's tool, right after the read, kept beside it (`crosscheck --payload`
+        # holds the recording to it); not beside a stand-in library, which no tool describes.
+        tool = None
+        if ":" not in manufacturer and not libraries:
+            from devicemanager.crosscheck.shell import tool_answers_for_record
+
+            tool = tool_answers_for_record(backend.manufacturer)
     finally:
         backend.close()
     sdk: str | None = getattr(backend, "sdk", None)  # a Python binding's distribution, if any
     sdk_version = installed_version(sdk) if sdk else None
-    meta = {
+    meta: dict[str, Any] = {
         **provenance(manufacturer, libraries, kind),
         "manufacturer": backend.manufacturer,
         "recordedAt": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -304,6 +311,8 @@ def record(
         "cards": sorted({c.name or "?" for c in reading.cards}),
         "machine": platform.machine(),
     }
+    if tool is not None:
+        meta["tool"] = tool
     return {"meta": meta, "payload": payload}
 
 

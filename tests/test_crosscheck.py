@@ -522,3 +522,23 @@ def test_crosscheck_runs_as_a_command(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "all 30 compared figures agree" in done.stdout
+
+
+def test_record_keeps_the_tools_answers_where_the_tool_is_installed(bare_path: Path) -> None:
+    """What `record` puts in meta.tool: the answers of each command, by the file crosscheck
+    reads them from; nothing where the tool is not installed."""
+    from devicemanager.crosscheck.shell import tool_answers_for_record
+
+    assert tool_answers_for_record("nvidia") is None
+    _tool(
+        bare_path,
+        "nvidia-smi",
+        f'case "$1" in -q) {CAT} {TOOL_DIR / "nvidia-smi-q.xml"} ;; '
+        f"*) {CAT} {TOOL_DIR / 'nvidia-smi-compute-apps.csv'} ;; esac\n",
+    )
+    kept = tool_answers_for_record("nvidia")
+    assert kept == {
+        "name": "nvidia-smi",
+        "answers": {p.name: p.read_text() for p in TOOL_DIR.iterdir()},
+    }
+    assert tool_answers_for_record("thead") is None
