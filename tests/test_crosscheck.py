@@ -542,3 +542,19 @@ def test_record_keeps_the_tools_answers_where_the_tool_is_installed(bare_path: P
         "answers": {p.name: p.read_text() for p in TOOL_DIR.iterdir()},
     }
     assert tool_answers_for_record("thead") is None
+
+
+def test_a_figure_the_agent_refuses_as_out_of_range_is_not_compared() -> None:
+    """The agent publishes the parse as a round does: a power no card can draw is refused
+    (R-V2), so it is not compared with the tool's, and says so."""
+    from devicemanager.crosscheck.agent import as_published
+
+    reading = VendorReading("nvidia", (Card(id="GPU-x", index=0, power_usage_watts=5e6),))
+    (card,) = as_published(reading).cards
+    tool = ToolReading("t", (ToolCard(("GPU-x",), {"power_watts": 300.0}),), ())
+    (check,) = compare("nvidia", tool, (agent_card(card),), ()).checks[:1]
+    assert (check.figure, check.verdict, check.why) == (
+        "power_watts",
+        Verdict.NOT_COMPARED,
+        "the agent refused its value as out of range",
+    )

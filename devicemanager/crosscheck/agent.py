@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from devicemanager.crosscheck.model import Value
-from devicemanager.model import MIB, Card, CardHealth, VendorReading
+from devicemanager.figures.ranges import plausible_reading
+from devicemanager.model import MIB, Card, CardHealth, VendorReading, finite_reading
 
 # CardHealth's counters, by the crosscheck figure each is.
 COUNTS = {
@@ -33,6 +34,24 @@ CLOCKS = {
     "clock_graphics_hz": "clock.graphics_mhz",
     "clock_memory_hz": "clock.memory_mhz",
 }
+
+
+# Card's own figures, by the crosscheck figure each is.
+CARD = {
+    "memory_total_mib": "memory.total_mib",
+    "memory_used_mib": "memory.used_mib",
+    "cores_utilization_percent": "utilization_percent",
+    "temperature_celsius": "temperature_celsius",
+    "power_usage_watts": "power_watts",
+}
+
+
+def as_published(reading: VendorReading) -> VendorReading:
+    """The parse as a round publishes it: figures that are no number, or outside what the
+    hardware can hold, refused (the monitor's own two steps, R-V2)."""
+    finite, _ = finite_reading(reading)
+    plausible, _ = plausible_reading(finite)
+    return plausible
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,17 +116,12 @@ def _health(health: CardHealth, out: dict[str, Value], why: dict[str, str]) -> N
 def agent_card(card: Card) -> AgentCard:
     figures: dict[str, Value] = {}
     why: dict[str, str] = {}
-    for figure, value in (
-        ("memory.total_mib", card.memory_total_mib),
-        ("memory.used_mib", card.memory_used_mib),
-        ("utilization_percent", card.cores_utilization_percent),
-        ("temperature_celsius", card.temperature_celsius),
-        ("power_watts", card.power_usage_watts),
-    ):
+    for field, figure in CARD.items():
+        value = getattr(card, field)
         if value is not None:
             figures[figure] = value
-    for name in card.invalid:  # refused as out of range (R-V2): the agent publishes none
-        why[name] = "the agent refused its value as out of range"
+    for field in card.invalid:  # refused as out of range (R-V2): the agent publishes none
+        why[CARD.get(field, field)] = "the agent refused its value as out of range"
     if card.health is not None:
         _health(card.health, figures, why)
     return AgentCard(card.id, card_keys(card), figures, why)
@@ -119,7 +133,8 @@ def agent_cards(reading: VendorReading) -> tuple[AgentCard, ...]:
 
 def agent_processes(reading: VendorReading) -> tuple[AgentProcess, ...]:
     return tuple(
-        AgentProcess(device.device_id, row.pid, row.memory_bytes)
+        # A device whose memory answer was refused publishes no row's memory.
+        AgentProcess(device.device_id, row.pid, None if device.memory_reason else row.memory_bytes)
         for device in reading.processes
         for row in device.rows
     )

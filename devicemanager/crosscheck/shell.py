@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from devicemanager.backend import BackendUnavailable, create_backend
-from devicemanager.crosscheck.agent import agent_cards, agent_processes
+from devicemanager.crosscheck.agent import agent_cards, agent_processes, as_published
 from devicemanager.crosscheck.compare import compare
 from devicemanager.crosscheck.render import render
 from devicemanager.crosscheck.tools import TOOLS, Tool
@@ -211,8 +211,9 @@ def command(args: argparse.Namespace) -> int:
         parsed = tool.parse(answers)
     except (ValueError, KeyError, IndexError, SyntaxError) as exc:  # ET.ParseError: SyntaxError
         raise CrosscheckError(f"{tool.name}'s answer cannot be read: {exc}", UNREADABLE) from None
+    published = as_published(reading)
     report = compare(
-        args.vendor, parsed, agent_cards(reading), agent_processes(reading), tuple(notes)
+        args.vendor, parsed, agent_cards(published), agent_processes(published), tuple(notes)
     )
     sys.stdout.write(render(report))
     return DISAGREE if report.disagreements else OK
