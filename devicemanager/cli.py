@@ -940,7 +940,7 @@ def build_parser() -> argparse.ArgumentParser:
         "crosscheck",
         parents=[common],
         help="compare each figure the agent publishes with the manufacturer's own tool "
-        "(nvidia-smi, amd-smi, npu-smi, mx-smi, hy-smi)",
+        "(nvidia-smi, amd-smi, npu-smi, mx-smi, hy-smi, ppu-smi)",
     )
     add_crosscheck_flags(cross)
     cross.set_defaults(func=_cmd_crosscheck)

@@ -24,10 +24,10 @@ import pytest
 
 from devicemanager.backend import create_backend
 from devicemanager.cli import main
-from devicemanager.crosscheck import mx_smi, npu_smi, nvidia_smi
+from devicemanager.crosscheck import mx_smi, npu_smi, nvidia_smi, ppu_smi
 from devicemanager.crosscheck.agent import agent_card
 from devicemanager.crosscheck.compare import compare
-from devicemanager.crosscheck.model import ToolCard, ToolReading, Verdict
+from devicemanager.crosscheck.model import ToolCard, ToolProcess, ToolReading, Verdict
 from devicemanager.model import MIB, Card, CardHealth, VendorReading
 from tests.conftest import NODES
 
@@ -182,13 +182,6 @@ def test_the_tool_missing_is_exit_3_saying_what_to_do(
         "devicemanager crosscheck: nvidia-smi is not installed here (not on PATH): install "
         "nvidia's driver tools, or give --tool-output DIR with its saved answers\n"
     )
-
-
-def test_thead_is_not_implemented_and_says_why(capsys: pytest.CaptureFixture[str]) -> None:
-    payload = NODES / "ppu-zw810e-mixed" / "vendors" / "thead.json"
-    code, _, err = run(capsys, "thead", "--payload", str(payload))
-    assert code == 3
-    assert "ppu-smi is not read: no answer of a real ppu-smi was found" in err
 
 
 def _tool(folder: Path, name: str, script: str) -> None:
@@ -377,11 +370,99 @@ def _hy(reading: VendorReading) -> dict[str, str]:
     return {"hy-smi": text + "\n"}
 
 
+def _ppu(reading: VendorReading) -> dict[str, str]:
+    """`ppu-smi -q` as the PPU-SMI manual prints it, each card's block in HGML's order."""
+    out = [
+        "",
+        "==============PPUSMI LOG==============",
+        "",
+        "Timestamp                                   : Thu May  7 10:36:57 2026",
+        "Driver Version                              : 2.1.0-dbda51",
+        "",
+        f"Attached PPUs                               : {len(reading.cards)}",
+    ]
+    rows = {d.device_id: d.rows for d in reading.processes}
+
+    def na(value: float | None, spec: str, unit: str) -> str:
+        return "N/A" if value is None else f"{value:{spec}}{unit}"
+
+    def kv(depth: int, key: str, value: object) -> str:
+        return f"{'    ' * depth}{key:<{44 - 4 * depth}}: {value}"
+
+    for card in reading.cards:
+        health = card.health
+        assert health is not None and health.clock_sm_hz and health.clock_memory_hz
+        out += [
+            f"PPU 00000000:{0x08 + card.index:02X}:00.0",
+            kv(1, "Product Name", card.name),
+            kv(1, "PPU UUID", card.id),
+            "    PCI",
+            kv(2, "Bus", f"0x{0x08 + card.index:02x}"),
+            kv(2, "Replays Since Reset", health.pcie_replays),
+            "    Clocks Throttle Reasons",
+            *(
+                kv(
+                    2,
+                    label,
+                    "Active" if dict(health.throttle_reasons or ())[name] else "Not Active",
+                )
+                for label, name in (("Idle", "gpu_idle"), ("SW Power Cap", "sw_power_cap"))
+            ),
+            "    Memory Usage",
+            kv(2, "Total", f"{card.memory_total_mib} MiB"),
+            kv(2, "Used", f"{card.memory_used_mib} MiB"),
+            kv(2, "Free", f"{(card.memory_total_mib or 0) - (card.memory_used_mib or 0)} MiB"),
+            "    Utilization",
+            kv(2, "Ppu", na(card.cores_utilization_percent, ".0f", " %")),
+            kv(2, "Memory", "0 %"),
+            "    ECC Errors",
+            "        Volatile",
+            kv(3, "SRAM Correctable", 0),
+            kv(3, "SRAM Uncorrectable", 0),
+            kv(3, "DRAM Correctable", health.ecc_corrected_volatile),
+            kv(3, "DRAM Uncorrectable", health.ecc_uncorrected_volatile),
+            "        Aggregate",
+            kv(3, "SRAM Correctable", 0),
+            kv(3, "SRAM Uncorrectable", 0),
+            kv(3, "DRAM Correctable", health.ecc_corrected_aggregate),
+            kv(3, "DRAM Uncorrectable", health.ecc_uncorrected_aggregate),
+            "    Temperature",
+            kv(2, "PPU Current Temp", na(card.temperature_celsius, ".0f", " C")),
+            kv(2, "Memory Current Temp", "40 C"),
+            "    Power Readings",
+            kv(2, "Power Draw", na(card.power_usage_watts, ".2f", " W")),
+            kv(2, "Power Limit", "400.00 W"),
+            "    Clocks",
+            kv(2, "CU", f"{health.clock_sm_hz // 1_000_000} MHz"),
+            kv(2, "Memory", f"{health.clock_memory_hz // 1_000_000} MHz"),
+            "    Processes",
+        ]
+        for row in rows.get(card.id, ()):
+            assert row.memory_bytes is not None
+            out += [
+                kv(2, "Compute instance ID", "N/A"),
+                kv(2, "Process ID", row.pid),
+                kv(3, "Type", "Compute"),
+                kv(3, "Name", "python3"),
+                kv(3, "Used PPU Memory", f"{row.memory_bytes // MIB} MiB"),
+            ]
+        out += [
+            "    Remapped Rows",
+            kv(2, "Correctable Error", health.remapped_rows_correctable),
+            kv(2, "Uncorrectable Error", health.remapped_rows_uncorrectable),
+            kv(2, "Pending", "Yes" if health.remapped_rows_pending else "No"),
+            kv(2, "Remapping Failure Occurred", "Yes" if health.remapped_rows_failed else "No"),
+            "",
+        ]
+    return {"ppu-smi": "\n".join(out) + "\n"}
+
+
 FAKES: dict[str, tuple[str, Callable[[VendorReading], dict[str, str]], str]] = {
     "amd": ("mi300x-8gpu-cpx-mixed", _amd, "amd-smi"),
     "ascend": ("atlas800t-a2-8npu-vnpu-mixed", _npu, "npu-smi"),
     "metax": ("c500-8gpu-sgpu-slices", _mx, "mx-smi"),
     "hygon": ("k100ai-8dcu-whole-and-vdcu", _hy, "hy-smi"),
+    "thead": ("ppu-zw810e-mixed", _ppu, "ppu-smi"),
 }
 
 
@@ -482,6 +563,91 @@ def test_mx_smi_2_1_6_layout_with_power_alone() -> None:
         "memory.used_mib": 810,
         "memory.total_mib": 65536,
     }
+
+
+def test_ppu_smi_q_as_the_manual_prints_it() -> None:
+    """The PPU-SMI manual's own `-q -d MEMORY`, `ECC`, `POWER`, `CLOCK`, `PIDS` and
+    `ROW_REMAPPER` answers, one PPU, read as one answer."""
+    text = """\
+==============PPUSMI LOG==============
+
+Timestamp                                   : Wed Sep  7 19:13:36 2022
+Driver Version                              : 510.39.01
+
+Attached PPUs                               : 1
+PPU 00000000:3E:00.0
+    Product Name                            : alixpu
+    PPU UUID                                : PPU-7f53d39f-ce6e-dc78-c3d4-4c18653c19c0
+    HBM Vendor                              : Samsung
+    Memory Usage
+        Total                               : 11264 MiB
+        Used                                : 248 MiB
+        Free                                : 11016 MiB
+    Ecc Mode
+        Current                             : Enabled
+        Pending                             : Enabled
+    ECC Errors
+        Volatile
+            SRAM Correctable                : 0
+            SRAM Uncorrectable              : 0
+            DRAM Correctable                : 0
+            DRAM Uncorrectable              : 0
+        Aggregate
+            SRAM Correctable                : 0
+            SRAM Uncorrectable              : 0
+            DRAM Correctable                : 0
+            DRAM Uncorrectable              : 0
+    Power Readings
+        Power Management                    : Supported
+        Power Draw                          : 51.99 W
+        Power Limit                         : 250.00 W
+    Clocks
+        CU                                  : 200 MHz
+        Memory                              : 1800 MHz
+        Video                               : 1000 MHz
+    Max Clocks
+        CU                                  : 1700 MHz
+        Memory                              : 1800 MHz
+    Processes
+        Compute instance ID                 : N/A
+        Process ID                          : 85637
+            Type                            : Compute
+            Name                            : ppu_test
+            Used PPU Memory                 : 413 MiB
+        Compute instance ID                 : N/A
+        Process ID                          : 87771
+            Type                            : Compute
+            Name                            : ppu_test_threads
+            Used PPU Memory                 : 413 MiB
+    Remapped Rows
+        Correctable Error                   : 0
+        Uncorrectable Error                 : 0
+        Pending                             : No
+        Remapping Failure Occurred          : No
+"""
+    reading = ppu_smi.parse({ppu_smi.QUERY: text})
+    (card,) = reading.cards
+    uuid = "PPU-7f53d39f-ce6e-dc78-c3d4-4c18653c19c0"
+    assert card.keys == (uuid, "00000000:3E:00.0", "index:0")
+    assert dict(card.figures) == {
+        "memory.total_mib": 11264,
+        "memory.used_mib": 248,
+        "power_watts": 51.99,
+        "clock.sm_mhz": 200.0,
+        "clock.memory_mhz": 1800.0,
+        "ecc.corrected.volatile": 0,
+        "ecc.uncorrected.volatile": 0,
+        "ecc.corrected.aggregate": 0,
+        "ecc.uncorrected.aggregate": 0,
+        "remapped_rows.correctable": 0,
+        "remapped_rows.uncorrectable": 0,
+        "remapped_rows.pending": False,
+        "remapped_rows.failed": False,
+    }
+    assert reading.processes == (
+        ToolProcess(uuid, 85637, 413, "ppu-smi -q"),
+        ToolProcess(uuid, 87771, 413, "ppu-smi -q"),
+    )
 
 
 def test_every_figure_of_the_h200_is_either_compared_or_said_why_not() -> None:

@@ -2,11 +2,13 @@
 
 hy-smi answers `--json` with one object per card, `{"card0": {"DCU use (%)": "92", ...}}`,
 values as strings, sometimes after lines of text that are not JSON (the object is read from
-its first `{`). No verbatim capture of a whole answer was found; the keys read here are the
-ones independent readers of real hy-smi output agree on (SwanLab's hygon.py: "DCU use (%)",
-"Average Graphics Package Power (W)", "Temperature (Sensor edge|junction|mem) (C)";
-siltide's hy-smi reader: "HCU use (%)", "vram Total (Used) Memory (MiB)" from DTK 24.04.3,
-"PCI Bus"; read with `find_string`, 2026-12-04). The memory unit is read from the key.
+its first `{`). No verbatim capture of one whole answer was found; the keys read here are the
+ones Hygon's own environment checker's tests hold (`hcu_envcheck`, Hygon Information
+Technology: `{"card0":{"vram Total Memory (MiB)":"65520","vram Total Used Memory (MiB)":
+"20413"}}`, `"HCU use (%)":"0.0"`, `"PCI Bus":"0000:09:00.0"`) and independent readers of real
+hy-smi output agree on (SwanLab's hygon.py: "DCU use (%)", "Average Graphics Package Power
+(W)", "Temperature (Sensor edge|junction|mem) (C)"); read with `find_string`, 2026-12-04. The
+memory unit is read from the key.
 Clocks, ECC and PCIe counters are not read from hy-smi: no real answer of theirs was found.
 """
 

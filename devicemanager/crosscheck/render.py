@@ -17,9 +17,9 @@ def _value(value: Value | None) -> str:
 
 def line(check: Check) -> str:
     if check.verdict is Verdict.NOT_COMPARED:
-        return f"  {check.figure:<34} not compared: {check.why}"
+        return f"  {check.figure:<37} not compared: {check.why}"
     text = (
-        f"  {check.figure:<34} {check.verdict.value:<9} agent {_value(check.agent)}, "
+        f"  {check.figure:<37} {check.verdict.value:<9} agent {_value(check.agent)}, "
         f"tool {_value(check.tool)}"
     )
     if check.tolerance:

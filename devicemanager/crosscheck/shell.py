@@ -83,8 +83,6 @@ def run_command(argv: list[str], timeout: float, limit: int = MAX_ANSWER_BYTES) 
 
 
 def run_tool(tool: Tool, timeout: float, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    if tool.not_implemented is not None:
-        raise CrosscheckError(tool.not_implemented, UNREADABLE)
     path = locate(tool, environ)
     if path is None:
         raise CrosscheckError(
@@ -98,8 +96,6 @@ def run_tool(tool: Tool, timeout: float, environ: Mapping[str, str] = os.environ
 
 
 def saved_answers(tool: Tool, directory: Path) -> dict[str, str]:
-    if tool.not_implemented is not None:
-        raise CrosscheckError(tool.not_implemented, UNREADABLE)
     answers = {}
     for name, _ in tool.commands:
         path = directory / name
@@ -133,7 +129,7 @@ def tool_answers_for_record(manufacturer: str, timeout: float = 30.0) -> dict[st
     """What `record` keeps beside its payload: the tool's answers of the same moment, where
     the tool is installed (None where it is not, or failed: a recording is not refused)."""
     tool = TOOLS.get(manufacturer)
-    if tool is None or tool.not_implemented is not None or locate(tool) is None:
+    if tool is None or locate(tool) is None:
         return None
     try:
         answers = run_tool(tool, timeout)
@@ -186,8 +182,6 @@ def read_agent(manufacturer: str) -> VendorReading:
 
 def command(args: argparse.Namespace) -> int:
     tool = TOOLS[args.vendor]
-    if tool.not_implemented is not None:
-        raise CrosscheckError(tool.not_implemented, UNREADABLE)
     notes: list[str] = []
     if args.payload is not None:
         doc = read_payload(args.payload, args.vendor)
@@ -206,7 +200,6 @@ def command(args: argparse.Namespace) -> int:
             answers = saved_answers(tool, args.tool_output)
         else:
             answers = run_tool(tool, args.timeout)  # right after the agent's read
-    assert tool.parse is not None
     try:
         parsed = tool.parse(answers)
     except (ValueError, KeyError, IndexError, SyntaxError) as exc:  # ET.ParseError: SyntaxError

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from devicemanager.crosscheck import amd_smi, hy_smi, mx_smi, npu_smi, nvidia_smi
+from devicemanager.crosscheck import amd_smi, hy_smi, mx_smi, npu_smi, nvidia_smi, ppu_smi
 from devicemanager.crosscheck.model import ToolReading
 
 Command = tuple[str, tuple[str, ...]]  # (the answer's file name, argv)
@@ -17,10 +17,9 @@ class Tool:
     manufacturer: str
     name: str
     commands: tuple[Command, ...]
-    parse: Callable[[Mapping[str, str]], ToolReading] | None
+    parse: Callable[[Mapping[str, str]], ToolReading]
     where: tuple[str, ...] = ()  # where the vendor installs it, when it is not on PATH
     optional: frozenset[str] = frozenset()  # answers a reading can do without
-    not_implemented: str | None = None
 
 
 TOOLS: Mapping[str, Tool] = {
@@ -35,15 +34,5 @@ TOOLS: Mapping[str, Tool] = {
     "ascend": Tool("ascend", npu_smi.TOOL, npu_smi.COMMANDS, npu_smi.parse, ("/usr/local/sbin",)),
     "metax": Tool("metax", mx_smi.TOOL, mx_smi.COMMANDS, mx_smi.parse, ("/opt/mxdriver/bin",)),
     "hygon": Tool("hygon", hy_smi.TOOL, hy_smi.COMMANDS, hy_smi.parse, ("/opt/hyhal/bin",)),
-    "thead": Tool(
-        "thead",
-        "ppu-smi",
-        (),
-        None,
-        not_implemented=(
-            "T-Head's ppu-smi is not read: no answer of a real ppu-smi was found to read it by "
-            "(only its manual's section names and a reader tested on fixtures of its own), and "
-            "crosscheck does not guess a format (docs/vendors.md, Crosscheck)"
-        ),
-    ),
+    "thead": Tool("thead", ppu_smi.TOOL, ppu_smi.COMMANDS, ppu_smi.parse),
 }
