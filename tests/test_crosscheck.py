@@ -242,7 +242,11 @@ def _reading(scenario: str, manufacturer: str) -> tuple[Path, VendorReading]:
 
 def _amd(reading: VendorReading) -> dict[str, str]:
     gpus = []
-    for card in reading.cards:
+    # amdsmi enumerates a CPX card's partitions, not the card: the agent's card of them is not
+    # a GPU of amd-smi's (its board figures are partition 0's).
+    parents = {c.parent_id for c in reading.cards}
+    listed = [c for c in reading.cards if c.id not in parents]
+    for card in listed:
         health = card.health or CardHealth()  # a partition's board figures are its card's
 
         def v(value: float | None, unit: str) -> Any:
@@ -271,7 +275,13 @@ def _amd(reading: VendorReading) -> dict[str, str]:
                 },
             }
         )
-    return {"amd-smi": json.dumps({"gpu_data": gpus}, indent=4)}
+    names = [
+        {"gpu": c.index, "bdf": c.aliases[-1] if c.aliases else "N/A", "uuid": c.id} for c in listed
+    ]
+    return {
+        "amd-smi metric": json.dumps({"gpu_data": gpus}, indent=4),
+        "amd-smi list": json.dumps(names, indent=4),
+    }
 
 
 def _npu(reading: VendorReading) -> dict[str, str]:
@@ -467,9 +477,17 @@ FAKES: dict[str, tuple[str, Callable[[VendorReading], dict[str, str]], str]] = {
 
 
 def _install(folder: Path, answers: dict[str, str]) -> None:
-    for name, text in answers.items():
-        (folder / f"{name}.out").write_text(text)
-        _tool(folder, name, f"{CAT} {folder / f'{name}.out'}\n")
+    """Each answer, keyed by the tool and the first argument it answers (`amd-smi list`), or
+    by the tool alone where it answers one way whatever it is asked."""
+    tools: dict[str, list[tuple[str, Path]]] = {}
+    for key, text in answers.items():
+        name, _, first = key.partition(" ")
+        out = folder / f"{name}-{first or 'any'}.out"
+        out.write_text(text)
+        tools.setdefault(name, []).append((first or "*", out))
+    for name, cases in tools.items():
+        arms = " ".join(f"{first}) {CAT} {out} ;;" for first, out in cases)
+        _tool(folder, name, f'case "$1" in {arms} esac\n')
 
 
 @pytest.mark.parametrize("manufacturer", sorted(FAKES))

@@ -60,6 +60,7 @@ class AgentCard:
     keys: frozenset[str]
     figures: Mapping[str, Value]
     why_absent: Mapping[str, str]  # figure -> the agent's own reason it is absent
+    partitioned: bool = False  # its partitions are cards of their own (AMD's CPX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +114,7 @@ def _health(health: CardHealth, out: dict[str, Value], why: dict[str, str]) -> N
             out[f"throttle.{reason}"] = bool(active)
 
 
-def agent_card(card: Card) -> AgentCard:
+def agent_card(card: Card, partitioned: bool = False) -> AgentCard:
     figures: dict[str, Value] = {}
     why: dict[str, str] = {}
     for field, figure in CARD.items():
@@ -124,11 +125,12 @@ def agent_card(card: Card) -> AgentCard:
         why[CARD.get(field, field)] = "the agent refused its value as out of range"
     if card.health is not None:
         _health(card.health, figures, why)
-    return AgentCard(card.id, card_keys(card), figures, why)
+    return AgentCard(card.id, card_keys(card), figures, why, partitioned)
 
 
 def agent_cards(reading: VendorReading) -> tuple[AgentCard, ...]:
-    return tuple(agent_card(c) for c in reading.cards)
+    parents = {c.parent_id for c in reading.cards if c.parent_id is not None}
+    return tuple(agent_card(c, c.id in parents) for c in reading.cards)
 
 
 def agent_processes(reading: VendorReading) -> tuple[AgentProcess, ...]:

@@ -5,7 +5,10 @@ one object per GPU, ROCm 7 wraps the same list as `{"gpu_data": [...]}`; each fi
 `{"value": 54, "unit": "C"}` or the string `"N/A"`. amd-smi's "MB" is bytes divided by 1024²,
 MiB. Sources of the shape: a full two-GPU `amd-smi metric --json` answer quoted in a Rust
 test (`amd_smi.rs`, `gen_multi_gpu_data`), and the `gpu_data` wrapping in AMD's own device
-metrics exporter tests; both read with `search`, 2026-12-04.
+metrics exporter tests; both read with `search`, 2026-12-04. `metric` names each GPU by
+amdsmi's index only; `amd-smi list --json` (`[{"gpu": 0, "bdf": "0000:0b:00.0", "uuid": ...,
+"kfd_id": 7, "node_id": 3, "partition_id": 0}]`, as several harnesses of real amd-smi quote
+it) gives its UUID and bus id, so a card is matched by those where the list answered.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from devicemanager.crosscheck.model import ToolCard, ToolReading, Value
 
 TOOL = "amd-smi"
 METRIC = "amd-smi-metric.json"
-COMMANDS = ((METRIC, ("amd-smi", "metric", "--json")),)
+LIST = "amd-smi-list.json"
+COMMANDS = ((METRIC, ("amd-smi", "metric", "--json")), (LIST, ("amd-smi", "list", "--json")))
 
 TO_MIB = {"B": 1 / (1 << 20), "KB": 1 / 1024, "MB": 1, "GB": 1024}
 
@@ -52,7 +56,28 @@ def _clock(clocks: Mapping[str, Any], name: str) -> float | None:
     return value(domain.get("clk")) if isinstance(domain, Mapping) else None
 
 
-def _card(gpu: Mapping[str, Any]) -> ToolCard:
+def _gpus(text: str) -> list[Mapping[str, Any]]:
+    """ROCm 6's list of GPU objects, or ROCm 7's `{"gpu_data": [...]}`."""
+    document = json.loads(text)
+    if isinstance(document, Mapping):
+        document = document.get("gpu_data", [])
+    if not isinstance(document, list):
+        return []
+    return [g for g in document if isinstance(g, Mapping) and isinstance(g.get("gpu"), int)]
+
+
+def _names(answers: Mapping[str, str]) -> dict[int, tuple[str, ...]]:
+    """Each GPU index's UUID and bus id, from `amd-smi list --json` where it was read."""
+    if LIST not in answers:
+        return {}
+    out = {}
+    for gpu in _gpus(answers[LIST]):
+        names = (gpu.get("uuid"), gpu.get("bdf"))
+        out[int(gpu["gpu"])] = tuple(n for n in names if isinstance(n, str) and n != "N/A")
+    return out
+
+
+def _card(gpu: Mapping[str, Any], names: tuple[str, ...]) -> ToolCard:
     figures: dict[str, Value] = {}
 
     def put(figure: str, found: Value | None) -> None:
@@ -83,20 +108,17 @@ def _card(gpu: Mapping[str, Any]) -> ToolCard:
         # The agent publishes amdsmi's total count where NVML's volatile counter goes.
         put(f"ecc.{kind}.volatile", None if found is None else int(found))
     return ToolCard(
-        keys=(f"index:{gpu.get('gpu')}",),
+        keys=(*names, f"index:{gpu.get('gpu')}"),
         figures=figures,
         unstated={"pcie.replays": REPLAYS_DIFFER},
     )
 
 
 def parse(answers: Mapping[str, str]) -> ToolReading:
-    document = json.loads(answers[METRIC])
-    if isinstance(document, Mapping):
-        document = document.get("gpu_data", [])
-    gpus = [g for g in document if isinstance(g, Mapping) and isinstance(g.get("gpu"), int)]
+    names = _names(answers)
     return ToolReading(
         TOOL,
-        tuple(_card(g) for g in gpus),
+        tuple(_card(g, names.get(int(g["gpu"]), ())) for g in _gpus(answers[METRIC])),
         None,
         "amd-smi's process list (amd-smi process) is not read by crosscheck",
     )

@@ -23,8 +23,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="DIR",
         help="the tool's answers saved in DIR (nvidia-smi-q.xml, nvidia-smi-compute-apps.csv, "
-        "amd-smi-metric.json, npu-smi-info.txt, mx-smi.txt, hy-smi.json, ppu-smi-q.txt) "
-        "instead of running it",
+        "amd-smi-metric.json, amd-smi-list.json, npu-smi-info.txt, mx-smi.txt, hy-smi.json, "
+        "ppu-smi-q.txt) instead of running it",
     )
     parser.add_argument(
         "--timeout",
