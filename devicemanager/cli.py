@@ -347,7 +347,7 @@ def _cmd_crosscheck(args: argparse.Namespace) -> int:
     from devicemanager.crosscheck.shell import CrosscheckError, command
 
     try:
-        return command(args)
+        return command(args, lambda url: _token(args, url))
     except CrosscheckError as exc:
         raise CliError(str(exc), exc.code) from None
 
@@ -943,6 +943,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(nvidia-smi, amd-smi, npu-smi, mx-smi, hy-smi, ppu-smi)",
     )
     add_crosscheck_flags(cross)
+    _token_flag(cross)
     cross.set_defaults(func=_cmd_crosscheck)
 
     im = sub.add_parser(

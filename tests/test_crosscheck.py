@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -742,3 +742,65 @@ def test_a_figure_the_agent_refuses_as_out_of_range_is_not_compared() -> None:
         Verdict.NOT_COMPARED,
         "the agent refused its value as out of range",
     )
+
+
+@pytest.fixture
+def served_snapshot() -> Iterator[str]:
+    """The replayed H200's snapshot (its golden), served over plain HTTP on loopback."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    body = (H200 / "golden" / "snapshot.json").read_bytes()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/monitor/snapshot"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_running_agents_snapshot_against_nvidia_smi(
+    capsys: pytest.CaptureFixture[str], served_snapshot: str
+) -> None:
+    """What the agent served: every card figure agrees; processes are not compared, since the
+    snapshot names none (no PID leaves the node), and that is said, not counted as agreeing."""
+    code, out, err = run(
+        capsys,
+        "nvidia",
+        "--snapshot-url",
+        served_snapshot,
+        "--token-file",
+        "",
+        "--tool-output",
+        str(TOOL_DIR),
+    )
+    assert code == 0, out + err
+    assert (
+        "memory_mib                            not compared: the agent's snapshot names no " in out
+    )
+    assert out.rstrip().endswith("all 26 compared figures agree (1 not compared)")
+    (ecc,) = lines(out, "ecc.corrected.aggregate")
+    assert "agent 1213376, tool 1213376" in ecc
+
+
+def test_payload_and_snapshot_url_together_are_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = run(
+        capsys, "nvidia", "--payload", str(PAYLOAD), "--snapshot-url", "http://127.0.0.1:1/"
+    )
+    assert code == 2 and "--payload and --snapshot-url: give one of them" in err

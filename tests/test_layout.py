@@ -34,7 +34,7 @@ ALLOWED: dict[str, set[str]] = {
     "backend": {"model"},
     "vendors": {"model", "backend"},
     "report": {"model"},
-    "crosscheck": {"model", "backend", "figures"},
+    "crosscheck": {"model", "backend", "figures", "serve"},
     "kube": {"model", "node", "grants", "figures"},
     "serve": {"devicemanager", "model", "node", "grants", "figures", "kube"},
     "agent": {"devicemanager", "model", "backend", "node", "grants", "figures", "kube", "serve"},

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from devicemanager.crosscheck.model import Value
 from devicemanager.figures.ranges import plausible_reading
+from devicemanager.figures.snapshot import card_from_json
 from devicemanager.model import MIB, Card, CardHealth, VendorReading, finite_reading
 
 # CardHealth's counters, by the crosscheck figure each is.
@@ -131,6 +132,19 @@ def agent_card(card: Card, partitioned: bool = False) -> AgentCard:
 def agent_cards(reading: VendorReading) -> tuple[AgentCard, ...]:
     parents = {c.parent_id for c in reading.cards if c.parent_id is not None}
     return tuple(agent_card(c, c.id in parents) for c in reading.cards)
+
+
+def snapshot_cards(doc: Mapping[str, object], manufacturer: str) -> tuple[AgentCard, ...]:
+    """A served snapshot's cards of one manufacturer, read back as the worker reads them."""
+    groups = doc.get("groups")
+    cards = tuple(
+        card
+        for group in (groups if isinstance(groups, list) else ())
+        if isinstance(group, dict) and group.get("manufacturer") == manufacturer
+        for item in (group.get("accelerators") or ())
+        if isinstance(item, dict) and (card := card_from_json(item)) is not None
+    )
+    return agent_cards(VendorReading(manufacturer, cards))
 
 
 def agent_processes(reading: VendorReading) -> tuple[AgentProcess, ...]:

@@ -83,9 +83,15 @@ def _figure(subject: str, figure: str, agent: AgentCard, tool: ToolCard, name: s
     return Check(subject, figure, verdict, mine, theirs, window.describe())
 
 
+# The snapshot names no process: no PID leaves the node (R-S).
+NO_PIDS = "the agent's snapshot names no process (no PID leaves the node)"
+
+
 def _processes(
-    reading: ToolReading, matched: Mapping[str, str], processes: tuple[AgentProcess, ...]
+    reading: ToolReading, matched: Mapping[str, str], processes: tuple[AgentProcess, ...] | None
 ) -> list[Check]:
+    if processes is None:
+        return [Check("processes", "memory_mib", Verdict.NOT_COMPARED, why=NO_PIDS)]
     if reading.processes is None:
         note = reading.process_note or f"{reading.tool}'s process list was not read"
         return [Check("processes", "memory_mib", Verdict.NOT_COMPARED, why=note)]
@@ -126,10 +132,11 @@ def compare(
     manufacturer: str,
     reading: ToolReading,
     cards: tuple[AgentCard, ...],
-    processes: tuple[AgentProcess, ...],
+    processes: tuple[AgentProcess, ...] | None,
     notes: tuple[str, ...] = (),
 ) -> Report:
-    """Every figure either side states, per card, then each process's memory."""
+    """Every figure either side states, per card, then each process's memory (None: the
+    agent's side names no process, as a snapshot)."""
     by_id = {c.id: c for c in cards}
     checks: list[Check] = []
     matched: dict[str, str] = {}  # each of a tool card's keys -> the agent's card id

@@ -19,6 +19,14 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         "--tool-output is given",
     )
     parser.add_argument(
+        "--snapshot-url",
+        metavar="URL",
+        help="the agent's figures from a running agent's snapshot (its /monitor/snapshot) "
+        "instead of reading the vendor library now; it names no process, so per-process "
+        "memory is not compared",
+    )
+    parser.add_argument("--cacert", help="with --snapshot-url: verify the agent against this CA")
+    parser.add_argument(
         "--tool-output",
         type=Path,
         metavar="DIR",

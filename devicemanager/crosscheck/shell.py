@@ -18,12 +18,19 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from devicemanager.backend import BackendUnavailable, create_backend
-from devicemanager.crosscheck.agent import agent_cards, agent_processes, as_published
+from devicemanager.crosscheck.agent import (
+    AgentCard,
+    AgentProcess,
+    agent_cards,
+    agent_processes,
+    as_published,
+    snapshot_cards,
+)
 from devicemanager.crosscheck.compare import compare
 from devicemanager.crosscheck.render import render
 from devicemanager.crosscheck.tools import TOOLS, Tool
@@ -180,12 +187,34 @@ def read_agent(manufacturer: str) -> VendorReading:
 # -- the command ------------------------------------------------------------------------------
 
 
-def command(args: argparse.Namespace) -> int:
+def read_snapshot(
+    url: str, cacert: str | None, timeout: float, token: str | None, manufacturer: str
+) -> tuple[AgentCard, ...]:
+    from devicemanager.serve.client import FetchError, fetch_snapshot  # httpx, only here
+
+    try:
+        doc = fetch_snapshot(url, cacert, timeout, token)
+    except FetchError as exc:
+        raise CrosscheckError(str(exc), UNREADABLE) from None
+    cards = snapshot_cards(doc, manufacturer)
+    if not cards:
+        raise CrosscheckError(f"{url}: the agent's snapshot has no {manufacturer} card", UNREADABLE)
+    return cards
+
+
+def command(
+    args: argparse.Namespace, token_for: Callable[[str], str | None] = lambda url: None
+) -> int:
+    """`token_for` is the bearer token the command line sends to a URL (cli.py's rule)."""
     tool = TOOLS[args.vendor]
     notes: list[str] = []
+    processes: tuple[AgentProcess, ...] | None
+    if args.payload is not None and args.snapshot_url is not None:
+        raise CrosscheckError("--payload and --snapshot-url: give one of them", USAGE)
     if args.payload is not None:
         doc = read_payload(args.payload, args.vendor)
-        reading = create_backend(args.vendor).parse(doc["payload"])
+        reading = as_published(create_backend(args.vendor).parse(doc["payload"]))
+        cards, processes = agent_cards(reading), agent_processes(reading)
         if args.tool_output is not None:
             answers = saved_answers(tool, args.tool_output)
         elif (kept := kept_answers(tool, doc)) is not None:
@@ -195,7 +224,14 @@ def command(args: argparse.Namespace) -> int:
             answers = run_tool(tool, args.timeout)
             notes.append(f"{tool.name} run now, against a recording of another moment")
     else:
-        reading = read_agent(args.vendor)
+        if args.snapshot_url is not None:
+            token = token_for(args.snapshot_url)
+            cards = read_snapshot(args.snapshot_url, args.cacert, args.timeout, token, args.vendor)
+            processes = None
+            notes.append("the agent's figures from its last round's snapshot")
+        else:
+            reading = as_published(read_agent(args.vendor))
+            cards, processes = agent_cards(reading), agent_processes(reading)
         if args.tool_output is not None:
             answers = saved_answers(tool, args.tool_output)
         else:
@@ -204,9 +240,6 @@ def command(args: argparse.Namespace) -> int:
         parsed = tool.parse(answers)
     except (ValueError, KeyError, IndexError, SyntaxError) as exc:  # ET.ParseError: SyntaxError
         raise CrosscheckError(f"{tool.name}'s answer cannot be read: {exc}", UNREADABLE) from None
-    published = as_published(reading)
-    report = compare(
-        args.vendor, parsed, agent_cards(published), agent_processes(published), tuple(notes)
-    )
+    report = compare(args.vendor, parsed, cards, processes, tuple(notes))
     sys.stdout.write(render(report))
     return DISAGREE if report.disagreements else OK
