@@ -804,3 +804,21 @@ def test_payload_and_snapshot_url_together_are_a_usage_error(
         capsys, "nvidia", "--payload", str(PAYLOAD), "--snapshot-url", "http://127.0.0.1:1/"
     )
     assert code == 2 and "--payload and --snapshot-url: give one of them" in err
+
+
+def test_inputs_that_cannot_be_read_are_one_line_each(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = run(capsys, "nvidia", "--payload", str(PAYLOAD), "--tool-output", str(empty))
+    assert (code, err) == (
+        2,
+        f"devicemanager crosscheck: --tool-output: no nvidia-smi-q.xml in {empty}\n",
+    )
+    amd = NODES / "mi300x-8gpu-cpx-mixed" / "vendors" / "amd.json"
+    code, _, err = run(capsys, "nvidia", "--payload", str(amd), "--tool-output", str(TOOL_DIR))
+    assert code == 2 and "is a recording of amd, not nvidia" in err
+    (tmp_path / "nvidia-smi-q.xml").write_text("<nvidia_smi_log><gpu>")
+    code, _, err = run(capsys, "nvidia", "--payload", str(PAYLOAD), "--tool-output", str(tmp_path))
+    assert code == 3 and "nvidia-smi's answer cannot be read" in err

@@ -2,12 +2,12 @@
 compared (compare.py) and printed (render.py).
 
 The agent's side is the backend's `read()` and pure `parse()` now, as `devicemanager record`
-reads, or a recording (`--payload`). The tool's side is the tool run now, with a deadline and a
-bound on what it may print, or its answers kept beside a recording (`meta.tool`, written by
+reads, or a recording (`--payload`), or a running agent's snapshot (`--snapshot-url`), each as
+a round publishes it. The tool's side is the tool run right after, with a deadline and a bound
+on what it may print, or its answers kept beside a recording (`meta.tool`, written by
 `record`), or files (`--tool-output DIR`). Exit 0 when every compared figure agrees, 1 when one
-disagrees, 3 when either side cannot be read (the tool missing: what to install, or
-`--tool-output`).
-"""
+disagrees, 2 for an input given that cannot be read, 3 when either side cannot be read (the
+tool missing: what to install, or `--tool-output`)."""
 
 from __future__ import annotations
 
