@@ -28,7 +28,7 @@ from devicemanager.crosscheck import mx_smi, npu_smi, nvidia_smi, ppu_smi
 from devicemanager.crosscheck.agent import agent_card
 from devicemanager.crosscheck.compare import compare
 from devicemanager.crosscheck.model import ToolCard, ToolProcess, ToolReading, Verdict
-from devicemanager.model import MIB, Card, CardHealth, VendorReading
+from devicemanager.model import MIB, Card, CardHealth, ReadRequest, VendorReading
 from tests.conftest import NODES
 
 H200 = NODES / "h200-recorded"
@@ -822,3 +822,54 @@ def test_inputs_that_cannot_be_read_are_one_line_each(
     (tmp_path / "nvidia-smi-q.xml").write_text("<nvidia_smi_log><gpu>")
     code, _, err = run(capsys, "nvidia", "--payload", str(PAYLOAD), "--tool-output", str(tmp_path))
     assert code == 3 and "nvidia-smi's answer cannot be read" in err
+
+
+def test_the_cards_read_now_through_the_library_against_the_tool_run_right_after(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The live path: the backend's read() now (here through the fake libhgml, as on a node
+    through the real one), then ppu-smi. The fake ppu-smi prints what the same scenario reads,
+    as ppu-smi would on that node; one PPU's memory one MiB off is then named."""
+    from tests.fakelib import thead as fake
+    from tests.fakelib.thead import scenarios
+    from vendors.thead import TheadBackend
+
+    if why := fake.missing():
+        pytest.skip(f"the fake libhgml cannot be built here: {why}")
+    lib = fake.build(tmp_path_factory.mktemp("hgml"))  # with the compiler on PATH
+    bare_path = tmp_path / "bin"
+    bare_path.mkdir()
+    monkeypatch.setenv("PATH", str(bare_path))
+    path = fake.write(tmp_path / "scenario.txt", scenarios.ppu_mixed())
+    monkeypatch.setenv(fake.SCENARIO_ENV, str(path))
+    backend = TheadBackend({"hgml": str(lib)})
+    backend.open()
+    try:
+        first = backend.parse(backend.read(ReadRequest()))
+        carved = frozenset(c.id for c in first.cards)
+        reading = backend.parse(backend.read(ReadRequest(carved_device_ids=carved)))
+    finally:
+        backend.close()
+    assert reading.cards and any(d.rows for d in reading.processes)
+    _install(bare_path, _ppu(reading))
+    code, out, err = run(capsys, "thead", "--library", str(lib))
+    assert code == 0, out + err
+    assert "crosscheck thead against ppu-smi" in out and "note:" not in out
+    assert sum(" agree " in line for line in lines(out, "memory_mib")) == sum(
+        len(d.rows) for d in reading.processes
+    )
+    card = reading.cards[0]
+    assert card.memory_used_mib is not None
+    wrong = replace(card, memory_used_mib=card.memory_used_mib + 1)
+    _install(bare_path, _ppu(replace(reading, cards=(wrong, *reading.cards[1:]))))
+    code, out, _ = run(capsys, "thead", "--library", str(lib))
+    assert code == 1
+    assert f"card {card.id}: memory.used_mib: agent {card.memory_used_mib}, ppu-smi" in out
+
+
+def test_library_beside_a_recording_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "nvidia", "--payload", str(PAYLOAD), "--library", "/nowhere.so")
+    assert code == 2 and "--library reads the cards now" in err

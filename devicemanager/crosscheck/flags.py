@@ -35,11 +35,27 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         "ppu-smi-q.txt) instead of running it",
     )
     parser.add_argument(
+        "--library",
+        action="append",
+        type=_library,
+        metavar="[LIBRARY=]PATH",
+        help="read the cards now through this vendor library (or its directory); LIBRARY names "
+        "one of the backend's libraries (default: its main one); repeatable",
+    )
+    parser.add_argument(
         "--timeout",
         type=_seconds,
         default=30.0,
         help="seconds each run of the tool may take (default: 30)",
     )
+
+
+def _library(value: str) -> tuple[str, str]:
+    """As `record --library` reads it."""
+    name, sep, path = value.rpartition("=")
+    if not path:
+        raise argparse.ArgumentTypeError("expected [LIBRARY=]PATH")
+    return (name if sep else ""), path
 
 
 def _seconds(text: str) -> float:

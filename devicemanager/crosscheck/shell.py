@@ -168,9 +168,12 @@ def read_payload(path: Path, manufacturer: str) -> dict[str, Any]:
     return doc
 
 
-def read_agent(manufacturer: str) -> VendorReading:
+def read_agent(manufacturer: str, libraries: Mapping[str, str]) -> VendorReading:
     """The agent's figures now: what a round reads, every card asked for its processes."""
-    backend = create_backend(manufacturer)
+    try:
+        backend = create_backend(manufacturer, libraries)
+    except ValueError as exc:  # a --library the backend does not load
+        raise CrosscheckError(f"--library: {exc}", USAGE) from None
     try:
         backend.open()
         reading = backend.parse(backend.read(ReadRequest()))
@@ -211,6 +214,10 @@ def command(
     processes: tuple[AgentProcess, ...] | None
     if args.payload is not None and args.snapshot_url is not None:
         raise CrosscheckError("--payload and --snapshot-url: give one of them", USAGE)
+    if args.library and (args.payload is not None or args.snapshot_url is not None):
+        raise CrosscheckError(
+            "--library reads the cards now: not beside --payload or --snapshot-url", USAGE
+        )
     if args.payload is not None:
         doc = read_payload(args.payload, args.vendor)
         reading = as_published(create_backend(args.vendor).parse(doc["payload"]))
@@ -230,7 +237,7 @@ def command(
             processes = None
             notes.append("the agent's figures from its last round's snapshot")
         else:
-            reading = as_published(read_agent(args.vendor))
+            reading = as_published(read_agent(args.vendor, dict(args.library or [])))
             cards, processes = agent_cards(reading), agent_processes(reading)
         if args.tool_output is not None:
             answers = saved_answers(tool, args.tool_output)
