@@ -46,7 +46,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         "--timeout",
         type=_seconds,
         default=30.0,
-        help="seconds each run of the tool may take (default: 30)",
+        help="seconds each run of the tool, and the snapshot request, may take (default: 30)",
     )
 
 
