@@ -873,3 +873,33 @@ def test_the_cards_read_now_through_the_library_against_the_tool_run_right_after
 def test_library_beside_a_recording_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "nvidia", "--payload", str(PAYLOAD), "--library", "/nowhere.so")
     assert code == 2 and "--library reads the cards now" in err
+
+
+def test_older_nvidia_smi_element_names_are_read_too() -> None:
+    """Drivers before the clocks-event renaming print `clocks_throttle_reasons`, before Hopper
+    `power_readings/power_draw`, before Ampere single- and double-bit ECC totals."""
+    xml = (TOOL_DIR / "nvidia-smi-q.xml").read_text()
+    start, end = xml.index("<ecc_errors>"), xml.index("</ecc_errors>") + len("</ecc_errors>")
+    xml = (
+        xml[:start] + "<ecc_errors><volatile><single_bit><total>3</total></single_bit>"
+        "<double_bit><total>1</total></double_bit></volatile>"
+        "<aggregate><single_bit><total>N/A</total></single_bit>"
+        "<double_bit><total>7</total></double_bit></aggregate></ecc_errors>" + xml[end:]
+    )
+    xml = xml.replace("clocks_event_reason", "clocks_throttle_reason")
+    xml = xml.replace("<gpu_power_readings>", "<power_readings>").replace(
+        "</gpu_power_readings>", "</power_readings>"
+    )
+    xml = xml.replace(
+        "<average_power_draw>689.64 W</average_power_draw>", "<power_draw>700.5 W</power_draw>"
+    )
+    (card,) = nvidia_smi.parse({nvidia_smi.XML: xml}).cards
+    figures = dict(card.figures)
+    assert {k: v for k, v in figures.items() if k.startswith("ecc.")} == {
+        "ecc.corrected.volatile": 3,
+        "ecc.uncorrected.volatile": 1,
+        "ecc.uncorrected.aggregate": 7,  # the corrected aggregate is N/A: not stated
+    }
+    assert figures["power_watts"] == 700.5
+    assert figures["throttle.sw_power_cap"] is True
+    assert figures["throttle.display_clock_setting"] is False
