@@ -729,8 +729,8 @@ def test_record_keeps_the_tools_answers_where_the_tool_is_installed(bare_path: P
 
 
 def test_a_figure_the_agent_refuses_as_out_of_range_is_not_compared() -> None:
-    """The agent publishes the parse as a round does: a power no card can draw is refused
-    (R-V2), so it is not compared with the tool's, and says so."""
+    """The agent publishes the parse as a round does: a power no card can draw is refused as
+    out of range, so it is not compared with the tool's, and says so."""
     from devicemanager.crosscheck.agent import as_published
 
     reading = VendorReading("nvidia", (Card(id="GPU-x", index=0, power_usage_watts=5e6),))
