@@ -1,5 +1,5 @@
-"""The `devicemanager` command: serve, snapshot, metrics, whois, record, instance-metrics,
-summarize.
+"""The `devicemanager` command: serve, snapshot, metrics, whois, record, crosscheck,
+instance-metrics, summarize.
 
 One error style for every command: a one-line message that names what to fix, no traceback
 unless `--debug`, and one set of exit codes:
@@ -291,11 +291,18 @@ def record(
                 )
             )
         reading = backend.parse(payload)
+        # The manufacturer's tool, right after the read, kept beside it (`crosscheck --payload`
+        # holds the recording to it); not beside a stand-in library, which no tool describes.
+        tool = None
+        if ":" not in manufacturer and not libraries:
+            from devicemanager.crosscheck.shell import tool_answers_for_record
+
+            tool = tool_answers_for_record(backend.manufacturer)
     finally:
         backend.close()
     sdk: str | None = getattr(backend, "sdk", None)  # a Python binding's distribution, if any
     sdk_version = installed_version(sdk) if sdk else None
-    meta = {
+    meta: dict[str, Any] = {
         **provenance(manufacturer, libraries, kind),
         "manufacturer": backend.manufacturer,
         "recordedAt": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -304,6 +311,8 @@ def record(
         "cards": sorted({c.name or "?" for c in reading.cards}),
         "machine": platform.machine(),
     }
+    if tool is not None:
+        meta["tool"] = tool
     return {"meta": meta, "payload": payload}
 
 
@@ -329,6 +338,18 @@ def _cmd_record(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return OK
+
+
+# -- crosscheck -------------------------------------------------------------------------------
+
+
+def _cmd_crosscheck(args: argparse.Namespace) -> int:
+    from devicemanager.crosscheck.shell import CrosscheckError, command
+
+    try:
+        return command(args, lambda url: _token(args, url))
+    except CrosscheckError as exc:
+        raise CliError(str(exc), exc.code) from None
 
 
 # -- whois ------------------------------------------------------------------------------------
@@ -912,6 +933,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="also read this partition (e.g. GPU-…:MIG-…); repeatable",
     )
     rec.set_defaults(func=_cmd_record)
+
+    from devicemanager.crosscheck.flags import add_flags as add_crosscheck_flags
+
+    cross = sub.add_parser(
+        "crosscheck",
+        parents=[common],
+        help="compare each figure the agent publishes with the manufacturer's own tool "
+        "(nvidia-smi, amd-smi, npu-smi, mx-smi, hy-smi, ppu-smi)",
+    )
+    add_crosscheck_flags(cross)
+    _token_flag(cross)
+    cross.set_defaults(func=_cmd_crosscheck)
 
     im = sub.add_parser(
         "instance-metrics", parents=[common], help="one Instance's sample, as the worker serves it"

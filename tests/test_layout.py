@@ -35,13 +35,24 @@ ALLOWED: dict[str, set[str]] = {
     "backend": {"model"},
     "vendors": {"model", "backend"},
     "report": {"model"},
+    "crosscheck": {"model", "backend", "figures", "serve"},
     "kube": {"model", "node", "grants", "figures"},
     "serve": {"devicemanager", "model", "node", "grants", "figures", "kube"},
     "agent": {"devicemanager", "model", "backend", "node", "grants", "figures", "kube", "serve"},
     "__main__": {"cli"},
 }
-ALLOWED["cli"] = ALLOWED["agent"] | {"agent", "report"}
-NEVER_FROM_CORE = {"kube", "serve", "report", "vendors", "agent", "cli", "__main__", "backend"}
+ALLOWED["cli"] = ALLOWED["agent"] | {"agent", "report", "crosscheck"}
+NEVER_FROM_CORE = {
+    "kube",
+    "serve",
+    "report",
+    "crosscheck",
+    "vendors",
+    "agent",
+    "cli",
+    "__main__",
+    "backend",
+}
 
 
 def modules() -> dict[str, Path]:
