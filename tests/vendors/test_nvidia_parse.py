@@ -568,22 +568,23 @@ def test_nvswitch_needs_both_cards_in_the_fabric_and_counts_each_cards_own_links
 @pytest.mark.parametrize(
     ("numa", "sysfs", "wanted"),
     [
-        (0, None, 0),
-        (3, None, 3),
-        (err(3), "1\n", 1),  # the driver lacks the call: the kernel's answer
-        (err(3), "-1\n", None),  # no affinity
+        (err(3), "1\n", 1),  # x86: NVML answers NOT_SUPPORTED (the recorded H200), sysfs the node
+        (err(3), "-1\n", None),  # no affinity (the recorded H200's VM)
         (err(3), "x", None),
         (err(3), None, None),
-        (-1, None, None),
-        (1 << 12, None, None),
-        (True, None, None),
-        (0, "5\n", 0),  # NVML's answer first
+        (err(3), f"{1 << 12}\n", None),
+        (0, "1\n", 1),  # a coherent card (GH200): NVML names its memory's own node, not this one
+        (2, "0\n", 0),
+        (0, None, None),  # NVML's answer alone is never the node the card is attached to
+        (3, "-1\n", None),
     ],
 )
-def test_the_numa_node_from_nvml_else_sysfs_and_no_affinity_is_absent(
+def test_the_numa_node_is_sysfs_never_nvml_numa_node_id_and_no_affinity_is_absent(
     numa: Any, sysfs: Any, wanted: int | None
 ) -> None:
-    """(R-X3) The card's NUMA node: NVML's answer, else sysfs's; -1 (no affinity), a number past
+    """(R-X3, issue 43) The NUMA node the card is attached to is its PCI function's `numa_node`
+    in sysfs; nvmlDeviceGetNumaNodeId ("only applies to platforms where the GPUs are NUMA
+    nodes": a GH200's own memory node) never stands in for it. -1 (no affinity), a number past
     any node count, or text that is no number is absent, never node 0."""
     more = {} if sysfs is None else {"sysfsNumaNode": sysfs}
     cards = placed([topo_card(UUID, "00000000:07:00.0", numa=numa, **more)])

@@ -218,16 +218,19 @@ def h100_links() -> list[dict[str, Any]]:
     """R-X3's links and placement on five cards. Cards 0 and 1 are joined by four direct NVLinks
     (and a fifth link of card 0 that is down), share a PCIe switch (PIX) and sit on NUMA node 0.
     Cards 2 and 3 each have two active links into an NVSwitch, reach each other through their
-    host bridge (PHB) and sit on NUMA node 1. Card 4 is on a driver without the NUMA call
-    (NOT_SUPPORTED: its node from sysfs), has no NVLink, and NVML cannot place it against any
-    card (every common-ancestor call NOT_SUPPORTED). Cards 0/1 against 2/3 are across NUMA nodes
-    (SYS)."""
+    host bridge (PHB) and sit on NUMA node 1. Card 4 sits on node 1, has no NVLink, and NVML
+    cannot place it against any card (every common-ancestor call NOT_SUPPORTED). Cards 0/1
+    against 2/3 are across NUMA nodes (SYS). The nodes are sysfs's (`numa`, written by
+    write_sysfs); card 0's nvmlDeviceGetNumaNodeId answers 4, as a coherent card (GH200) names
+    its own memory's node, which is not the node the card is attached to (issue 43); the others
+    answer NOT_SUPPORTED, as x86 cards do."""
     switch = {"state": 1, "remote": SWITCH_BUS, "type": 2}
     return [
         device(
             gpu(30),
             **H100,
             numa=0,
+            gpu_numa=4,
             nvlinks=[{"state": 1, "remote": bus(1)}] * 4 + [{"state": 0, "remote": bus(1)}],
             ancestor={"1": 10, "2": 50, "3": 50},
         ),
@@ -240,5 +243,5 @@ def h100_links() -> list[dict[str, Any]]:
         ),
         device(gpu(32), **H100, numa=1, nvlinks=[switch, switch], ancestor={"3": 30}),
         device(gpu(33), **H100, numa=1, nvlinks=[switch, switch]),
-        device(gpu(34), **H100, numa=-1, bus_id="00000000:9A:00.0"),
+        device(gpu(34), **H100, numa=1, bus_id="00000000:9A:00.0"),
     ]
