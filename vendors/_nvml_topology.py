@@ -150,11 +150,15 @@ def read_topology(
             except OSError as exc:
                 entry["sysfsNumaNode"] = {"error": type(exc).__name__, "code": exc.errno or -1}
         found: list[dict[str, Any]] = []
+        failed: dict[str, dict[str, Any]] = {}
         for link in range(MAX_NVLINKS):
             state = call(state_call, handle, link)
             if _error(state) is not None:
-                entry["nvlinkEnd"] = state  # no NVLink (NOT_SUPPORTED), or past the last one
-                break
+                # NOT_SUPPORTED (no NVLink, or this link), INVALID_ARGUMENT (past the last):
+                # the next link is asked all the same, as go-gpuallocator does.
+                group = failed.setdefault(repr(sorted(state.items())), {**state, "links": []})
+                group["links"].append(link)
+                continue
             one: dict[str, Any] = {"link": link, key(state_call): state}
             if state == NVLINK_ACTIVE:
                 # pynvml's nvmlDeviceGetNvLinkRemotePciInfo (and our HGML binding's) calls the
@@ -163,6 +167,8 @@ def read_topology(
                 one[key(type_call)] = call(type_call, handle, link)
             found.append(one)
         entry["nvlinks"] = found
+        if failed:
+            entry["nvlinkErrors"] = list(failed.values())  # each error with the links it answered
         devices.append(entry)
     pairs = [
         {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -639,3 +640,51 @@ def test_xid_counts_parse_in_numeric_order_or_are_refused(
     assert c.health.reason("xid_errors") == reason
     (old,) = parse_card(nvmlDeviceGetPcieReplayCounter=0)
     assert old.health.xid_errors is None and old.health.reason("xid_errors") is None
+
+
+@pytest.mark.parametrize("prefix", ["nvml", "hgml"])
+def test_a_link_that_answers_an_error_is_skipped_not_the_links_after_it(
+    prefix: str, tmp_path: Path
+) -> None:
+    """(R-X3, issue 43) Six links to the peer, link 2 answering NOT_SUPPORTED: the reader asks
+    every link up to NVML_NVLINK_MAX_LINKS, as NVIDIA's go-gpuallocator does, so the pair has
+    five links (b42776a stopped at link 2 and published two), for NVML and HGML alike; each
+    error is recorded with the links that answered it."""
+    from vendors._nvml_topology import INTERCONNECTS, MAX_NVLINKS, parse_topology, read_topology
+
+    calls = INTERCONNECTS[prefix].calls
+    buses = {0: "00000000:07:00.0", 1: "00000000:08:00.0"}
+
+    def call(name: str, *args: Any) -> Any:
+        if name == "DeviceGetHandleByIndex":
+            return args[0]
+        if name == "DeviceGetUUID":
+            return f"GPU-{args[0]}"
+        if name == "DeviceGetPciInfo_v3":
+            return _Pci(buses[args[0]])
+        if name == f"DeviceGet{calls}State":
+            _, link = args
+            if link == 2 or link >= 6:
+                return (
+                    {"error": "NotSupported", "code": 3} if link == 2 else {"error": "x", "code": 2}
+                )
+            return 1
+        if name == f"DeviceGet{calls}RemotePciInfo":
+            return _Pci(buses[1 - args[0]])
+        if name == f"DeviceGet{calls}RemoteDeviceType":
+            return 0
+        return {"error": "NotSupported", "code": 3}
+
+    raw = read_topology(call, lambda n: prefix + n, 2, tmp_path, 1.0, links=INTERCONNECTS[prefix])
+    out = parse_topology({"topology": raw}, prefix)
+    direct = INTERCONNECTS[prefix].direct
+    assert [(x.peer_id, x.link, x.count) for x in out["GPU-0"][0]] == [("GPU-1", direct, 5)]
+    errors = raw["devices"][0]["nvlinkErrors"]
+    assert sorted(n for e in errors for n in e["links"]) == [2, *range(6, MAX_NVLINKS)]
+
+
+class _Pci:
+    """What the binding's remote-PCI call returns: a struct with a `busId`."""
+
+    def __init__(self, bus: str) -> None:
+        self.busId = bus.encode()

@@ -216,7 +216,9 @@ SWITCH_BUS = "00000000:C0:00.0"
 
 def h100_links() -> list[dict[str, Any]]:
     """R-X3's links and placement on five cards. Cards 0 and 1 are joined by four direct NVLinks
-    (and a fifth link of card 0 that is down), share a PCIe switch (PIX) and sit on NUMA node 0.
+    (and a fifth link of card 0 that is down; card 1's link 2 answers NOT_SUPPORTED, a gap the
+    links after it are read past, as go-gpuallocator does: issue 43), share a PCIe switch (PIX)
+    and sit on NUMA node 0.
     Cards 2 and 3 each have two active links into an NVSwitch, reach each other through their
     host bridge (PHB) and sit on NUMA node 1. Card 4 sits on node 1, has no NVLink, and NVML
     cannot place it against any card (every common-ancestor call NOT_SUPPORTED). Cards 0/1
@@ -238,7 +240,9 @@ def h100_links() -> list[dict[str, Any]]:
             gpu(31),
             **H100,
             numa=0,
-            nvlinks=[{"state": 1, "remote": bus(0)}] * 4,
+            nvlinks=[{"state": 1, "remote": bus(0)}] * 2
+            + [{"error": 3}]
+            + [{"state": 1, "remote": bus(0)}] * 2,
             ancestor={"2": 50, "3": 50},
         ),
         device(gpu(32), **H100, numa=1, nvlinks=[switch, switch], ancestor={"3": 30}),
