@@ -72,7 +72,9 @@ class HealthFigure(StrEnum):
 
 
 # The clock-throttle reasons a card can report, named as NVML's clocks-event reasons (its
-# nvmlClocksEventReason* bits) so every manufacturer's throttle status maps onto one label set.
+# nvmlClocksEventReason* bits, 0x1 to 0x400 in this order) so every manufacturer's throttle
+# status maps onto one label set. BoardLimit (0x200) and Reliability (0x400) came with CUDA 13's
+# nvml.h (issue 43).
 THROTTLE_REASONS: tuple[str, ...] = (
     "gpu_idle",
     "applications_clocks_setting",
@@ -83,6 +85,8 @@ THROTTLE_REASONS: tuple[str, ...] = (
     "hw_thermal_slowdown",
     "hw_power_brake_slowdown",
     "display_clock_setting",
+    "board_limit",  # nvmlClocksEventReasonBoardLimit
+    "reliability",  # nvmlClocksEventReasonReliability
 )
 
 MAX_MIB = 16 << 20  # 16 TiB: past any card made

@@ -232,7 +232,11 @@ def test_card_health_through_real_pynvml(libnvml: Path, scenario) -> None:  # ty
     ) == (3, 1, 1, 0)
     assert full.number(H.ENERGY_JOULES) == 123_456.789  # 123,456,789 mJ
     assert full.throttle_reasons is not None
-    assert [r for r, on in full.throttle_reasons if on] == ["sw_power_cap", "hw_thermal_slowdown"]
+    assert [r for r, on in full.throttle_reasons if on] == [
+        "sw_power_cap",
+        "hw_thermal_slowdown",
+        "reliability",  # 0x400, CUDA 13's nvml.h (issue 43)
+    ]
     assert (
         full.number(H.CLOCK_SM_HZ),
         full.number(H.CLOCK_MEMORY_HZ),
@@ -326,6 +330,10 @@ def test_the_whole_agent_publishes_card_health(
     assert by_card(f"{pre}pcie_replays_total") == {gpu(20): 7.0}
     assert by_card(f"{pre}clock_hertz", clock="sm") == {gpu(20): 1.755e9, gpu(21): 1.98e9}
     assert by_card(f"{pre}clock_throttle_active", reason="hw_thermal_slowdown") == {
+        gpu(20): 1.0,
+        gpu(22): 0.0,
+    }
+    assert by_card(f"{pre}clock_throttle_active", reason="reliability") == {
         gpu(20): 1.0,
         gpu(22): 0.0,
     }

@@ -688,3 +688,22 @@ class _Pci:
 
     def __init__(self, bus: str) -> None:
         self.busId = bus.encode()
+
+
+@pytest.mark.parametrize(
+    ("mask", "active"),
+    [
+        (0x200, ["board_limit"]),
+        (0x400, ["reliability"]),
+        (0x600, ["board_limit", "reliability"]),
+        (0x4 | 0x400, ["sw_power_cap", "reliability"]),
+    ],
+)
+def test_board_limit_and_reliability_are_throttle_reasons(mask: int, active: list[str]) -> None:
+    """(R-X7, issue 43) CUDA 13's nvml.h adds nvmlClocksEventReasonBoardLimit (0x200) and
+    …Reliability (0x400): a card held down only by them reads throttled by them, not "not
+    throttled" (b42776a published all nine reasons False for 0x200)."""
+    (c,) = parse_card(nvmlDeviceGetCurrentClocksEventReasons=mask)
+    assert c.health is not None and c.health.throttle_reasons is not None
+    assert [r for r, on in c.health.throttle_reasons if on] == active
+    assert len(c.health.throttle_reasons) == 11

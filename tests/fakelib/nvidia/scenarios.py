@@ -159,7 +159,8 @@ U64_MAX = 0xFFFFFFFFFFFFFFFF
 
 def h100_health() -> list[dict[str, Any]]:
     """Issue 29's figures on three H100s. Card 0 answers every one: ECC counts, remapped rows
-    (one pending), 123,456,789 mJ, SW power cap and HW thermal slowdown active, its clocks, 7
+    (one pending), 123,456,789 mJ, SW power cap, HW thermal slowdown and CUDA 13's Reliability
+    (0x400) active, its clocks, 7
     PCIe replays. Card 1 answers none: ECC off, and NOT_SUPPORTED from the rest (the clocks-event
     call missing from the driver, the older throttle call refused, one clock domain refused).
     Card 2 is on an older driver's names (only the throttle call) and answers the types'
@@ -176,7 +177,7 @@ def h100_health() -> list[dict[str, Any]]:
             },
             remapped=(3, 1, 1, 0),
             energy=123_456_789,
-            throttle=0x4 | 0x40,
+            throttle=0x4 | 0x40 | 0x400,
             clocks={"graphics": 1755, "sm": 1755, "memory": 2619},
             pcie_replays=7,
         ),
