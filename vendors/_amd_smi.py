@@ -230,6 +230,11 @@ H = HealthFigure
 AMD_CLOCKS = {H.CLOCK_GRAPHICS_HZ: "GFX", H.CLOCK_MEMORY_HZ: "MEM"}
 UINT64_MAX = 0xFFFFFFFFFFFFFFFF
 MAX_CLOCK_MHZ = 100_000  # as NVML's: above 100 GHz is no clock
+# Each unsigned type's maximum, the mark ROCm SMI writes into a field it does not have
+# (`init_max_uint_types`): amdsmi_get_clock_info copies the 16-bit GPU-metrics fields
+# (current_gfxclk, current_uclk), so an absent clock arrives as 0xFFFF, which the wheel (it
+# filters UINT32_MAX only) hands on as 65,535 MHz, under the 100 GHz bound (issue 43).
+TYPE_MAXIMA = frozenset({0xFFFF, 0xFFFFFFFF, UINT64_MAX})
 
 
 def _counted(value: Any, ceiling: int) -> tuple[int | None, Reason | None]:
@@ -425,6 +430,8 @@ def health(device: Mapping[str, Any]) -> CardHealth | None:
     for figure, domain in AMD_CLOCKS.items():
         answer = clocks.get(domain) if isinstance(clocks, Mapping) else None
         mhz, reason = _counted(mapping(answer).get("clk", answer), MAX_CLOCK_MHZ + 1)
+        if mhz in TYPE_MAXIMA:  # a field ROCm SMI marked absent: no clock, never 65.5 GHz
+            mhz, reason = None, Reason.INVALID_DATA
         found[figure] = (None if mhz is None else mhz * 1_000_000, reason)
     found[H.CLOCK_SM_HZ] = (None, Reason.UNSUPPORTED)
     # amdsmi's event notifications (VM faults, resets, throttling) and CPER records are no

@@ -194,6 +194,26 @@ def test_a_partitioned_socket_without_a_serial_is_named_by_its_socket() -> None:
             None,
             Reason.INVALID_DATA,
         ),
+        # A 16-bit GPU-metrics field ROCm SMI marked absent (0xFFFF, its type's maximum):
+        # absent, not 65.5 GHz (issue 43; b42776a published 65,535,000,000 Hz).
+        (
+            {"amdsmi_get_clock_info": {"GFX": {"clk": 0xFFFF}}},
+            "clock_graphics_hz",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (
+            {"amdsmi_get_clock_info": {"MEM": {"clk": 0xFFFF}}},
+            "clock_memory_hz",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (
+            {"amdsmi_get_clock_info": {"MEM": {"clk": 0xFFFE}}},
+            "clock_memory_hz",
+            0xFFFE * 1_000_000,
+            None,
+        ),
         (
             {"amdsmi_get_clock_info": {"MEM": {"clk": 1300}}},
             "clock_sm_hz",
