@@ -477,6 +477,7 @@ def test_card_health_through_our_ctypes(libmxsml: Path, scenario) -> None:  # ty
     assert full.throttle_reasons is not None
     assert [r for r, on in full.throttle_reasons if on] == [
         "sw_power_cap",
+        "sw_thermal_slowdown",  # HBM over-temperature, 0x20 (issue 43)
         "hw_power_brake_slowdown",
     ]
     assert (full.number(H.CLOCK_SM_HZ), full.number(H.CLOCK_MEMORY_HZ)) == (
@@ -544,7 +545,9 @@ def test_the_whole_agent_publishes_c500_health(
     }
     assert by_card(f"{pre}remapped_rows", state="uncorrectable") == {gpu(90): 3.0, gpu(92): 0.0}
     assert by_card(f"{pre}clock_throttle_active", reason="sw_power_cap") == {gpu(90): 1.0}
-    assert by_card(f"{pre}clock_throttle_active", reason="hw_slowdown") == {}
+    assert by_card(f"{pre}clock_throttle_active", reason="sw_thermal_slowdown") == {gpu(90): 1.0}
+    assert by_card(f"{pre}clock_throttle_active", reason="hw_slowdown") == {gpu(90): 0.0}
+    assert by_card(f"{pre}clock_throttle_active", reason="hw_thermal_slowdown") == {}
     assert by_card(f"{pre}clock_hertz", clock="sm") == {gpu(90): 1.5e9, gpu(91): 1.6e9}
     assert by_card(f"{pre}energy_joules") == {}
     assert by_card(f"{pre}figure_capability", figure="pcie_replays", reason="unsupported") == {

@@ -129,7 +129,11 @@ TABLE: dict[str, Case] = {
                     "ecc_corrected_aggregate": Reason.UNSUPPORTED,
                     "remapped_rows_uncorrectable": 3,
                     "remapped_rows_pending": Reason.UNSUPPORTED,
-                    "throttle_active": ["sw_power_cap", "hw_power_brake_slowdown"],
+                    "throttle_active": [
+                        "sw_power_cap",
+                        "sw_thermal_slowdown",  # HBM over-temperature, 0x20
+                        "hw_power_brake_slowdown",
+                    ],
                     "clock_sm_hz": 1_500_000_000,
                     "clock_memory_hz": 1_800_000_000,
                     "clock_graphics_hz": Reason.UNSUPPORTED,
