@@ -57,6 +57,8 @@ class HealthFigure(StrEnum):
     ECC_UNCORRECTED_VOLATILE = "ecc_uncorrected_volatile"
     ECC_CORRECTED_AGGREGATE = "ecc_corrected_aggregate"
     ECC_UNCORRECTED_AGGREGATE = "ecc_uncorrected_aggregate"
+    ECC_CORRECTED_TOTAL = "ecc_corrected_total"
+    ECC_UNCORRECTED_TOTAL = "ecc_uncorrected_total"
     REMAPPED_ROWS_CORRECTABLE = "remapped_rows_correctable"
     REMAPPED_ROWS_UNCORRECTABLE = "remapped_rows_uncorrectable"
     REMAPPED_ROWS_PENDING = "remapped_rows_pending"
@@ -119,8 +121,8 @@ class FigureSpec:
     bounds: tuple[float, float] | None = None  # what the hardware can hold (figures/ranges.py)
     integer: bool = True  # a count (a JSON integer) or a measure (a JSON number)
     shape: Shape = Shape.NUMBER
-    # Written in the snapshot only where the backend reads it (issue 29's error codes): every
-    # other card's health object is the one it was before.
+    # Written in the snapshot only where the backend reads it (issue 29's error codes, issue
+    # 43's total ECC counts): every other card's health object is the one it was before.
     json_only_when_read: bool = False
     derived: bool = False  # computed from other figures: never read, refused or read back
     grant_help: str | None = None  # a card figure's per-grant family (GRANT_PREFIX), its HELP
@@ -236,7 +238,8 @@ _ECC = Family(
     "ecc_errors_total",
     Kind.COUNTER,
     "Memory ECC errors the card's library counted: error corrected or uncorrected; counter "
-    "volatile (since the driver loaded) or aggregate (over the card's life).",
+    "volatile (since the driver loaded), aggregate (over the card's life) or total (the "
+    "library's total, its lifetime not stated).",
     ("error", "counter"),
 )
 _ROWS = Family(
@@ -286,9 +289,17 @@ _CODES = Family(
 )
 
 
-def _ecc(name: HealthFigure, error: str, counter: str) -> FigureSpec:
+def _ecc(
+    name: HealthFigure, error: str, counter: str, *, only_when_read: bool = False
+) -> FigureSpec:
     return FigureSpec(
-        name, "errors", _ECC, ("eccErrors", error, counter), (error, counter), COUNTER
+        name,
+        "errors",
+        _ECC,
+        ("eccErrors", error, counter),
+        (error, counter),
+        COUNTER,
+        json_only_when_read=only_when_read,
     )
 
 
@@ -308,6 +319,12 @@ HEALTH: tuple[FigureSpec, ...] = (
     _ecc(H.ECC_UNCORRECTED_VOLATILE, "uncorrected", "volatile"),
     _ecc(H.ECC_CORRECTED_AGGREGATE, "corrected", "aggregate"),
     _ecc(H.ECC_UNCORRECTED_AGGREGATE, "uncorrected", "aggregate"),
+    # A library's "total" count whose header says no more (amdsmi "the total number of ECC
+    # errors", ROCm SMI's "accumulated", MXSML's "total"): labelled as what is known (issue 43).
+    # In the snapshot only where read, so a card of a library that splits its counts by
+    # lifetime (NVML, HGML, DCMI) keeps the health object it had.
+    _ecc(H.ECC_CORRECTED_TOTAL, "corrected", "total", only_when_read=True),
+    _ecc(H.ECC_UNCORRECTED_TOTAL, "uncorrected", "total", only_when_read=True),
     _rows(H.REMAPPED_ROWS_CORRECTABLE, "correctable"),
     _rows(H.REMAPPED_ROWS_UNCORRECTABLE, "uncorrectable"),
     _rows(H.REMAPPED_ROWS_PENDING, "pending"),  # NVML's flag: 1 = at least one

@@ -215,7 +215,7 @@ def _unhealthy(device: Mapping[str, Any]) -> str | None:
     left in use, as NVML's failed row remap and Hygon's unreservable page)."""
     if _lost(device):
         return "device_lost"
-    uncorrectable, _ = ecc_counts(device)[H.ECC_UNCORRECTED_VOLATILE]  # never a sentinel
+    uncorrectable, _ = ecc_counts(device)[H.ECC_UNCORRECTED_TOTAL]  # never a sentinel
     if uncorrectable is not None and uncorrectable > 0:
         return "ecc_uncorrectable"
     if BAD_PAGES in device and bad_pages(device[BAD_PAGES])[H.REMAPPED_ROWS_FAILED] == (1, None):
@@ -300,10 +300,17 @@ AMD_THROTTLE: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("hw_thermal_slowdown", ("active_prochot_thrm",)),
 )
 VIOLATION_FLAGS = tuple(flag for _, flags in AMD_THROTTLE for flag in flags)
-# Figures no amdsmi call answers: the error counts say "accumulated" with no lifetime, read as
-# since the driver loaded (volatile, assumed); no correctable-error repair count.
+# Figures no amdsmi call answers: the header says "the total number of ECC errors" and no
+# more, so the counts are published as `total`, neither volatile nor aggregate (issue 43); no
+# correctable-error repair count.
 AMD_UNSUPPORTED = frozenset(
-    {H.ECC_CORRECTED_AGGREGATE, H.ECC_UNCORRECTED_AGGREGATE, H.REMAPPED_ROWS_CORRECTABLE}
+    {
+        H.ECC_CORRECTED_VOLATILE,
+        H.ECC_UNCORRECTED_VOLATILE,
+        H.ECC_CORRECTED_AGGREGATE,
+        H.ECC_UNCORRECTED_AGGREGATE,
+        H.REMAPPED_ROWS_CORRECTABLE,
+    }
 )
 
 
@@ -332,14 +339,15 @@ def _ecc_by_blocks(device: Mapping[str, Any], key: str) -> tuple[int | None, Rea
 
 
 def ecc_counts(device: Mapping[str, Any]) -> dict[HealthFigure, tuple[int | None, Reason | None]]:
-    """Corrected and uncorrected ECC errors (volatile, assumed): amdsmi_get_gpu_total_ecc_count,
+    """Corrected and uncorrected ECC errors (`total`: the header gives no lifetime; issue 43):
+    amdsmi_get_gpu_total_ecc_count,
     else, where it did not answer, the enabled blocks' amdsmi_get_gpu_ecc_count summed. Deferred
     errors (the UMC's poison, consumed later) are no NVML figure: recorded, not published."""
     out: dict[HealthFigure, tuple[int | None, Reason | None]] = {}
     total = device.get(TOTAL_ECC)
     for figure, key in (
-        (H.ECC_CORRECTED_VOLATILE, "correctable_count"),
-        (H.ECC_UNCORRECTED_VOLATILE, "uncorrectable_count"),
+        (H.ECC_CORRECTED_TOTAL, "correctable_count"),
+        (H.ECC_UNCORRECTED_TOTAL, "uncorrectable_count"),
     ):
         found = _counted(mapping(total).get(key, total), UINT64_MAX)
         if found[1] is not None and error_code(total) is not None and ECC_ENABLED in device:

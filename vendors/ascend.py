@@ -359,6 +359,8 @@ NEXT_ISOLATED = ("single_bit_next_isolated_pages_cnt", "double_bit_next_isolated
 # graphics clock is declared; a failed isolation is not reported): absent, `unsupported`.
 ASCEND_UNSUPPORTED = frozenset(
     {
+        H.ECC_CORRECTED_TOTAL,  # DCMI's counts are split by lifetime: volatile and aggregate
+        H.ECC_UNCORRECTED_TOTAL,
         H.REMAPPED_ROWS_FAILED,
         H.ENERGY_JOULES,
         H.THROTTLE_REASONS,

@@ -236,6 +236,8 @@ HEALTH_KEYS = (
 # versioned gpu_metrics table, with AMD's own bits): absent with `unsupported`.
 HYGON_UNSUPPORTED = frozenset(
     {
+        H.ECC_CORRECTED_VOLATILE,  # rocm_smi.h says "accumulated", not since when (issue 43)
+        H.ECC_UNCORRECTED_VOLATILE,
         H.ECC_CORRECTED_AGGREGATE,
         H.ECC_UNCORRECTED_AGGREGATE,
         H.REMAPPED_ROWS_CORRECTABLE,
@@ -302,15 +304,16 @@ def _retired_pages(answer: Any) -> dict[HealthFigure, tuple[int | None, Reason |
 def parse_health(device: Mapping[str, Any]) -> CardHealth | None:
     """A card's ECC counts, retired pages, energy, clocks and PCIe replays (R-X7), in base
     units, each absent with its reason; None where the payload was recorded before they were
-    read. ECC is the memory (UMC) block's, counted since the driver loaded (volatile)."""
+    read. ECC is the memory (UMC) block's "accumulated" count, published as `total`: the header
+    gives no lifetime (issue 43)."""
     if not any(key in device for key in HEALTH_KEYS):
         return None
     found: dict[HealthFigure, Answer] = {}
     ecc = device.get("rsmi_dev_ecc_count_get")
     if ecc is not None:
         for figure, key in (
-            (H.ECC_CORRECTED_VOLATILE, "correctable_err"),
-            (H.ECC_UNCORRECTED_VOLATILE, "uncorrectable_err"),
+            (H.ECC_CORRECTED_TOTAL, "correctable_err"),
+            (H.ECC_UNCORRECTED_TOTAL, "uncorrectable_err"),
         ):
             found[figure] = _count(
                 ecc.get(key) if isinstance(ecc, Mapping) and _error(ecc) is None else ecc

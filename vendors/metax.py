@@ -221,10 +221,13 @@ METAX_THROTTLE_BITS: tuple[tuple[str, int], ...] = (
     ("hw_power_brake_slowdown", 0x100),
 )
 # Figures no MXSML call answers (no energy counter, PCIe replay counter or graphics clock is
-# declared; "total" ECC counts are not split by lifetime; no pending or failed repair).
+# declared; "total" ECC counts are not split by lifetime, so they are `total`, issue 43; no
+# pending or failed repair).
 H = HealthFigure
 METAX_UNSUPPORTED = frozenset(
     {
+        H.ECC_CORRECTED_VOLATILE,  # MxSml.h says "total", not since when (issue 43)
+        H.ECC_UNCORRECTED_VOLATILE,
         H.ECC_CORRECTED_AGGREGATE,
         H.ECC_UNCORRECTED_AGGREGATE,
         H.REMAPPED_ROWS_CORRECTABLE,
@@ -258,8 +261,8 @@ def parse_health(device: Mapping[str, Any]) -> CardHealth | None:
     ecc = device.get(ECC)
     if ecc is not None:
         for figure, keys in (
-            (H.ECC_CORRECTED_VOLATILE, ("sramCE", "dramCE")),
-            (H.ECC_UNCORRECTED_VOLATILE, ("sramUE", "dramUE")),
+            (H.ECC_CORRECTED_TOTAL, ("sramCE", "dramCE")),
+            (H.ECC_UNCORRECTED_TOTAL, ("sramUE", "dramUE")),
             (H.REMAPPED_ROWS_UNCORRECTABLE, ("retiredPage",)),
         ):
             parts = [_unsigned(ecc.get(k) if _answer(ecc) else ecc, UINT32_MAX) for k in keys]

@@ -94,8 +94,8 @@ TABLE: dict[
             "cards": 3,
             "health": {
                 dcu(0): {
-                    "ecc_corrected_volatile": 4,
-                    "ecc_uncorrected_volatile": 1,
+                    "ecc_corrected_total": 4,
+                    "ecc_uncorrected_total": 1,
                     "ecc_corrected_aggregate": Reason.UNSUPPORTED,
                     "ecc_uncorrected_aggregate": Reason.UNSUPPORTED,
                     "remapped_rows_correctable": Reason.UNSUPPORTED,
@@ -110,7 +110,7 @@ TABLE: dict[
                     "pcie_replays": 9,
                 },
                 dcu(1): {
-                    "ecc_corrected_volatile": Reason.UNSUPPORTED,
+                    "ecc_corrected_total": Reason.UNSUPPORTED,
                     "remapped_rows_pending": Reason.UNSUPPORTED,
                     "energy_joules": Reason.UNSUPPORTED,
                     "clock_graphics_hz": 1_500_000_000,  # the fake's default top level
@@ -118,8 +118,8 @@ TABLE: dict[
                     "pcie_replays": Reason.UNSUPPORTED,
                 },
                 dcu(2): {
-                    "ecc_corrected_volatile": Reason.INVALID_DATA,
-                    "ecc_uncorrected_volatile": 0,
+                    "ecc_corrected_total": Reason.INVALID_DATA,
+                    "ecc_uncorrected_total": 0,
                     "remapped_rows_uncorrectable": 0,
                     "remapped_rows_failed": 1,
                     "clock_graphics_hz": Reason.INVALID_DATA,

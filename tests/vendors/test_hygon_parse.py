@@ -653,8 +653,8 @@ def test_a_hygon_payload_recorded_before_the_health_reads_has_no_health() -> Non
             Reason.UNSUPPORTED,
         ),
         # ECC (UMC): counts since the driver loaded; no aggregate call.
-        ({"rsmi_dev_pci_replay_counter_get": 0}, "ecc_corrected_volatile", 3, None),
-        ({"rsmi_dev_pci_replay_counter_get": 0}, "ecc_uncorrected_volatile", 0, None),
+        ({"rsmi_dev_pci_replay_counter_get": 0}, "ecc_corrected_total", 3, None),
+        ({"rsmi_dev_pci_replay_counter_get": 0}, "ecc_uncorrected_total", 0, None),
         (
             {"rsmi_dev_pci_replay_counter_get": 0},
             "ecc_uncorrected_aggregate",
@@ -666,7 +666,7 @@ def test_a_hygon_payload_recorded_before_the_health_reads_has_no_health() -> Non
                 "rsmi_dev_pci_replay_counter_get": 0,
                 "rsmi_dev_ecc_count_get": err("RSMI_STATUS_NOT_SUPPORTED", 2),
             },
-            "ecc_uncorrected_volatile",
+            "ecc_uncorrected_total",
             None,
             Reason.UNSUPPORTED,
         ),
@@ -675,7 +675,7 @@ def test_a_hygon_payload_recorded_before_the_health_reads_has_no_health() -> Non
                 "rsmi_dev_pci_replay_counter_get": 0,
                 "rsmi_dev_ecc_count_get": {"correctable_err": 2**64 - 1, "uncorrectable_err": 0},
             },
-            "ecc_corrected_volatile",
+            "ecc_corrected_total",
             None,
             Reason.INVALID_DATA,
         ),

@@ -493,18 +493,18 @@ def test_a_metax_payload_recorded_before_the_health_reads_has_no_health() -> Non
     ("entries", "figure", "value", "reason"),
     [
         # ECC: the SRAM's and the DRAM's together, as NVML's total counts are.
-        ({"mxSmlGetTotalEccErrors": ECC}, "ecc_corrected_volatile", 5, None),
-        ({"mxSmlGetTotalEccErrors": ECC}, "ecc_uncorrected_volatile", 2, None),
+        ({"mxSmlGetTotalEccErrors": ECC}, "ecc_corrected_total", 5, None),
+        ({"mxSmlGetTotalEccErrors": ECC}, "ecc_uncorrected_total", 2, None),
         ({"mxSmlGetTotalEccErrors": ECC}, "remapped_rows_uncorrectable", 6, None),
         (
             {"mxSmlGetTotalEccErrors": {**ECC, "sramUE": 0xFFFFFFFF}},
-            "ecc_uncorrected_volatile",
+            "ecc_uncorrected_total",
             None,
             Reason.INVALID_DATA,
         ),
         (
             {"mxSmlGetTotalEccErrors": {**ECC, "dramCE": 0xFFFFFFFE, "sramCE": 0}},
-            "ecc_corrected_volatile",
+            "ecc_corrected_total",
             0xFFFFFFFE,
             None,
         ),
@@ -516,7 +516,7 @@ def test_a_metax_payload_recorded_before_the_health_reads_has_no_health() -> Non
         ),
         (
             {"mxSmlGetTotalEccErrors": NOT_SUPPORTED},
-            "ecc_corrected_volatile",
+            "ecc_corrected_total",
             None,
             Reason.UNSUPPORTED,
         ),
