@@ -366,6 +366,7 @@ ASCEND_UNSUPPORTED = frozenset(
         H.THROTTLE_REASONS,
         H.CLOCK_GRAPHICS_HZ,
         H.PCIE_REPLAYS,
+        H.PCIE_NAKS,
         H.XID_ERRORS,  # no XIDs: DCMI's error codes are `error_codes`
     }
 )

@@ -244,6 +244,7 @@ HYGON_UNSUPPORTED = frozenset(
         H.THROTTLE_REASONS,
         H.CLOCK_SM_HZ,
         H.XID_ERRORS,  # no error-event call in the fork's header (issue 29)
+        H.PCIE_REPLAYS,  # the replay counter counts NAKs: pcie_naks
     }
 )
 
@@ -338,7 +339,8 @@ def parse_health(device: Mapping[str, Any]) -> CardHealth | None:
                 else clocks
             )
     if "rsmi_dev_pci_replay_counter_get" in device:
-        found[H.PCIE_REPLAYS] = _count(device["rsmi_dev_pci_replay_counter_get"])
+        # NAKs received plus generated (rocm_smi.h), not NVML's replays (issue 43).
+        found[H.PCIE_NAKS] = _count(device["rsmi_dev_pci_replay_counter_get"])
     found.update(unsupported(HYGON_UNSUPPORTED))
     return CardHealth.answered(found)
 

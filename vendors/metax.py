@@ -236,6 +236,7 @@ METAX_UNSUPPORTED = frozenset(
         H.ENERGY_JOULES,
         H.CLOCK_GRAPHICS_HZ,
         H.PCIE_REPLAYS,
+        H.PCIE_NAKS,
         H.XID_ERRORS,  # no error-event call is declared
     }
 )

@@ -222,13 +222,13 @@ def test_a_partitioned_socket_without_a_serial_is_named_by_its_socket() -> None:
         ),
         (
             {"amdsmi_get_gpu_pci_replay_counter": 0xFFFFFFFFFFFFFFFE},
-            "pcie_replays",
+            "pcie_naks",
             0xFFFFFFFFFFFFFFFE,
             None,
         ),
         (
             {"amdsmi_get_gpu_pci_replay_counter": {"error": "AmdSmiLibraryException", "code": 2}},
-            "pcie_replays",
+            "pcie_naks",
             None,
             Reason.UNSUPPORTED,
         ),

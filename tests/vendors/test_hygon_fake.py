@@ -165,13 +165,14 @@ def test_card_health_through_our_ctypes(libs: dict[str, str], scenario) -> None:
     assert (
         full.number(H.CLOCK_GRAPHICS_HZ),
         full.number(H.CLOCK_MEMORY_HZ),
-        full.number(H.PCIE_REPLAYS),
+        full.number(H.PCIE_NAKS),
     ) == (
         1_500_000_000,
         1_600_000_000,
         9,
     )
     always = {
+        "pcie_replays",  # the replay counter counts NAKs: pcie_naks (issue 43)
         "ecc_corrected_volatile",  # the header's count is "total" (issue 43)
         "ecc_uncorrected_volatile",
         "ecc_corrected_aggregate",
@@ -193,7 +194,7 @@ def test_card_health_through_our_ctypes(libs: dict[str, str], scenario) -> None:
                 "remapped_rows_failed",
                 "energy_joules",
                 "clock_memory_hz",
-                "pcie_replays",
+                "pcie_naks",
             ),
             Reason.UNSUPPORTED,
         ),
@@ -202,7 +203,7 @@ def test_card_health_through_our_ctypes(libs: dict[str, str], scenario) -> None:
     assert {k: v for k, v in odd.reasons if v is not Reason.UNSUPPORTED} == {
         "ecc_corrected_total": Reason.INVALID_DATA,
         "clock_graphics_hz": Reason.INVALID_DATA,
-        "pcie_replays": Reason.INVALID_DATA,
+        "pcie_naks": Reason.INVALID_DATA,
     }
     assert (odd.number(H.REMAPPED_ROWS_UNCORRECTABLE), odd.number(H.REMAPPED_ROWS_FAILED)) == (0, 1)
     # The page card 2 could not retire makes it unhealthy; card 0's uncorrectable ECC error
@@ -230,7 +231,7 @@ def test_the_whole_agent_publishes_dcu_health(
         text = client.get("/metrics").content
         doc = client.get("/monitor/snapshot").json()
     lines = text.decode().splitlines()
-    for name in ("ecc_errors", "energy_joules", "pcie_replays"):
+    for name in ("ecc_errors", "energy_joules", "pcie_naks"):
         assert f"# TYPE gpustack_accelerator_{name}_total counter" in lines
     got = series(text)
 
@@ -242,7 +243,7 @@ def test_the_whole_agent_publishes_dcu_health(
         }
 
     pre = "gpustack_accelerator_"
-    assert by_card(f"{pre}pcie_replays") == {dcu(0): 9.0}
+    assert by_card(f"{pre}pcie_naks") == {dcu(0): 9.0}
     assert by_card(f"{pre}ecc_errors", error="uncorrected", counter="total") == {
         dcu(0): 1.0,
         dcu(2): 0.0,

@@ -107,7 +107,7 @@ TABLE: dict[
                     "clock_graphics_hz": 1_500_000_000,
                     "clock_memory_hz": 1_600_000_000,
                     "clock_sm_hz": Reason.UNSUPPORTED,
-                    "pcie_replays": 9,
+                    "pcie_naks": 9,
                 },
                 dcu(1): {
                     "ecc_corrected_total": Reason.UNSUPPORTED,
@@ -115,7 +115,7 @@ TABLE: dict[
                     "energy_joules": Reason.UNSUPPORTED,
                     "clock_graphics_hz": 1_500_000_000,  # the fake's default top level
                     "clock_memory_hz": Reason.UNSUPPORTED,
-                    "pcie_replays": Reason.UNSUPPORTED,
+                    "pcie_naks": Reason.UNSUPPORTED,
                 },
                 dcu(2): {
                     "ecc_corrected_total": Reason.INVALID_DATA,
@@ -123,7 +123,7 @@ TABLE: dict[
                     "remapped_rows_uncorrectable": 0,
                     "remapped_rows_failed": 1,
                     "clock_graphics_hz": Reason.INVALID_DATA,
-                    "pcie_replays": Reason.INVALID_DATA,
+                    "pcie_naks": Reason.INVALID_DATA,
                 },
             },
         },

@@ -643,12 +643,12 @@ def test_a_hygon_payload_recorded_before_the_health_reads_has_no_health() -> Non
         ),
         ({"rsmi_dev_gpu_clk_freq_get": {"sys": LEVELS}}, "clock_sm_hz", None, Reason.UNSUPPORTED),
         # PCIe replays: a uint64 counter; all ones is "not available".
-        ({"rsmi_dev_pci_replay_counter_get": 2**64 - 2}, "pcie_replays", 2**64 - 2, None),
-        ({"rsmi_dev_pci_replay_counter_get": 2**64 - 1}, "pcie_replays", None, Reason.INVALID_DATA),
-        ({"rsmi_dev_pci_replay_counter_get": -3}, "pcie_replays", None, Reason.INVALID_DATA),
+        ({"rsmi_dev_pci_replay_counter_get": 2**64 - 2}, "pcie_naks", 2**64 - 2, None),
+        ({"rsmi_dev_pci_replay_counter_get": 2**64 - 1}, "pcie_naks", None, Reason.INVALID_DATA),
+        ({"rsmi_dev_pci_replay_counter_get": -3}, "pcie_naks", None, Reason.INVALID_DATA),
         (
             {"rsmi_dev_pci_replay_counter_get": err("NOT_EXPORTED", 2)},
-            "pcie_replays",
+            "pcie_naks",
             None,
             Reason.UNSUPPORTED,
         ),
