@@ -57,6 +57,8 @@ class HealthFigure(StrEnum):
     ECC_UNCORRECTED_VOLATILE = "ecc_uncorrected_volatile"
     ECC_CORRECTED_AGGREGATE = "ecc_corrected_aggregate"
     ECC_UNCORRECTED_AGGREGATE = "ecc_uncorrected_aggregate"
+    ECC_CORRECTED_TOTAL = "ecc_corrected_total"
+    ECC_UNCORRECTED_TOTAL = "ecc_uncorrected_total"
     REMAPPED_ROWS_CORRECTABLE = "remapped_rows_correctable"
     REMAPPED_ROWS_UNCORRECTABLE = "remapped_rows_uncorrectable"
     REMAPPED_ROWS_PENDING = "remapped_rows_pending"
@@ -67,12 +69,15 @@ class HealthFigure(StrEnum):
     CLOCK_MEMORY_HZ = "clock_memory_hz"
     CLOCK_GRAPHICS_HZ = "clock_graphics_hz"
     PCIE_REPLAYS = "pcie_replays"
+    PCIE_NAKS = "pcie_naks"
     XID_ERRORS = "xid_errors"
     ERROR_CODES = "error_codes"
 
 
 # The clock-throttle reasons a card can report, named as NVML's clocks-event reasons (its
-# nvmlClocksEventReason* bits) so every manufacturer's throttle status maps onto one label set.
+# nvmlClocksEventReason* bits, 0x1 to 0x400 in this order) so every manufacturer's throttle
+# status maps onto one label set. BoardLimit (0x200) and Reliability (0x400) came with CUDA 13's
+# nvml.h (issue 43).
 THROTTLE_REASONS: tuple[str, ...] = (
     "gpu_idle",
     "applications_clocks_setting",
@@ -83,6 +88,8 @@ THROTTLE_REASONS: tuple[str, ...] = (
     "hw_thermal_slowdown",
     "hw_power_brake_slowdown",
     "display_clock_setting",
+    "board_limit",  # nvmlClocksEventReasonBoardLimit
+    "reliability",  # nvmlClocksEventReasonReliability
 )
 
 MAX_MIB = 16 << 20  # 16 TiB: past any card made
@@ -115,8 +122,8 @@ class FigureSpec:
     bounds: tuple[float, float] | None = None  # what the hardware can hold (figures/ranges.py)
     integer: bool = True  # a count (a JSON integer) or a measure (a JSON number)
     shape: Shape = Shape.NUMBER
-    # Written in the snapshot only where the backend reads it (issue 29's error codes): every
-    # other card's health object is the one it was before.
+    # Written in the snapshot only where the backend reads it (issue 29's error codes, issue
+    # 43's total ECC counts): every other card's health object is the one it was before.
     json_only_when_read: bool = False
     derived: bool = False  # computed from other figures: never read, refused or read back
     grant_help: str | None = None  # a card figure's per-grant family (GRANT_PREFIX), its HELP
@@ -232,7 +239,8 @@ _ECC = Family(
     "ecc_errors_total",
     Kind.COUNTER,
     "Memory ECC errors the card's library counted: error corrected or uncorrected; counter "
-    "volatile (since the driver loaded) or aggregate (over the card's life).",
+    "volatile (since the driver loaded), aggregate (over the card's life) or total (the "
+    "library's total, its lifetime not stated).",
     ("error", "counter"),
 )
 _ROWS = Family(
@@ -266,6 +274,12 @@ _REPLAYS = Family(
     Kind.COUNTER,
     "PCIe replays the card counted since its driver loaded.",
 )
+_NAKS = Family(
+    "pcie_naks_total",
+    Kind.COUNTER,
+    "PCIe NAKs the card received plus those it generated, since its driver loaded (the count "
+    "AMD's and Hygon's libraries name a replay counter).",
+)
 _XIDS = Family(
     "xid_errors_total",
     Kind.COUNTER,
@@ -282,9 +296,17 @@ _CODES = Family(
 )
 
 
-def _ecc(name: HealthFigure, error: str, counter: str) -> FigureSpec:
+def _ecc(
+    name: HealthFigure, error: str, counter: str, *, only_when_read: bool = False
+) -> FigureSpec:
     return FigureSpec(
-        name, "errors", _ECC, ("eccErrors", error, counter), (error, counter), COUNTER
+        name,
+        "errors",
+        _ECC,
+        ("eccErrors", error, counter),
+        (error, counter),
+        COUNTER,
+        json_only_when_read=only_when_read,
     )
 
 
@@ -304,6 +326,12 @@ HEALTH: tuple[FigureSpec, ...] = (
     _ecc(H.ECC_UNCORRECTED_VOLATILE, "uncorrected", "volatile"),
     _ecc(H.ECC_CORRECTED_AGGREGATE, "corrected", "aggregate"),
     _ecc(H.ECC_UNCORRECTED_AGGREGATE, "uncorrected", "aggregate"),
+    # A library's "total" count whose header says no more (amdsmi "the total number of ECC
+    # errors", ROCm SMI's "accumulated", MXSML's "total"): labelled as what is known (issue 43).
+    # In the snapshot only where read, so a card of a library that splits its counts by
+    # lifetime (NVML, HGML, DCMI) keeps the health object it had.
+    _ecc(H.ECC_CORRECTED_TOTAL, "corrected", "total", only_when_read=True),
+    _ecc(H.ECC_UNCORRECTED_TOTAL, "uncorrected", "total", only_when_read=True),
     _rows(H.REMAPPED_ROWS_CORRECTABLE, "correctable"),
     _rows(H.REMAPPED_ROWS_UNCORRECTABLE, "uncorrectable"),
     _rows(H.REMAPPED_ROWS_PENDING, "pending"),  # NVML's flag: 1 = at least one
@@ -322,6 +350,10 @@ HEALTH: tuple[FigureSpec, ...] = (
     _clock(H.CLOCK_MEMORY_HZ, "memory"),
     _clock(H.CLOCK_GRAPHICS_HZ, "graphics"),
     FigureSpec(H.PCIE_REPLAYS, "replays", _REPLAYS, ("pcieReplays",), (), COUNTER),
+    # amdsmi's and ROCm SMI's "replay counter" is "the sum of the number of NAK's received by
+    # the GPU and the NAK's generated by the GPU" (their headers): a figure of its own (issue
+    # 43), in the snapshot only where read.
+    FigureSpec(H.PCIE_NAKS, "naks", _NAKS, ("pcieNaks",), (), COUNTER, json_only_when_read=True),
     # Critical error events by code (NVML's XIDs), counted since the agent started.
     FigureSpec(
         H.XID_ERRORS,

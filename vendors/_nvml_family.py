@@ -154,10 +154,16 @@ CLOCK_FIGURES: dict[str, HealthFigure] = {
     "sm": H.CLOCK_SM_HZ,
     "memory": H.CLOCK_MEMORY_HZ,
 }
-# nvmlClocksEventReason* bits (nvml.h), in THROTTLE_REASONS' order: 0x1 … 0x100.
+# nvmlClocksEventReason* bits (nvml.h), in THROTTLE_REASONS' order: 0x1 … 0x400.
 THROTTLE_BITS: tuple[tuple[str, int], ...] = tuple(
     (name, 1 << bit) for bit, name in enumerate(THROTTLE_REASONS)
 )
+# The bits each library's header defines: HGML's hgml.h stops at 0x100 (no BoardLimit or
+# Reliability), so a PPU does not report those two reasons at all rather than "not active".
+THROTTLE_BITS_BY_PREFIX: Mapping[str, tuple[tuple[str, int], ...]] = {
+    "nvml": THROTTLE_BITS,
+    "hgml": tuple((name, bit) for name, bit in THROTTLE_BITS if bit <= 0x100),
+}
 # The entry points whose answers make a card's CardHealth; a payload recorded before they were
 # read has none of them, and its cards have no CardHealth (absent, as before).
 HEALTH_KEYS = (
@@ -232,7 +238,8 @@ def parse_health(device: Mapping[str, Any], p: str) -> CardHealth | None:
         mask = older  # the pre-12.x name, asked where the newer call is not served
     if mask is not None:
         bits, reason = _count(mask, UINT64_MAX)
-        active = None if bits is None else tuple((n, bool(bits & b)) for n, b in THROTTLE_BITS)
+        known = THROTTLE_BITS_BY_PREFIX.get(p, THROTTLE_BITS)
+        active = None if bits is None else tuple((n, bool(bits & b)) for n, b in known)
         put(H.THROTTLE_REASONS, active, reason)
     clocks = device.get(f"{p}DeviceGetClockInfo")
     if clocks is not None:

@@ -3,8 +3,8 @@ each card is attached to, read at most once a minute and never on the scrape pat
 
 `read_topology()` asks NVML and writes down what each entry point answered, as the rest of the
 NVML payload does; `parse_topology()` is pure. Per card: its PCI bus id
-(`nvmlDeviceGetPciInfo_v3`), its NUMA node (`nvmlDeviceGetNumaNodeId`, else the PCI device's
-`numa_node` in sysfs, under a root that is a parameter), and per NVLink whether it is active
+(`nvmlDeviceGetPciInfo_v3`), the NUMA node it is attached to (the PCI device's `numa_node` in
+sysfs, under a root that is a parameter; -1 is none), and per NVLink whether it is active
 (`nvmlDeviceGetNvLinkState`), the PCI bus id of what it reaches
 (`nvmlDeviceGetNvLinkRemotePciInfo_v2`) and whether that is a GPU or an NVSwitch
 (`nvmlDeviceGetNvLinkRemoteDeviceType`). Per unordered pair: the PCIe path between them
@@ -17,12 +17,23 @@ and has one PCIe kind from the common ancestor (`pcie_board`, `pcie_switch`, `pc
 PHB, NODE, SYS). A pair NVML does not place (the call failed, a level the header does not
 define) has no PCIe kind: absent, never guessed as "PCIe". Facts: nvml.h (nvidia-nvml-dev).
 
+Links are asked one by one up to NVML_NVLINK_MAX_LINKS, and an error on one link (NOT_SUPPORTED,
+INVALID_ARGUMENT) skips that link, not the rest, as NVIDIA's own enumeration (go-gpuallocator's
+`getAllNvLinkRemotePciInfo`) does: a card whose link 2 of six fails still has five (issue 43).
+
+`nvmlDeviceGetNumaNodeId` is recorded, never read as the card's node: nvml.h says it "only
+applies to platforms where the GPUs are NUMA nodes", where (GH200, GB200) it names the GPU
+memory's own node, a different fact; on x86 it answers NOT_SUPPORTED (the recorded H200 did,
+beside a sysfs `numa_node` of -1 and `nvidia-smi topo -m`'s "GPU NUMA ID N/A"). The node the
+card is attached to is the kernel's, from sysfs, on every platform (issue 43).
+
 HGML (T-Head) answers the same calls under its prefix with its own interconnect in place of
 NVLink: `hgmlDeviceGetIcnLinkState`, `…IcnLinkRemotePciInfo_v2` and `…IcnLinkRemoteDeviceType`
 (HGML_ICNLINK_DEVICE_TYPE_SWITCH is 2, as NVML's), whose links are `icnlink` and, through a
-switch, `icnswitch`; the common ancestor's levels are NVML's. No NUMA-node call is known for
-HGML: the card's PCI device's `numa_node` in sysfs answers. Facts: the public hgml.h and
-GPUStack's pyhgml (the project's reference notes, §7).
+switch, `icnswitch`; the common ancestor's levels are NVML's. hgml.h declares
+`hgmlDeviceGetNumaNodeId` too; as NVML's it would name the card's own memory node where the card
+is one, so it is not asked: the card's PCI device's `numa_node` in sysfs answers. Facts: the
+public hgml.h and GPUStack's pyhgml (the project's reference notes, §7).
 """
 
 from __future__ import annotations
@@ -46,15 +57,15 @@ ANCESTOR_LINKS: Mapping[int, str] = {
 }
 NVLINK_ACTIVE = 1  # NVML_FEATURE_ENABLED
 NVLINK_DEVICE_TYPE_SWITCH = 2  # NVML_NVLINK_DEVICE_TYPE_SWITCH
-MAX_NVLINKS = 36  # NVML_NVLINK_MAX_LINKS (nvml.h of CUDA 13); asked until one answers an error
+MAX_NVLINKS = 36  # NVML_NVLINK_MAX_LINKS (nvml.h of CUDA 13); every one is asked
 MAX_NUMA_NODE = 1 << 12  # above any kernel's MAX_NUMNODES: a larger answer is no node
 
 
 @dataclass(frozen=True, slots=True)
 class Interconnect:
     """How a library of the NVML family names its card-to-card links: the infix of its link
-    calls, the kind of a direct link and of one through a switch, and whether it has a NUMA
-    node call."""
+    calls, the kind of a direct link and of one through a switch, and whether its NUMA-node
+    call (the GPU memory's own node, recorded only) is asked."""
 
     calls: str
     direct: str
@@ -126,24 +137,28 @@ def read_topology(
         cards.append((uuid, handle))
         pci = _pci(call("DeviceGetPciInfo_v3", handle))
         entry: dict[str, Any] = {"uuid": uuid, key("DeviceGetPciInfo_v3"): pci}
-        numa: Any = None
         if links.numa_call:
-            numa = call("DeviceGetNumaNodeId", handle)
-            entry[key("DeviceGetNumaNodeId")] = numa
+            # Recorded as what it is (the GPU memory's own node on a coherent platform), not
+            # read as the node the card is attached to.
+            entry[key("DeviceGetNumaNodeId")] = call("DeviceGetNumaNodeId", handle)
         name = sysfs_name(pci.get("busId")) if isinstance(pci, Mapping) else None
-        if (numa is None or _error(numa) is not None) and name is not None:
-            # Older drivers lack the call: the kernel's own answer for the card's PCI device.
+        if name is not None:
+            # The node the card is attached to: the kernel's answer for its PCI device.
             path = sysfs / "bus" / "pci" / "devices" / name / "numa_node"
             try:
                 entry["sysfsNumaNode"] = path.read_text()
             except OSError as exc:
                 entry["sysfsNumaNode"] = {"error": type(exc).__name__, "code": exc.errno or -1}
         found: list[dict[str, Any]] = []
+        failed: dict[str, dict[str, Any]] = {}
         for link in range(MAX_NVLINKS):
             state = call(state_call, handle, link)
             if _error(state) is not None:
-                entry["nvlinkEnd"] = state  # no NVLink (NOT_SUPPORTED), or past the last one
-                break
+                # NOT_SUPPORTED (no NVLink, or this link), INVALID_ARGUMENT (past the last):
+                # the next link is asked all the same, as go-gpuallocator does.
+                group = failed.setdefault(repr(sorted(state.items())), {**state, "links": []})
+                group["links"].append(link)
+                continue
             one: dict[str, Any] = {"link": link, key(state_call): state}
             if state == NVLINK_ACTIVE:
                 # pynvml's nvmlDeviceGetNvLinkRemotePciInfo (and our HGML binding's) calls the
@@ -152,6 +167,8 @@ def read_topology(
                 one[key(type_call)] = call(type_call, handle, link)
             found.append(one)
         entry["nvlinks"] = found
+        if failed:
+            entry["nvlinkErrors"] = list(failed.values())  # each error with the links it answered
         devices.append(entry)
     pairs = [
         {
@@ -168,10 +185,12 @@ def read_topology(
 # -- the pure parse ---------------------------------------------------------------------------
 
 
-def _numa(entry: Mapping[str, Any], p: str) -> int | None:
-    answer = entry.get(f"{p}DeviceGetNumaNodeId")
-    node = as_int(answer) if _error(answer) is None else None
-    if node is None and isinstance(entry.get("sysfsNumaNode"), str):
+def _numa(entry: Mapping[str, Any]) -> int | None:
+    """The NUMA node the card is attached to: its PCI function's `numa_node` in sysfs. The
+    library's NumaNodeId answer (the GPU memory's own node, where the GPU is a NUMA node) is
+    another fact and never stands in for it."""
+    node = None
+    if isinstance(entry.get("sysfsNumaNode"), str):
         try:
             node = int(entry["sysfsNumaNode"].strip())
         except ValueError:
@@ -244,5 +263,5 @@ def parse_topology(
                 found.append(CardLink(peer, kinds.switched, switched[me]))
             if (me, peer) in ancestors:
                 found.append(CardLink(peer, ancestors[(me, peer)]))
-        out[me] = (tuple(found), _numa(e, p))
+        out[me] = (tuple(found), _numa(e))
     return out

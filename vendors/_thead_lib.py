@@ -1,6 +1,6 @@
 """ctypes declarations for HGML (`libhgml.so`), T-Head's NVML clone for its PPU.
 
-Our own declarations, written from the facts of the public `hgml.h` (HGML_API_VERSION 12, as
+Our own declarations, written from the facts of the public `hgml.h` (HGML_API_VERSION 13, as
 carried by gpustack/gpustack-operator `binding/hgml/`): only the entry points the backend
 calls, the structs they fill, and the constants they take. There is no Python binding to
 use. Calls follow pynvml's convention (a value returned, a failure raised as `HGMLError`

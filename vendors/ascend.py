@@ -359,11 +359,14 @@ NEXT_ISOLATED = ("single_bit_next_isolated_pages_cnt", "double_bit_next_isolated
 # graphics clock is declared; a failed isolation is not reported): absent, `unsupported`.
 ASCEND_UNSUPPORTED = frozenset(
     {
+        H.ECC_CORRECTED_TOTAL,  # DCMI's counts are split by lifetime: volatile and aggregate
+        H.ECC_UNCORRECTED_TOTAL,
         H.REMAPPED_ROWS_FAILED,
         H.ENERGY_JOULES,
         H.THROTTLE_REASONS,
         H.CLOCK_GRAPHICS_HZ,
         H.PCIE_REPLAYS,
+        H.PCIE_NAKS,
         H.XID_ERRORS,  # no XIDs: DCMI's error codes are `error_codes`
     }
 )

@@ -236,12 +236,15 @@ HEALTH_KEYS = (
 # versioned gpu_metrics table, with AMD's own bits): absent with `unsupported`.
 HYGON_UNSUPPORTED = frozenset(
     {
+        H.ECC_CORRECTED_VOLATILE,  # rocm_smi.h says "accumulated", not since when (issue 43)
+        H.ECC_UNCORRECTED_VOLATILE,
         H.ECC_CORRECTED_AGGREGATE,
         H.ECC_UNCORRECTED_AGGREGATE,
         H.REMAPPED_ROWS_CORRECTABLE,
         H.THROTTLE_REASONS,
         H.CLOCK_SM_HZ,
         H.XID_ERRORS,  # no error-event call in the fork's header (issue 29)
+        H.PCIE_REPLAYS,  # the replay counter counts NAKs: pcie_naks
     }
 )
 
@@ -302,15 +305,16 @@ def _retired_pages(answer: Any) -> dict[HealthFigure, tuple[int | None, Reason |
 def parse_health(device: Mapping[str, Any]) -> CardHealth | None:
     """A card's ECC counts, retired pages, energy, clocks and PCIe replays (R-X7), in base
     units, each absent with its reason; None where the payload was recorded before they were
-    read. ECC is the memory (UMC) block's, counted since the driver loaded (volatile)."""
+    read. ECC is the memory (UMC) block's "accumulated" count, published as `total`: the header
+    gives no lifetime (issue 43)."""
     if not any(key in device for key in HEALTH_KEYS):
         return None
     found: dict[HealthFigure, Answer] = {}
     ecc = device.get("rsmi_dev_ecc_count_get")
     if ecc is not None:
         for figure, key in (
-            (H.ECC_CORRECTED_VOLATILE, "correctable_err"),
-            (H.ECC_UNCORRECTED_VOLATILE, "uncorrectable_err"),
+            (H.ECC_CORRECTED_TOTAL, "correctable_err"),
+            (H.ECC_UNCORRECTED_TOTAL, "uncorrectable_err"),
         ):
             found[figure] = _count(
                 ecc.get(key) if isinstance(ecc, Mapping) and _error(ecc) is None else ecc
@@ -335,7 +339,8 @@ def parse_health(device: Mapping[str, Any]) -> CardHealth | None:
                 else clocks
             )
     if "rsmi_dev_pci_replay_counter_get" in device:
-        found[H.PCIE_REPLAYS] = _count(device["rsmi_dev_pci_replay_counter_get"])
+        # NAKs received plus generated (rocm_smi.h), not NVML's replays (issue 43).
+        found[H.PCIE_NAKS] = _count(device["rsmi_dev_pci_replay_counter_get"])
     found.update(unsupported(HYGON_UNSUPPORTED))
     return CardHealth.answered(found)
 

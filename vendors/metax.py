@@ -200,22 +200,34 @@ CLOCKS = "mxSmlGetClocks"
 UINT32_MAX = 0xFFFFFFFF
 UINT64_MAX = 0xFFFFFFFFFFFFFFFF
 MAX_CLOCK_MHZ = 100_000  # 100 GHz: no clock is near it
-# mxsmlClocksThrottleReason* bits by the reason names the figures use, where MetaX's own
-# NVML-compatible extension (MxSmlExtension.h) maps one bit to one NVML reason; the reasons it
-# maps only to its catch-all "other" bit (hw_slowdown, hw_thermal_slowdown, sync_boost,
-# display_clock_setting) are not reported.
+# mxsmlClocksThrottleReason* bits (MxSml.h) by the reason names the figures use, each reason
+# active when any of its bits is set. Where MetaX's own NVML-compatible extension
+# (MxSmlExtension.h) maps one bit to one NVML reason, that reason: idle 0x1, applications limit
+# 0x2, over-power 0x4, thermal over-temperature 0x40 (its SwThermalSlowdown), power brake 0x100.
+# The bits it leaves out are read by what they mean (issue 43): chip (0x8) and HBM (0x20)
+# over-temperature are NVML's SwThermalSlowdown by its own words ("GPU temperature above the
+# GPU Max Operating Temperature", "memory temperature above the Memory Max Operating
+# Temperature"), and the voltage regulator's (0x10) is the same kind of thermal limit; peak
+# current control (0x80) and di/dt (0x200) are NVML's HwSlowdown ("power draw is too high and
+# Fast Trigger protection is reducing the clocks"). "Dynamic" (0x400) and the catch-all "other"
+# (0x80000000) name no one reason, and hw_thermal_slowdown (its halving of clocks),
+# sync_boost and display_clock_setting have no bit: those are not reported.
 METAX_THROTTLE_BITS: tuple[tuple[str, int], ...] = (
     ("gpu_idle", 0x1),
     ("applications_clocks_setting", 0x2),
     ("sw_power_cap", 0x4),
-    ("sw_thermal_slowdown", 0x40),
+    ("hw_slowdown", 0x80 | 0x200),  # PCC, di/dt
+    ("sw_thermal_slowdown", 0x8 | 0x10 | 0x20 | 0x40),  # chip, VR, HBM, thermal
     ("hw_power_brake_slowdown", 0x100),
 )
 # Figures no MXSML call answers (no energy counter, PCIe replay counter or graphics clock is
-# declared; "total" ECC counts are not split by lifetime; no pending or failed repair).
+# declared; "total" ECC counts are not split by lifetime, so they are `total`, issue 43; no
+# pending or failed repair).
 H = HealthFigure
 METAX_UNSUPPORTED = frozenset(
     {
+        H.ECC_CORRECTED_VOLATILE,  # MxSml.h says "total", not since when (issue 43)
+        H.ECC_UNCORRECTED_VOLATILE,
         H.ECC_CORRECTED_AGGREGATE,
         H.ECC_UNCORRECTED_AGGREGATE,
         H.REMAPPED_ROWS_CORRECTABLE,
@@ -224,7 +236,10 @@ METAX_UNSUPPORTED = frozenset(
         H.ENERGY_JOULES,
         H.CLOCK_GRAPHICS_HZ,
         H.PCIE_REPLAYS,
-        H.XID_ERRORS,  # no error-event call is declared
+        H.PCIE_NAKS,
+        # MXSML 2.3.1 declares no error-event call; a newer MxSml.h declares mxSmlEventSetCreate,
+        # mxSmlDeviceRegisterEvents (mxSmlEventTypeEid 0x1) and mxSmlEventSetWait: not yet read.
+        H.XID_ERRORS,
     }
 )
 
@@ -249,8 +264,8 @@ def parse_health(device: Mapping[str, Any]) -> CardHealth | None:
     ecc = device.get(ECC)
     if ecc is not None:
         for figure, keys in (
-            (H.ECC_CORRECTED_VOLATILE, ("sramCE", "dramCE")),
-            (H.ECC_UNCORRECTED_VOLATILE, ("sramUE", "dramUE")),
+            (H.ECC_CORRECTED_TOTAL, ("sramCE", "dramCE")),
+            (H.ECC_UNCORRECTED_TOTAL, ("sramUE", "dramUE")),
             (H.REMAPPED_ROWS_UNCORRECTABLE, ("retiredPage",)),
         ):
             parts = [_unsigned(ecc.get(k) if _answer(ecc) else ecc, UINT32_MAX) for k in keys]

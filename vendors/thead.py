@@ -23,7 +23,8 @@ to use. What differs is kept here:
   the plain `hgmlDeviceGetTemperature` is not exported (FUNCTION_NOT_FOUND);
 - links and placement (R-X3) through the shared NVML reader with HGML's ICN-link calls in place
   of NVLink's (`icnlink`, `icnswitch`), the PCIe common ancestor, and the NUMA node from sysfs
-  (no HGML call for it is known);
+  (hgml.h declares `hgmlDeviceGetNumaNodeId`, not asked: as NVML's call of that name it would
+  name the card's own memory node where the card is a NUMA node, issue 43);
 - the card's health figures (issue 29) through NVML's calls under HGML's prefix: total ECC
   errors, energy (mJ), clocks-event reasons (the older throttle name as fallback), clocks
   (MHz) and the PCIe replay counter, with NVML's units and all-ones sentinels.

@@ -31,7 +31,10 @@ COUNTS: dict[HealthFigure, str] = {
     HealthFigure.ECC_UNCORRECTED_AGGREGATE: "ecc.uncorrected.aggregate",
     HealthFigure.REMAPPED_ROWS_CORRECTABLE: "remapped_rows.correctable",
     HealthFigure.REMAPPED_ROWS_UNCORRECTABLE: "remapped_rows.uncorrectable",
+    HealthFigure.ECC_CORRECTED_TOTAL: "ecc.corrected.total",
+    HealthFigure.ECC_UNCORRECTED_TOTAL: "ecc.uncorrected.total",
     HealthFigure.PCIE_REPLAYS: "pcie.replays",
+    HealthFigure.PCIE_NAKS: "pcie.naks",
 }
 # Counted in the model, a yes or no in the tools (nvidia-smi's `remapped_row_pending: Yes`).
 FLAGS: dict[HealthFigure, str] = {

@@ -105,12 +105,12 @@ def _card(gpu: Mapping[str, Any], names: tuple[str, ...]) -> ToolCard:
     )
     for kind, key in counts:
         found = value(ecc.get(key))
-        # The agent publishes amdsmi's total count where NVML's volatile counter goes.
-        put(f"ecc.{kind}.volatile", None if found is None else int(found))
+        # amdsmi's count since the driver loaded, which the agent publishes as counter="total".
+        put(f"ecc.{kind}.total", None if found is None else int(found))
     return ToolCard(
         keys=(*names, f"index:{gpu.get('gpu')}"),
         figures=figures,
-        unstated={"pcie.replays": REPLAYS_DIFFER},
+        unstated={"pcie.naks": REPLAYS_DIFFER},
     )
 
 

@@ -47,9 +47,9 @@ NOT_READ = "crosscheck reads no hy-smi answer for it"
 UNREAD = (
     "clock.graphics_mhz",
     "clock.memory_mhz",
-    "pcie.replays",
-    "ecc.corrected.volatile",
-    "ecc.uncorrected.volatile",
+    "pcie.naks",
+    "ecc.corrected.total",
+    "ecc.uncorrected.total",
 )
 
 

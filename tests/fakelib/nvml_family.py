@@ -83,3 +83,20 @@ def scenario(driver: str, devices: Iterable[Mapping[str, Any]], **top: Any) -> d
 
 def write(path: Path, driver: str, devices: Iterable[Mapping[str, Any]], **top: Any) -> Path:
     return write_scenario(path, scenario(driver, devices, **top))
+
+
+def write_sysfs(root: Path, devices: Iterable[Mapping[str, Any]]) -> Path:
+    """The sysfs tree under `root` that names the NUMA node each card of a scenario is attached
+    to (its `numa` key, written as the kernel writes it, "-1" for none) at its PCI bus id (its
+    `bus_id`, else the fake's default `00000000:<0x10 + position>:00.0`), as the kernel does; a
+    card without `numa` has no entry. The fake library answers nvmlDeviceGetNumaNodeId from
+    `gpu_numa` only (issue 43): the node a card is attached to is the kernel's."""
+    for position, doc in enumerate(devices):
+        if "numa" not in doc:
+            continue
+        bus = str(doc.get("bus_id", f"00000000:{0x10 + position:02X}:00.0"))
+        domain, rest = bus.split(":", 1)
+        pci = root / "bus" / "pci" / "devices" / f"{int(domain, 16):04x}:{rest.lower()}"
+        pci.mkdir(parents=True, exist_ok=True)
+        (pci / "numa_node").write_text(f"{doc['numa']}\n")
+    return root

@@ -100,7 +100,14 @@ def test_whole_cards_through_the_real_wheel(node) -> None:  # type: ignore[no-un
 
 # The figures no amdsmi call answers, `unsupported` on every board.
 NO_AMD_CALL = dict.fromkeys(
-    ("ecc_corrected_aggregate", "ecc_uncorrected_aggregate", "remapped_rows_correctable"),
+    (
+        "ecc_corrected_volatile",  # amdsmi's counts are "total" (issue 43)
+        "ecc_uncorrected_volatile",
+        "ecc_corrected_aggregate",
+        "ecc_uncorrected_aggregate",
+        "remapped_rows_correctable",
+        "pcie_replays",  # amdsmi's replay counter counts NAKs: pcie_naks (issue 43)
+    ),
     Reason.UNSUPPORTED,
 )
 
@@ -119,7 +126,7 @@ def test_energy_clocks_and_replays_through_the_real_wheel(node) -> None:  # type
     assert (
         full.number(H.CLOCK_GRAPHICS_HZ),
         full.number(H.CLOCK_MEMORY_HZ),
-        full.number(H.PCIE_REPLAYS),
+        full.number(H.PCIE_NAKS),
     ) == (
         2_100_000_000,
         1_300_000_000,
@@ -135,26 +142,27 @@ def test_energy_clocks_and_replays_through_the_real_wheel(node) -> None:  # type
         "energy_joules": Reason.UNSUPPORTED,
         "clock_memory_hz": Reason.UNSUPPORTED,
         "clock_sm_hz": Reason.UNSUPPORTED,
-        "pcie_replays": Reason.UNSUPPORTED,
+        "pcie_naks": Reason.UNSUPPORTED,
         "xid_errors": Reason.UNSUPPORTED,
         **NO_AMD_CALL,
     }
     assert (
         blind.number(H.ENERGY_JOULES),
         blind.number(H.CLOCK_MEMORY_HZ),
-        blind.number(H.PCIE_REPLAYS),
+        blind.number(H.PCIE_NAKS),
     ) == (None, None, None)
     assert blind.number(H.CLOCK_GRAPHICS_HZ) == 2_100_000_000
     assert dict(odd.reasons) == {
         "clock_graphics_hz": Reason.INVALID_DATA,
+        "clock_memory_hz": Reason.INVALID_DATA,  # 0xFFFF: ROCm SMI's "absent" (issue 43)
         "clock_sm_hz": Reason.UNSUPPORTED,
-        "pcie_replays": Reason.INVALID_DATA,
+        "pcie_naks": Reason.INVALID_DATA,
         "xid_errors": Reason.UNSUPPORTED,
         **NO_AMD_CALL,
     }
     assert (
         odd.number(H.CLOCK_GRAPHICS_HZ),
-        odd.number(H.PCIE_REPLAYS),
+        odd.number(H.PCIE_NAKS),
         odd.number(H.ENERGY_JOULES),
     ) == (None, None, 0.0)
 
@@ -274,8 +282,8 @@ def test_ecc_bad_pages_and_throttling_through_the_real_wheel(node) -> None:  # t
     assert full.health is not None and blind.health is not None
     assert blocks.health is not None and odd.health is not None
     assert (
-        full.health.number(H.ECC_CORRECTED_VOLATILE),
-        full.health.number(H.ECC_UNCORRECTED_VOLATILE),
+        full.health.number(H.ECC_CORRECTED_TOTAL),
+        full.health.number(H.ECC_UNCORRECTED_TOTAL),
     ) == (12, 0)
     assert (
         full.health.number(H.REMAPPED_ROWS_UNCORRECTABLE),
@@ -300,8 +308,8 @@ def test_ecc_bad_pages_and_throttling_through_the_real_wheel(node) -> None:  # t
     assert sorted(board["amdsmi_get_gpu_ecc_count"]) == ["GFX", "MMHUB", "SDMA", "UMC", "XGMI_WAFL"]
     assert board["amdsmi_get_gpu_total_ecc_count"]["deferred_count"] == 3
     for figure in (
-        "ecc_corrected_volatile",
-        "ecc_uncorrected_volatile",
+        "ecc_corrected_total",
+        "ecc_uncorrected_total",
         "remapped_rows_uncorrectable",
         "remapped_rows_pending",
         "remapped_rows_failed",
@@ -311,19 +319,19 @@ def test_ecc_bad_pages_and_throttling_through_the_real_wheel(node) -> None:  # t
         assert blind.health.get(figure) is None, figure
     # The total not served: UMC 5 + GFX 2, SDMA without a counter.
     assert (
-        blocks.health.number(H.ECC_CORRECTED_VOLATILE),
-        blocks.health.number(H.ECC_UNCORRECTED_VOLATILE),
+        blocks.health.number(H.ECC_CORRECTED_TOTAL),
+        blocks.health.number(H.ECC_UNCORRECTED_TOTAL),
     ) == (7, 0)
     assert blocks.health.number(H.REMAPPED_ROWS_FAILED) == 1
     assert (blocks.unhealthy, blocks.unhealthy_reason) == (True, "retired_pages_unreservable")
     assert blocks.health.throttle_reasons is None
     assert blocks.health.reason("throttle_reasons") is Reason.UNSUPPORTED  # all UINT8_MAX
     # UINT64_MAX is a sentinel (and makes no card unhealthy); 2^63 + 1 is past any counter.
-    assert odd.health.number(H.ECC_UNCORRECTED_VOLATILE) is None
-    assert odd.health.reason("ecc_uncorrected_volatile") is Reason.INVALID_DATA
-    assert odd.health.number(H.ECC_CORRECTED_VOLATILE) is None
-    assert odd.health.reason("ecc_corrected_volatile") is Reason.INVALID_DATA
-    assert "cards[3].health.ecc_corrected_volatile" in refused
+    assert odd.health.number(H.ECC_UNCORRECTED_TOTAL) is None
+    assert odd.health.reason("ecc_uncorrected_total") is Reason.INVALID_DATA
+    assert odd.health.number(H.ECC_CORRECTED_TOTAL) is None
+    assert odd.health.reason("ecc_corrected_total") is Reason.INVALID_DATA
+    assert "cards[3].health.ecc_corrected_total" in refused
     assert (odd.unhealthy, odd.unhealthy_reason) == (False, None)
     assert odd.health.reason("remapped_rows_uncorrectable") is Reason.INVALID_DATA
 

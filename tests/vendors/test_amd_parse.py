@@ -194,6 +194,26 @@ def test_a_partitioned_socket_without_a_serial_is_named_by_its_socket() -> None:
             None,
             Reason.INVALID_DATA,
         ),
+        # A 16-bit GPU-metrics field ROCm SMI marked absent (0xFFFF, its type's maximum):
+        # absent, not 65.5 GHz (issue 43; b42776a published 65,535,000,000 Hz).
+        (
+            {"amdsmi_get_clock_info": {"GFX": {"clk": 0xFFFF}}},
+            "clock_graphics_hz",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (
+            {"amdsmi_get_clock_info": {"MEM": {"clk": 0xFFFF}}},
+            "clock_memory_hz",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (
+            {"amdsmi_get_clock_info": {"MEM": {"clk": 0xFFFE}}},
+            "clock_memory_hz",
+            0xFFFE * 1_000_000,
+            None,
+        ),
         (
             {"amdsmi_get_clock_info": {"MEM": {"clk": 1300}}},
             "clock_sm_hz",
@@ -202,13 +222,13 @@ def test_a_partitioned_socket_without_a_serial_is_named_by_its_socket() -> None:
         ),
         (
             {"amdsmi_get_gpu_pci_replay_counter": 0xFFFFFFFFFFFFFFFE},
-            "pcie_replays",
+            "pcie_naks",
             0xFFFFFFFFFFFFFFFE,
             None,
         ),
         (
             {"amdsmi_get_gpu_pci_replay_counter": {"error": "AmdSmiLibraryException", "code": 2}},
-            "pcie_replays",
+            "pcie_naks",
             None,
             Reason.UNSUPPORTED,
         ),
@@ -234,25 +254,25 @@ HEALTHY = {"amdsmi_get_energy_count": FAILED}  # any health key: the board's hea
     [
         (
             {"amdsmi_get_gpu_total_ecc_count": {"correctable_count": 9}},
-            "ecc_corrected_volatile",
+            "ecc_corrected_total",
             9,
             None,
         ),
         (
             {"amdsmi_get_gpu_total_ecc_count": FAILED},
-            "ecc_corrected_volatile",
+            "ecc_corrected_total",
             None,
             Reason.UNSUPPORTED,
         ),
         (
             {"amdsmi_get_gpu_total_ecc_count": {"uncorrectable_count": 0xFFFFFFFFFFFFFFFF}},
-            "ecc_uncorrected_volatile",
+            "ecc_uncorrected_total",
             None,
             Reason.INVALID_DATA,
         ),
         (
             {"amdsmi_get_gpu_total_ecc_count": {"uncorrectable_count": "N/A"}},
-            "ecc_uncorrected_volatile",
+            "ecc_uncorrected_total",
             None,
             Reason.INVALID_DATA,
         ),
@@ -268,7 +288,7 @@ HEALTHY = {"amdsmi_get_energy_count": FAILED}  # any health key: the board's hea
                     "XGMI_WAFL": {"correctable_count": 100},
                 },
             },
-            "ecc_corrected_volatile",
+            "ecc_corrected_total",
             7,
             None,
         ),
@@ -279,7 +299,7 @@ HEALTHY = {"amdsmi_get_energy_count": FAILED}  # any health key: the board's hea
                 "amdsmi_get_gpu_ecc_enabled": 0x1,
                 "amdsmi_get_gpu_ecc_count": {"UMC": {"error": "x", "code": 10}},
             },
-            "ecc_corrected_volatile",
+            "ecc_corrected_total",
             None,
             Reason.UNSUPPORTED,
         ),

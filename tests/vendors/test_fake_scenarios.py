@@ -24,6 +24,7 @@ from tests.conftest import NODES, scenario_monitor
 from tests.fakelib import nvidia as fake_nvml
 from tests.fakelib import thead as fake_hgml
 from tests.fakelib import write_scenario
+from tests.fakelib.nvml_family import write_sysfs
 from tests.vendors.conftest import ManualClock
 from vendors._nvml_family import GPM_MIN_INTERVAL, NvmlFamilyBackend
 from vendors.nvidia import NvidiaBackend
@@ -110,8 +111,9 @@ def test_the_payload_is_what_read_records_from_the_fake(
     index = PodIndex.from_list(json.loads((root / "pods.json").read_text()))
     asked = node_grants(index).request(manufacturer)  # what the live monitor asks
     clock = ManualClock()
-    # An empty sysfs root: a NUMA node read from sysfs (HGML has no call) records the same
-    # answer on every machine.
+    # A sysfs root of the scenario's own (the NUMA node each card is attached to, its `numa`):
+    # the same answer on every machine.
+    write_sysfs(tmp_path / "sys", doc["library"]["devices"])
     backend = backend_class(
         {backend_class.libraries[0].name: str(lib)}, clock=clock, sysfs=tmp_path / "sys"
     )

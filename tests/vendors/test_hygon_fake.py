@@ -150,7 +150,7 @@ def test_card_health_through_our_ctypes(libs: dict[str, str], scenario) -> None:
     payload = read(libs, ReadRequest())
     full, blind, odd = (c.health for c in HygonBackend().parse(payload).cards)
     assert full is not None and blind is not None and odd is not None
-    assert (full.number(H.ECC_CORRECTED_VOLATILE), full.number(H.ECC_UNCORRECTED_VOLATILE)) == (
+    assert (full.number(H.ECC_CORRECTED_TOTAL), full.number(H.ECC_UNCORRECTED_TOTAL)) == (
         4,
         1,
     )
@@ -165,13 +165,16 @@ def test_card_health_through_our_ctypes(libs: dict[str, str], scenario) -> None:
     assert (
         full.number(H.CLOCK_GRAPHICS_HZ),
         full.number(H.CLOCK_MEMORY_HZ),
-        full.number(H.PCIE_REPLAYS),
+        full.number(H.PCIE_NAKS),
     ) == (
         1_500_000_000,
         1_600_000_000,
         9,
     )
     always = {
+        "pcie_replays",  # the replay counter counts NAKs: pcie_naks (issue 43)
+        "ecc_corrected_volatile",  # the header's count is "total" (issue 43)
+        "ecc_uncorrected_volatile",
         "ecc_corrected_aggregate",
         "ecc_uncorrected_aggregate",
         "remapped_rows_correctable",
@@ -184,23 +187,23 @@ def test_card_health_through_our_ctypes(libs: dict[str, str], scenario) -> None:
         **dict.fromkeys(always, Reason.UNSUPPORTED),
         **dict.fromkeys(
             (
-                "ecc_corrected_volatile",
-                "ecc_uncorrected_volatile",
+                "ecc_corrected_total",
+                "ecc_uncorrected_total",
                 "remapped_rows_uncorrectable",
                 "remapped_rows_pending",
                 "remapped_rows_failed",
                 "energy_joules",
                 "clock_memory_hz",
-                "pcie_replays",
+                "pcie_naks",
             ),
             Reason.UNSUPPORTED,
         ),
     }
     assert blind.number(H.CLOCK_GRAPHICS_HZ) == 1_500_000_000  # the fake's default top level
     assert {k: v for k, v in odd.reasons if v is not Reason.UNSUPPORTED} == {
-        "ecc_corrected_volatile": Reason.INVALID_DATA,
+        "ecc_corrected_total": Reason.INVALID_DATA,
         "clock_graphics_hz": Reason.INVALID_DATA,
-        "pcie_replays": Reason.INVALID_DATA,
+        "pcie_naks": Reason.INVALID_DATA,
     }
     assert (odd.number(H.REMAPPED_ROWS_UNCORRECTABLE), odd.number(H.REMAPPED_ROWS_FAILED)) == (0, 1)
     # The page card 2 could not retire makes it unhealthy; card 0's uncorrectable ECC error
@@ -228,7 +231,7 @@ def test_the_whole_agent_publishes_dcu_health(
         text = client.get("/metrics").content
         doc = client.get("/monitor/snapshot").json()
     lines = text.decode().splitlines()
-    for name in ("ecc_errors", "energy_joules", "pcie_replays"):
+    for name in ("ecc_errors", "energy_joules", "pcie_naks"):
         assert f"# TYPE gpustack_accelerator_{name}_total counter" in lines
     got = series(text)
 
@@ -240,8 +243,8 @@ def test_the_whole_agent_publishes_dcu_health(
         }
 
     pre = "gpustack_accelerator_"
-    assert by_card(f"{pre}pcie_replays") == {dcu(0): 9.0}
-    assert by_card(f"{pre}ecc_errors", error="uncorrected", counter="volatile") == {
+    assert by_card(f"{pre}pcie_naks") == {dcu(0): 9.0}
+    assert by_card(f"{pre}ecc_errors", error="uncorrected", counter="total") == {
         dcu(0): 1.0,
         dcu(2): 0.0,
     }

@@ -470,13 +470,14 @@ def test_card_health_through_our_ctypes(libmxsml: Path, scenario) -> None:  # ty
     full, blind, odd = (c.health for c in parse(payload).cards)
     assert full is not None and blind is not None and odd is not None
     assert (
-        full.number(H.ECC_CORRECTED_VOLATILE),
-        full.number(H.ECC_UNCORRECTED_VOLATILE),
+        full.number(H.ECC_CORRECTED_TOTAL),
+        full.number(H.ECC_UNCORRECTED_TOTAL),
         full.number(H.REMAPPED_ROWS_UNCORRECTABLE),
     ) == (7, 1, 3)
     assert full.throttle_reasons is not None
     assert [r for r, on in full.throttle_reasons if on] == [
         "sw_power_cap",
+        "sw_thermal_slowdown",  # HBM over-temperature, 0x20 (issue 43)
         "hw_power_brake_slowdown",
     ]
     assert (full.number(H.CLOCK_SM_HZ), full.number(H.CLOCK_MEMORY_HZ)) == (
@@ -484,6 +485,8 @@ def test_card_health_through_our_ctypes(libmxsml: Path, scenario) -> None:  # ty
         1_800_000_000,
     )
     never = {
+        "ecc_corrected_volatile",  # the header's count is "total" (issue 43)
+        "ecc_uncorrected_volatile",
         "ecc_corrected_aggregate",
         "ecc_uncorrected_aggregate",
         "remapped_rows_correctable",
@@ -492,18 +495,19 @@ def test_card_health_through_our_ctypes(libmxsml: Path, scenario) -> None:  # ty
         "energy_joules",
         "clock_graphics_hz",
         "pcie_replays",
+        "pcie_naks",  # no NAK counter either (issue 43)
         "xid_errors",
     }
     assert dict(full.reasons) == dict.fromkeys(never, Reason.UNSUPPORTED)
     assert {k for k, r in blind.reasons if r is Reason.UNSUPPORTED} == never | {
-        "ecc_corrected_volatile",
-        "ecc_uncorrected_volatile",
+        "ecc_corrected_total",
+        "ecc_uncorrected_total",
         "remapped_rows_uncorrectable",
         "throttle_reasons",
         "clock_memory_hz",
     }
     assert {k: r for k, r in odd.reasons if r is not Reason.UNSUPPORTED} == {
-        "ecc_uncorrected_volatile": Reason.INVALID_DATA,
+        "ecc_uncorrected_total": Reason.INVALID_DATA,
         "throttle_reasons": Reason.INVALID_DATA,
         "clock_sm_hz": Reason.INVALID_DATA,
     }
@@ -538,13 +542,15 @@ def test_the_whole_agent_publishes_c500_health(
         }
 
     pre = "gpustack_accelerator_"
-    assert by_card(f"{pre}ecc_errors", error="corrected", counter="volatile") == {
+    assert by_card(f"{pre}ecc_errors", error="corrected", counter="total") == {
         gpu(90): 7.0,
         gpu(92): 0.0,
     }
     assert by_card(f"{pre}remapped_rows", state="uncorrectable") == {gpu(90): 3.0, gpu(92): 0.0}
     assert by_card(f"{pre}clock_throttle_active", reason="sw_power_cap") == {gpu(90): 1.0}
-    assert by_card(f"{pre}clock_throttle_active", reason="hw_slowdown") == {}
+    assert by_card(f"{pre}clock_throttle_active", reason="sw_thermal_slowdown") == {gpu(90): 1.0}
+    assert by_card(f"{pre}clock_throttle_active", reason="hw_slowdown") == {gpu(90): 0.0}
+    assert by_card(f"{pre}clock_throttle_active", reason="hw_thermal_slowdown") == {}
     assert by_card(f"{pre}clock_hertz", clock="sm") == {gpu(90): 1.5e9, gpu(91): 1.6e9}
     assert by_card(f"{pre}energy_joules") == {}
     assert by_card(f"{pre}figure_capability", figure="pcie_replays", reason="unsupported") == {

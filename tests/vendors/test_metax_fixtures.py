@@ -124,12 +124,16 @@ TABLE: dict[str, Case] = {
         {
             "health": {
                 gpu(90): {
-                    "ecc_corrected_volatile": 7,  # SRAM 2 + DRAM 5
-                    "ecc_uncorrected_volatile": 1,
+                    "ecc_corrected_total": 7,  # SRAM 2 + DRAM 5
+                    "ecc_uncorrected_total": 1,
                     "ecc_corrected_aggregate": Reason.UNSUPPORTED,
                     "remapped_rows_uncorrectable": 3,
                     "remapped_rows_pending": Reason.UNSUPPORTED,
-                    "throttle_active": ["sw_power_cap", "hw_power_brake_slowdown"],
+                    "throttle_active": [
+                        "sw_power_cap",
+                        "sw_thermal_slowdown",  # HBM over-temperature, 0x20
+                        "hw_power_brake_slowdown",
+                    ],
                     "clock_sm_hz": 1_500_000_000,
                     "clock_memory_hz": 1_800_000_000,
                     "clock_graphics_hz": Reason.UNSUPPORTED,
@@ -137,15 +141,15 @@ TABLE: dict[str, Case] = {
                     "pcie_replays": Reason.UNSUPPORTED,
                 },
                 gpu(91): {
-                    "ecc_corrected_volatile": Reason.UNSUPPORTED,
+                    "ecc_corrected_total": Reason.UNSUPPORTED,
                     "remapped_rows_uncorrectable": Reason.UNSUPPORTED,
                     "throttle_reasons": Reason.UNSUPPORTED,
                     "clock_sm_hz": 1_600_000_000,  # the fake's default
                     "clock_memory_hz": Reason.UNSUPPORTED,
                 },
                 gpu(92): {
-                    "ecc_corrected_volatile": 0,
-                    "ecc_uncorrected_volatile": Reason.INVALID_DATA,
+                    "ecc_corrected_total": 0,
+                    "ecc_uncorrected_total": Reason.INVALID_DATA,
                     "throttle_reasons": Reason.INVALID_DATA,
                     "clock_sm_hz": Reason.INVALID_DATA,
                 },

@@ -493,18 +493,18 @@ def test_a_metax_payload_recorded_before_the_health_reads_has_no_health() -> Non
     ("entries", "figure", "value", "reason"),
     [
         # ECC: the SRAM's and the DRAM's together, as NVML's total counts are.
-        ({"mxSmlGetTotalEccErrors": ECC}, "ecc_corrected_volatile", 5, None),
-        ({"mxSmlGetTotalEccErrors": ECC}, "ecc_uncorrected_volatile", 2, None),
+        ({"mxSmlGetTotalEccErrors": ECC}, "ecc_corrected_total", 5, None),
+        ({"mxSmlGetTotalEccErrors": ECC}, "ecc_uncorrected_total", 2, None),
         ({"mxSmlGetTotalEccErrors": ECC}, "remapped_rows_uncorrectable", 6, None),
         (
             {"mxSmlGetTotalEccErrors": {**ECC, "sramUE": 0xFFFFFFFF}},
-            "ecc_uncorrected_volatile",
+            "ecc_uncorrected_total",
             None,
             Reason.INVALID_DATA,
         ),
         (
             {"mxSmlGetTotalEccErrors": {**ECC, "dramCE": 0xFFFFFFFE, "sramCE": 0}},
-            "ecc_corrected_volatile",
+            "ecc_corrected_total",
             0xFFFFFFFE,
             None,
         ),
@@ -516,7 +516,7 @@ def test_a_metax_payload_recorded_before_the_health_reads_has_no_health() -> Non
         ),
         (
             {"mxSmlGetTotalEccErrors": NOT_SUPPORTED},
-            "ecc_corrected_volatile",
+            "ecc_corrected_total",
             None,
             Reason.UNSUPPORTED,
         ),
@@ -579,17 +579,25 @@ def test_each_metax_health_figure_is_range_checked_and_says_why_it_is_absent(
         (0x1, ["gpu_idle"]),
         (0x2 | 0x40, ["applications_clocks_setting", "sw_thermal_slowdown"]),
         (0x4 | 0x100, ["sw_power_cap", "hw_power_brake_slowdown"]),
-        # Chip, VR and HBM over-temperature, peak current, di/dt, dynamic and "other" name no
-        # NVML reason one-to-one: no reason of ours turns on for them.
-        (0x8 | 0x10 | 0x20 | 0x80 | 0x200 | 0x400 | 0x80000000, []),
+        # Chip, VR and HBM over-temperature are thermal throttling (b42776a read them as no
+        # reason at all: an HBM-throttled card read sw_thermal_slowdown False; issue 43).
+        (0x8, ["sw_thermal_slowdown"]),
+        (0x10, ["sw_thermal_slowdown"]),
+        (0x20, ["sw_thermal_slowdown"]),
+        # Peak current control and di/dt: NVML's HW slowdown (power draw too high, fast trigger).
+        (0x80, ["hw_slowdown"]),
+        (0x200, ["hw_slowdown"]),
+        # "Dynamic" and the catch-all "other" name no one reason: none turns on for them.
+        (0x400 | 0x80000000, []),
     ],
 )
 def test_metax_throttle_bits_map_onto_the_reasons_metax_maps_them_to(
     mask: int, active: list[str]
 ) -> None:
-    """(R-X7) mxsmlClocksThrottleReason* bits are MetaX's own, not NVML's: each is read as the
-    NVML reason MetaX's own compatibility header maps it to, and only those reasons are
-    reported (a reason MetaX cannot tell apart is absent, not 0)."""
+    """(R-X7, issue 43) mxsmlClocksThrottleReason* bits are MetaX's own, not NVML's: each is
+    read as the NVML reason MetaX's own compatibility header maps it to, or, for the bits it
+    leaves out, the reason whose meaning it has; only those reasons are reported (a reason
+    MetaX cannot tell apart is absent, not 0)."""
     health = card_health(mxSmlGetCurrentClocksThrottleReason=mask)
     assert health is not None and health.throttle_reasons is not None
     assert [r for r, on in health.throttle_reasons if on] == active
@@ -597,6 +605,7 @@ def test_metax_throttle_bits_map_onto_the_reasons_metax_maps_them_to(
         "gpu_idle",
         "applications_clocks_setting",
         "sw_power_cap",
+        "hw_slowdown",
         "sw_thermal_slowdown",
         "hw_power_brake_slowdown",
     ]

@@ -20,6 +20,7 @@ from devicemanager.model import ReadRequest, Reason
 from tests.conftest import FIXTURES
 from tests.fakelib import nvidia as fake_nvml
 from tests.fakelib.nvidia import scenarios
+from tests.fakelib.nvml_family import write_sysfs
 from tests.vendors.conftest import ManualClock
 from tests.world import gpu
 from vendors import nvidia
@@ -106,8 +107,9 @@ TABLE: dict[str, tuple[Callable[[], list[dict[str, Any]]], ReadRequest, dict[str
     ),
     # R-X3's links and placement; by hand from scenarios.h100_links: cards 30/31 four NVLinks
     # and one PCIe switch, 32/33 two links each into an NVSwitch and one host bridge, 30/31
-    # against 32/33 across NUMA nodes; card 34 placed against none, its NUMA node neither from
-    # NVML (NOT_SUPPORTED) nor from sysfs (the recording's sysfs root is empty).
+    # against 32/33 across NUMA nodes; card 34 placed against none. Every NUMA node is sysfs's
+    # (the scenario's `numa`); card 30's nvmlDeviceGetNumaNodeId answers 4 (a coherent card's own
+    # memory node), which is not its node (issue 43).
     "h100-links": (
         scenarios.h100_links,
         ReadRequest(),
@@ -150,7 +152,7 @@ TABLE: dict[str, tuple[Callable[[], list[dict[str, Any]]], ReadRequest, dict[str
                         (gpu(32), "pcie_host_bridge", None),
                     ),
                 ),
-                gpu(34): (None, ()),
+                gpu(34): (1, ()),
             },
         },
     ),
@@ -211,12 +213,14 @@ def test_the_fixture_is_what_read_records_from_the_fake(
 ) -> None:
     build, request, _ = TABLE[name]
     lib = libnvml
+    cards = build()
     monkeypatch.setenv(
-        "FAKE_NVML_SCENARIO", str(fake_nvml.write(tmp_path / "s.txt", "580.95.05", build()))
+        "FAKE_NVML_SCENARIO", str(fake_nvml.write(tmp_path / "s.txt", "580.95.05", cards))
     )
     clock = ManualClock()
-    # An empty sysfs root: a card whose NUMA node NVML does not give records the same answer
-    # on every machine.
+    # A sysfs root of the scenario's own (each card's `numa`, none where it has none): the same
+    # answer on every machine.
+    write_sysfs(tmp_path / "sys", cards)
     backend = nvidia.NvidiaBackend({"nvml": str(lib)}, clock=clock, sysfs=tmp_path / "sys")
     backend.open()
     try:

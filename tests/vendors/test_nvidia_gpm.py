@@ -310,6 +310,19 @@ def test_gpm_answers_and_their_reasons(
     assert family.parse_gpm(keyed(parent), keyed(mig), p) == expected
 
 
+def _without_nvml_only_reasons(card: Any) -> Any:
+    """An NVIDIA card as a PPU's parse would read it: no board_limit or reliability reason."""
+    import dataclasses
+
+    if card.health is None:
+        return card
+    flags = tuple(
+        (name, tuple((r, on) for r, on in value if r not in ("board_limit", "reliability")))
+        for name, value in card.health.flags
+    )
+    return dataclasses.replace(card, health=dataclasses.replace(card.health, flags=flags))
+
+
 def test_one_parse_serves_both_prefixes(libnvml: Path) -> None:
     """An NVML payload with every `nvml` key renamed `hgml` reads the same through T-Head's
     parse: the two backends share the code, not a copy of it."""
@@ -323,7 +336,13 @@ def test_one_parse_serves_both_prefixes(libnvml: Path) -> None:
     renamed = json.loads(doc.replace('"nvml', '"hgml').replace('"NVML_', '"HGML_'))["payload"]
     a, b = nvidia.parse(payload), thead.parse(renamed)
     assert (a.manufacturer, b.manufacturer) == ("nvidia", "thead")
-    assert (a.cards, a.processes, a.partitions, a.driver_version) == (
+    # Except the clocks-event bits hgml.h does not define (NVML's 0x200 and 0x400, issue 43).
+    assert (
+        tuple(map(_without_nvml_only_reasons, a.cards)),
+        a.processes,
+        a.partitions,
+        a.driver_version,
+    ) == (
         b.cards,
         b.processes,
         b.partitions,

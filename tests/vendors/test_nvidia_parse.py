@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -568,22 +569,23 @@ def test_nvswitch_needs_both_cards_in_the_fabric_and_counts_each_cards_own_links
 @pytest.mark.parametrize(
     ("numa", "sysfs", "wanted"),
     [
-        (0, None, 0),
-        (3, None, 3),
-        (err(3), "1\n", 1),  # the driver lacks the call: the kernel's answer
-        (err(3), "-1\n", None),  # no affinity
+        (err(3), "1\n", 1),  # x86: NVML answers NOT_SUPPORTED (the recorded H200), sysfs the node
+        (err(3), "-1\n", None),  # no affinity (the recorded H200's VM)
         (err(3), "x", None),
         (err(3), None, None),
-        (-1, None, None),
-        (1 << 12, None, None),
-        (True, None, None),
-        (0, "5\n", 0),  # NVML's answer first
+        (err(3), f"{1 << 12}\n", None),
+        (0, "1\n", 1),  # a coherent card (GH200): NVML names its memory's own node, not this one
+        (2, "0\n", 0),
+        (0, None, None),  # NVML's answer alone is never the node the card is attached to
+        (3, "-1\n", None),
     ],
 )
-def test_the_numa_node_from_nvml_else_sysfs_and_no_affinity_is_absent(
+def test_the_numa_node_is_sysfs_never_nvml_numa_node_id_and_no_affinity_is_absent(
     numa: Any, sysfs: Any, wanted: int | None
 ) -> None:
-    """(R-X3) The card's NUMA node: NVML's answer, else sysfs's; -1 (no affinity), a number past
+    """(R-X3, issue 43) The NUMA node the card is attached to is its PCI function's `numa_node`
+    in sysfs; nvmlDeviceGetNumaNodeId ("only applies to platforms where the GPUs are NUMA
+    nodes": a GH200's own memory node) never stands in for it. -1 (no affinity), a number past
     any node count, or text that is no number is absent, never node 0."""
     more = {} if sysfs is None else {"sysfsNumaNode": sysfs}
     cards = placed([topo_card(UUID, "00000000:07:00.0", numa=numa, **more)])
@@ -638,3 +640,70 @@ def test_xid_counts_parse_in_numeric_order_or_are_refused(
     assert c.health.reason("xid_errors") == reason
     (old,) = parse_card(nvmlDeviceGetPcieReplayCounter=0)
     assert old.health.xid_errors is None and old.health.reason("xid_errors") is None
+
+
+@pytest.mark.parametrize("prefix", ["nvml", "hgml"])
+def test_a_link_that_answers_an_error_is_skipped_not_the_links_after_it(
+    prefix: str, tmp_path: Path
+) -> None:
+    """(R-X3, issue 43) Six links to the peer, link 2 answering NOT_SUPPORTED: the reader asks
+    every link up to NVML_NVLINK_MAX_LINKS, as NVIDIA's go-gpuallocator does, so the pair has
+    five links (b42776a stopped at link 2 and published two), for NVML and HGML alike; each
+    error is recorded with the links that answered it."""
+    from vendors._nvml_topology import INTERCONNECTS, MAX_NVLINKS, parse_topology, read_topology
+
+    calls = INTERCONNECTS[prefix].calls
+    buses = {0: "00000000:07:00.0", 1: "00000000:08:00.0"}
+
+    def call(name: str, *args: Any) -> Any:
+        if name == "DeviceGetHandleByIndex":
+            return args[0]
+        if name == "DeviceGetUUID":
+            return f"GPU-{args[0]}"
+        if name == "DeviceGetPciInfo_v3":
+            return _Pci(buses[args[0]])
+        if name == f"DeviceGet{calls}State":
+            _, link = args
+            if link == 2 or link >= 6:
+                return (
+                    {"error": "NotSupported", "code": 3} if link == 2 else {"error": "x", "code": 2}
+                )
+            return 1
+        if name == f"DeviceGet{calls}RemotePciInfo":
+            return _Pci(buses[1 - args[0]])
+        if name == f"DeviceGet{calls}RemoteDeviceType":
+            return 0
+        return {"error": "NotSupported", "code": 3}
+
+    raw = read_topology(call, lambda n: prefix + n, 2, tmp_path, 1.0, links=INTERCONNECTS[prefix])
+    out = parse_topology({"topology": raw}, prefix)
+    direct = INTERCONNECTS[prefix].direct
+    assert [(x.peer_id, x.link, x.count) for x in out["GPU-0"][0]] == [("GPU-1", direct, 5)]
+    errors = raw["devices"][0]["nvlinkErrors"]
+    assert sorted(n for e in errors for n in e["links"]) == [2, *range(6, MAX_NVLINKS)]
+
+
+class _Pci:
+    """What the binding's remote-PCI call returns: a struct with a `busId`."""
+
+    def __init__(self, bus: str) -> None:
+        self.busId = bus.encode()
+
+
+@pytest.mark.parametrize(
+    ("mask", "active"),
+    [
+        (0x200, ["board_limit"]),
+        (0x400, ["reliability"]),
+        (0x600, ["board_limit", "reliability"]),
+        (0x4 | 0x400, ["sw_power_cap", "reliability"]),
+    ],
+)
+def test_board_limit_and_reliability_are_throttle_reasons(mask: int, active: list[str]) -> None:
+    """(R-X7, issue 43) CUDA 13's nvml.h adds nvmlClocksEventReasonBoardLimit (0x200) and
+    …Reliability (0x400): a card held down only by them reads throttled by them, not "not
+    throttled" (b42776a published all nine reasons False for 0x200)."""
+    (c,) = parse_card(nvmlDeviceGetCurrentClocksEventReasons=mask)
+    assert c.health is not None and c.health.throttle_reasons is not None
+    assert [r for r, on in c.health.throttle_reasons if on] == active
+    assert len(c.health.throttle_reasons) == 11

@@ -482,3 +482,13 @@ def test_no_top_level_shape_makes_parse_raise(devices: Any) -> None:
         thead.parse,
         {"devices": devices, "hgmlSystemGetDriverVersion": devices, "request": devices},
     )
+
+
+def test_hgml_reports_no_board_limit_or_reliability_its_header_does_not_define() -> None:
+    """(issue 43) hgml.h's clocks-event bits stop at 0x100: NVML's BoardLimit (0x200) and
+    Reliability (0x400) are not reported for a PPU at all, rather than "not active"."""
+    (c,) = parse_card(hgmlDeviceGetCurrentClocksEventReasons=0x600)
+    assert c.health is not None and c.health.throttle_reasons is not None
+    names = [r for r, _ in c.health.throttle_reasons]
+    assert "board_limit" not in names and "reliability" not in names and len(names) == 9
+    assert not any(on for _, on in c.health.throttle_reasons)

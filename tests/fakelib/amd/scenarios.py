@@ -202,8 +202,9 @@ def rocm_720(**top: Any) -> dict[str, Any]:
 def health_figures() -> dict[str, Any]:
     """R-X7's figures on three MI300X. Card 0 answers them: 1,000,000 counts of 15.3 µJ of
     energy, 2,100 and 1,300 MHz, 4 PCIe replays. Card 1 answers NOT_SUPPORTED to the energy
-    and replay calls and to its memory clock. Card 2 answers UINT64_MAX replays and the wheel's
-    "N/A" (UINT32_MAX) for its graphics clock."""
+    and replay calls and to its memory clock. Card 2 answers UINT64_MAX replays, the wheel's
+    "N/A" (UINT32_MAX) for its graphics clock and 0xFFFF for its memory clock, the mark ROCm SMI
+    writes into a 16-bit GPU-metrics field it does not have (issue 43)."""
     return scenario(
         [
             card(
@@ -220,7 +221,7 @@ def health_figures() -> dict[str, Any]:
                 },
                 clock_faults={"mem": NOT_SUPPORTED},
             ),
-            card(2, pcie_replays=0xFFFFFFFFFFFFFFFF, clocks={"gfx": 0xFFFFFFFF}),
+            card(2, pcie_replays=0xFFFFFFFFFFFFFFFF, clocks={"gfx": 0xFFFFFFFF, "mem": 0xFFFF}),
         ]
     )
 

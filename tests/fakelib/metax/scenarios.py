@@ -130,8 +130,9 @@ NOT_SUPPORTED = 3
 
 def health() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Issue 29's figures on three C500s. Card 0 answers every one MXSML declares: SRAM and
-    DRAM ECC (2 + 5 corrected, 0 + 1 uncorrected), 3 retired pages, over-power (0x4) and
-    power-brake (0x100) throttling with MetaX's "other" bit (0x80000000), Xcore at 1500 MHz and
+    DRAM ECC (2 + 5 corrected, 0 + 1 uncorrected), 3 retired pages, over-power (0x4), HBM
+    over-temperature (0x20) and power-brake (0x100) throttling with MetaX's "other" bit
+    (0x80000000), Xcore at 1500 MHz and
     the memory controller at 1800. Card 1 answers OperationNotSupport to ECC, throttle and the
     memory clock. Card 2 answers all ones for a DRAM count, the throttle mask and the Xcore
     clock."""
@@ -140,7 +141,7 @@ def health() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             gpu(90),
             bdf=bdf(0),
             ecc={"sram_ce": 2, "dram_ce": 5, "dram_ue": 1, "retired": 3},
-            throttle=0x4 | 0x100 | 0x80000000,
+            throttle=0x4 | 0x20 | 0x100 | 0x80000000,
             clocks={"xcore": [1500, 1500], "mc0": [1800]},
         ),
         card(

@@ -34,9 +34,12 @@
  * served), ecc{corrected_volatile, uncorrected_volatile, corrected_aggregate,
  * uncorrected_aggregate}, ecc_off (1: ECC answers NOT_SUPPORTED), energy (mJ), throttle (the
  * clocks-event-reason mask), clocks{graphics, sm, memory} (MHz), clock_faults{domain: code},
- * pcie_replays, bus_id (default 00000000:<0x10 + position>:00.0), numa (the NUMA node; -1:
- * NOT_SUPPORTED, as a driver without the call), nvlinks[]{state, remote (bus id), type (0 GPU, 2
- * NVSwitch)}, ancestor{<other card's position>: nvmlGpuTopologyLevel_t}} plus the kit's fault
+ * pcie_replays, bus_id (default 00000000:<0x10 + position>:00.0), gpu_numa (what
+ * nvmlDeviceGetNumaNodeId answers: the GPU memory's own NUMA node on a coherent platform such as
+ * GH200; absent or -1: NOT_SUPPORTED, as the x86 H200 recorded in 2026-12 answered), numa (the
+ * node the card is attached to: not read here, the tests write it into a sysfs tree,
+ * tests/fakelib/nvml_family.py's write_sysfs), nvlinks[]{state, remote (bus id), type (0 GPU, 2
+ * NVSwitch), error (this link answers the code: a gap)}, ancestor{<other card's position>: nvmlGpuTopologyLevel_t}} plus the kit's fault
  * keys. A card without nvlinks answers NOT_SUPPORTED for link 0, one with n links
  * INVALID_ARGUMENT past them; a pair without an ancestor in either card answers NOT_SUPPORTED.
  */
@@ -375,7 +378,7 @@ nvmlReturn_t DECLDIR nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *
     CARD("nvmlDeviceGetNumaNodeId");
     if (!node)
         return NVML_ERROR_INVALID_ARGUMENT;
-    value = fl_int(0, D "numa", d);
+    value = fl_int(-1, D "gpu_numa", d);
     if (value < 0)
         return NVML_ERROR_NOT_SUPPORTED;
     *node = (unsigned int)value;
@@ -393,6 +396,9 @@ static nvmlReturn_t nvlink(nvmlDevice_t device, const char *entry, unsigned int 
         return NVML_ERROR_NOT_SUPPORTED;
     if (link >= (unsigned int)n || link >= NVML_NVLINK_MAX_LINKS)
         return NVML_ERROR_INVALID_ARGUMENT;
+    /* a gap: this one link answers an error (nvlinks[].error), the others as they are */
+    if (fl_int(0, D "nvlinks.%u.error", *d, link))
+        return (nvmlReturn_t)fl_int(0, D "nvlinks.%u.error", *d, link);
     return NVML_SUCCESS;
 }
 

@@ -159,7 +159,8 @@ U64_MAX = 0xFFFFFFFFFFFFFFFF
 
 def h100_health() -> list[dict[str, Any]]:
     """Issue 29's figures on three H100s. Card 0 answers every one: ECC counts, remapped rows
-    (one pending), 123,456,789 mJ, SW power cap and HW thermal slowdown active, its clocks, 7
+    (one pending), 123,456,789 mJ, SW power cap, HW thermal slowdown and CUDA 13's Reliability
+    (0x400) active, its clocks, 7
     PCIe replays. Card 1 answers none: ECC off, and NOT_SUPPORTED from the rest (the clocks-event
     call missing from the driver, the older throttle call refused, one clock domain refused).
     Card 2 is on an older driver's names (only the throttle call) and answers the types'
@@ -176,7 +177,7 @@ def h100_health() -> list[dict[str, Any]]:
             },
             remapped=(3, 1, 1, 0),
             energy=123_456_789,
-            throttle=0x4 | 0x40,
+            throttle=0x4 | 0x40 | 0x400,
             clocks={"graphics": 1755, "sm": 1755, "memory": 2619},
             pcie_replays=7,
         ),
@@ -216,18 +217,23 @@ SWITCH_BUS = "00000000:C0:00.0"
 
 def h100_links() -> list[dict[str, Any]]:
     """R-X3's links and placement on five cards. Cards 0 and 1 are joined by four direct NVLinks
-    (and a fifth link of card 0 that is down), share a PCIe switch (PIX) and sit on NUMA node 0.
+    (and a fifth link of card 0 that is down; card 1's link 2 answers NOT_SUPPORTED, a gap the
+    links after it are read past, as go-gpuallocator does: issue 43), share a PCIe switch (PIX)
+    and sit on NUMA node 0.
     Cards 2 and 3 each have two active links into an NVSwitch, reach each other through their
-    host bridge (PHB) and sit on NUMA node 1. Card 4 is on a driver without the NUMA call
-    (NOT_SUPPORTED: its node from sysfs), has no NVLink, and NVML cannot place it against any
-    card (every common-ancestor call NOT_SUPPORTED). Cards 0/1 against 2/3 are across NUMA nodes
-    (SYS)."""
+    host bridge (PHB) and sit on NUMA node 1. Card 4 sits on node 1, has no NVLink, and NVML
+    cannot place it against any card (every common-ancestor call NOT_SUPPORTED). Cards 0/1
+    against 2/3 are across NUMA nodes (SYS). The nodes are sysfs's (`numa`, written by
+    write_sysfs); card 0's nvmlDeviceGetNumaNodeId answers 4, as a coherent card (GH200) names
+    its own memory's node, which is not the node the card is attached to (issue 43); the others
+    answer NOT_SUPPORTED, as x86 cards do."""
     switch = {"state": 1, "remote": SWITCH_BUS, "type": 2}
     return [
         device(
             gpu(30),
             **H100,
             numa=0,
+            gpu_numa=4,
             nvlinks=[{"state": 1, "remote": bus(1)}] * 4 + [{"state": 0, "remote": bus(1)}],
             ancestor={"1": 10, "2": 50, "3": 50},
         ),
@@ -235,10 +241,12 @@ def h100_links() -> list[dict[str, Any]]:
             gpu(31),
             **H100,
             numa=0,
-            nvlinks=[{"state": 1, "remote": bus(0)}] * 4,
+            nvlinks=[{"state": 1, "remote": bus(0)}] * 2
+            + [{"error": 3}]
+            + [{"state": 1, "remote": bus(0)}] * 2,
             ancestor={"2": 50, "3": 50},
         ),
         device(gpu(32), **H100, numa=1, nvlinks=[switch, switch], ancestor={"3": 30}),
         device(gpu(33), **H100, numa=1, nvlinks=[switch, switch]),
-        device(gpu(34), **H100, numa=-1, bus_id="00000000:9A:00.0"),
+        device(gpu(34), **H100, numa=1, bus_id="00000000:9A:00.0"),
     ]

@@ -31,7 +31,7 @@
  *     `xids[]`), an event set refused by the kit's `faults.hgmlEventSetCreate`.
  *
  * Scenario: the NVML-family document of tests/fakelib/nvml_family.py (driver, devices[] of
- * {uuid, name, index, memory, util, temp, power, remapped, retired_pending, mig_mode, gpm, xid, xids[], bus_id, nvlinks[]{state, remote, type} (its ICN links), ancestor{<position>: level},
+ * {uuid, name, index, memory, util, temp, power, remapped, retired_pending, mig_mode, gpm, xid, xids[], bus_id, nvlinks[]{state, remote, type, error (a gap: this link answers the code)} (its ICN links), ancestor{<position>: level},
  * ecc{corrected_volatile, …}, ecc_off, energy, throttle, clocks{graphics, sm, memory},
  * clock_faults{…}, pcie_replays, processes[], samples[], migs[]{slot, uuid, gi, memory, sm,
  * faults}}) plus the kit's keys.
@@ -625,6 +625,9 @@ static hgmlReturn_t icnlink(hgmlDevice_t device, const char *entry, unsigned int
         return HGML_ERROR_NOT_SUPPORTED;
     if (link >= (unsigned int)n || link >= MAX_ICNLINKS)
         return HGML_ERROR_INVALID_ARGUMENT;
+    /* a gap: this one link answers an error (nvlinks[].error), the others as they are */
+    if (fl_int(0, D "nvlinks.%u.error", *d, link))
+        return (hgmlReturn_t)fl_int(0, D "nvlinks.%u.error", *d, link);
     return HGML_SUCCESS;
 }
 

@@ -1,6 +1,6 @@
 /*
  * HGML declarations for the fake libhgml.so: written by this project from the facts of the
- * public hgml.h (HGML_API_VERSION 12; a copy is in gpustack/gpustack-operator, binding/hgml/),
+ * public hgml.h (HGML_API_VERSION 13; a copy is in gpustack/gpustack-operator, binding/hgml/),
  * never copied. Only what the agent calls: the entry points of vendors/_thead_lib.py, the
  * structs they fill and the constants they take. The ABI tests compile a probe against this
  * file and compare every struct with our ctypes declarations.
