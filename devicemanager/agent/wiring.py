@@ -27,7 +27,7 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -45,6 +45,7 @@ from devicemanager.agent.selfmetrics import SelfMetrics
 from devicemanager.backend import Backend, create_backend, sdk_versions
 from devicemanager.node.attribution import Attributor
 from devicemanager.node.pods import PodIndex, PodsFile
+from devicemanager.round.steps import Output
 from devicemanager.serve import CERT_FILE, KEY_FILE
 from devicemanager.serve.access import Reviewer
 from devicemanager.serve.app import Routes, create_app
@@ -328,8 +329,10 @@ def build_monitor(
     kubelet: PodResourcesPoller | RecordedPodResources | None = None,
     build: tuple[tuple[str, str], ...] = (),
     own: SelfMetrics | None = None,
+    outputs: Sequence[Output] = (),
 ) -> Monitor:
-    """The monitor `serve` runs; tests pass frozen clocks."""
+    """The monitor `serve` runs; tests pass frozen clocks. Each round goes to the published
+    snapshot and /metrics (the monitor's own first output), then to each of `outputs`."""
     pods: Callable[[], PodIndex | None] | None = None
     if cluster is not None:
         pods = cluster.informer
@@ -375,6 +378,7 @@ def build_monitor(
         skipped_lines=skipped,
         wall=wall,
         mono=mono,
+        outputs=outputs,
     )
 
 
