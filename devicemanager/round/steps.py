@@ -36,7 +36,7 @@ from devicemanager.grants.grants import NodeGrants
 from devicemanager.grants.ids import Ids
 from devicemanager.grants.node import SOURCES, gather
 from devicemanager.grants.sources import GrantSource, NodeInput
-from devicemanager.model import Card, DeviceProcesses, PodFault, ReadRequest, Snapshot
+from devicemanager.model import Card, DeviceProcesses, PodFault, ReadRequest, SliceSection, Snapshot
 from devicemanager.node import isolation
 from devicemanager.node.attribution import DeviceAttribution
 from devicemanager.node.pods import PodIndex
@@ -274,19 +274,10 @@ def settle(memory: Memory, learned: Learned, inputs: Inputs) -> tuple[Memory, Ro
     note(says.backends_said(said, learned.results, inputs.raw_errors))
     note(says.grants_said(said, grants, index))
 
-    sections = []
-    by_manufacturer = {r.reading.manufacturer: r.reading for r in learned.results if r.reading}
-    asks = learned.asks if grants is not None and inputs.verdicts is not None else ()
-    for ask in asks:
-        key = f"slices:{ask.manufacturer}"
-        try:
-            verdicts = inputs.verdicts[ask.manufacturer]  # type: ignore[index]
-            if isinstance(verdicts, BaseException):
-                raise verdicts
-            # Each holder's part is behind the per-pod boundary inside `build`: a pod whose
-            # part raises is in the section's faults (counted and logged with the round's).
-            sections.append(slices.build(by_manufacturer[ask.manufacturer], verdicts, grants.all()))  # type: ignore[union-attr]
-        except Exception as exc:
+    built = _sections(learned, inputs.verdicts)
+    for manufacturer, outcome in built.items():
+        key = f"slices:{manufacturer}"
+        if isinstance(outcome, Exception):
             # What is no one pod's (attribution, a device's own entry) raised: this
             # manufacturer's per-grant figures are absent this round (its devices are missing
             # from the section: "could not measure"); cards and others go on.
@@ -294,24 +285,26 @@ def settle(memory: Memory, learned: Learned, inputs: Inputs) -> tuple[Memory, Ro
                 says.failed(
                     said,
                     key,
-                    _describe(exc),
+                    _describe(outcome),
                     "per-grant figures of %s could not be built",
-                    ask.manufacturer,
+                    manufacturer,
                     level=logging.ERROR,
-                    exc=exc,
-                    extra={"manufacturer": ask.manufacturer},
+                    exc=outcome,
+                    extra={"manufacturer": manufacturer},
                 )
             )
-            continue
-        note(
-            says.recovered(
-                said,
-                key,
-                "per-grant figures of %s are built again",
-                ask.manufacturer,
-                manufacturer=ask.manufacturer,
+        else:
+            note(
+                says.recovered(
+                    said,
+                    key,
+                    "per-grant figures of %s are built again",
+                    manufacturer,
+                    manufacturer=manufacturer,
+                )
             )
-        )
+    good = [s for s in built.values() if not isinstance(s, Exception)]
+    section = slices.merge(good) if good else None
 
     faults: dict[str, PodFault] = {}
     if grants is not None:
@@ -324,7 +317,7 @@ def settle(memory: Memory, learned: Learned, inputs: Inputs) -> tuple[Memory, Ro
         node=inputs.node,
         results=learned.results,
         round_duration=inputs.took,
-        slices=slices.merge(sections) if sections else None,
+        slices=section,
     )
     kubelet, inventory = planned.kubelet, planned.dra
     extras = Extras(
@@ -358,6 +351,29 @@ def settle(memory: Memory, learned: Learned, inputs: Inputs) -> tuple[Memory, Ro
     after = Memory(learned.ids, learned.cards_seen, said, memory.rounds + 1, memory.rounds_failed)
     done = Round(snap, extras, grants, tuple(events), unhealthy_cards(snap, grants, index))
     return after, done
+
+
+def _sections(
+    learned: Learned, verdicts: Mapping[str, tuple[DeviceAttribution, ...] | BaseException] | None
+) -> dict[str, SliceSection | Exception]:
+    """Each asked manufacturer's part of the per-grant section, or what raised building it;
+    none where no pods, no carved grant or no attribution."""
+    grants = learned.grants
+    if grants is None or verdicts is None:
+        return {}
+    readings = {r.reading.manufacturer: r.reading for r in learned.results if r.reading}
+    out: dict[str, SliceSection | Exception] = {}
+    for ask in learned.asks:
+        try:
+            answered = verdicts[ask.manufacturer]
+            if isinstance(answered, BaseException):
+                raise answered
+            # Each holder's part is behind the per-pod boundary inside `build`: a pod whose
+            # part raises is in the section's faults (counted and logged with the round's).
+            out[ask.manufacturer] = slices.build(readings[ask.manufacturer], answered, grants.all())
+        except Exception as exc:
+            out[ask.manufacturer] = exc
+    return out
 
 
 def round_failed(memory: Memory, exc: BaseException) -> tuple[Memory, tuple[LogEvent, ...]]:
