@@ -382,6 +382,13 @@ def build_monitor(
     )
 
 
+def round_outputs(settings: Settings, cluster: Cluster | None) -> tuple[Output, ...]:
+    """What each round is handed to after the published snapshot and /metrics (the monitor's
+    own first output): where a Kubernetes Event or node-condition writer for unhealthy cards
+    (`Round.unhealthy`, each with the pods on it) is registered. None yet."""
+    return ()
+
+
 def build_labels(node: Node) -> tuple[tuple[str, str], ...]:
     """gpustack_device_manager_build_info's labels for this agent."""
     manufacturers = [b.manufacturer for b in node.backends]
@@ -607,7 +614,13 @@ def _serve(settings: Settings, signals: Signals, minting: Minting | None = None)
     cluster = connect(settings, node)
     kubelet = pod_resources(settings, node, cluster)
     monitor = build_monitor(
-        settings, node, cluster=cluster, kubelet=kubelet, build=build, own=SelfMetrics(counters)
+        settings,
+        node,
+        cluster=cluster,
+        kubelet=kubelet,
+        build=build,
+        own=SelfMetrics(counters),
+        outputs=round_outputs(settings, cluster),
     )
     stoppable = Stoppable(monitor, None, cluster, review[1] if review else None, kubelet)
     # The first round starts as soon as what it reads is there: it runs while the rest of the
