@@ -6,6 +6,12 @@ still busy at the next round is reported `stuck` and not called again (calling i
 that is hung in another thread would only pile up threads). Other backends and the HTTP server
 go on (R-O3). A worker stuck past the liveness timeout makes /livez fail, because only a
 restart gets a thread back from a hung driver call.
+
+The monitor is the round's shell: it reads the pods, the kubelet, DRA, the libraries and /proc,
+and everything between those reads is the pure steps of round/steps.py (plan, learn, settle),
+whose one frozen `Memory` is all a round hands the next. The round's log lines come back from
+`settle` as values and are written here; the `Round` goes to each output, the published
+snapshot and /metrics first.
 """
 
 from __future__ import annotations
