@@ -75,10 +75,12 @@ def gather(node: NodeInput, ranked: Sequence[GrantSource] = SOURCES) -> NodeGran
 
 
 def combine(index: PodIndex, found: Sequence[tuple[GrantSource, Found]]) -> NodeGrants:
-    faults: dict[str, PodFault] = {}
+    first: dict[str, PodFault] = {}
     for _, f in found:
         for uid, fault in f.faults.items():
-            faults.setdefault(uid, fault)
+            first.setdefault(uid, fault)
+    # in the index's order, as the pods were read: the order their faults are logged in
+    faults = {uid: first[uid] for uid in index.pods if uid in first}
     own = [f for s, f in found if not s.allocated]
     allocated = [f for s, f in found if s.allocated]
     broken_kubelet = {uid for f in allocated for uid in f.faults}
