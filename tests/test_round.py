@@ -216,6 +216,33 @@ def test_an_annotation_naming_a_card_another_pod_holds_is_refused(
     assert [e for e in said(again) if "refused" in e[2]] == []
 
 
+def gone(name: str, phase: str = "Running", terminating: bool = False) -> dict[str, Any]:
+    doc = pod(name, containers=["main"])
+    doc["status"]["phase"] = phase
+    if terminating:
+        doc["metadata"]["deletionTimestamp"] = "2026-11-20T09:00:00Z"
+    return doc
+
+
+RELEASED = [
+    # (b: what the kubelet gave the card to, whether a's annotation on it is refused)
+    pytest.param(gone("b"), True, id="running"),
+    pytest.param(gone("b", terminating=True), False, id="terminating"),
+    pytest.param(gone("b", phase="Succeeded"), False, id="succeeded"),
+    pytest.param(gone("b", phase="Failed"), False, id="failed"),
+]
+
+
+@pytest.mark.parametrize(("b", "refused"), RELEASED)
+def test_a_pod_gone_or_going_holds_nothing_the_kubelet_gave_it(
+    b: dict[str, Any], refused: bool
+) -> None:
+    pods = [pod("a", {"main": [accel(1, 1)]}), b]
+    _, done, _, _ = one_round(Memory(), World(pods, answer(plugin("b", gpu(1)))))
+    assert done.grants is not None
+    assert (uid("a") in done.grants.refused, uid("b") in done.grants.kubelet) == (refused, refused)
+
+
 # -- the alias map: learned this round, it names this round's grant ------------------------------
 
 
@@ -279,6 +306,24 @@ def test_a_card_listed_before_and_gone_is_unhealthy_whatever_the_kubelet_says() 
     memory, _, _, _ = one_round(Memory(), World(results=[ok(reading(card(0), card(1)))]))
     _, done, _, _ = one_round(memory, World(results=[ok(reading(card(0)))]))
     assert done.unhealthy == (UnhealthyCard("nvidia", gpu(1), NOT_ENUMERATED, ()),)
+
+
+def many(n: int, prefix: str) -> dict[str, Card]:
+    return {f"{prefix}{i}": Card(id=f"{prefix}{i}", index=i) for i in range(n)}
+
+
+@pytest.mark.parametrize(
+    ("before", "kept"),
+    [
+        pytest.param(1023, 1024, id="at-the-bound-kept"),
+        pytest.param(1024, 1, id="past-the-bound-what-it-lists-now"),
+    ],
+)
+def test_the_cards_a_library_listed_are_remembered_up_to_a_bound(before: int, kept: int) -> None:
+    memory = Memory(cards_seen=MappingProxyType({"nvidia": many(before, "old-")}))
+    planned = plan(memory, PodIndex.of([]), None, None)
+    learned = learn(memory, planned, [ok(reading(card(0)))])
+    assert len(learned.cards_seen["nvidia"]) == kept
 
 
 # -- log on change -------------------------------------------------------------------------------
