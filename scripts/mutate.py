@@ -187,6 +187,13 @@ EQUIVALENT: dict[str, str] = {
         "a group of one then goes through replace() and comes out an equal Grant: its index, "
         "units and memory are its own, and its containers are already unique"
     ),
+    "node:combine:1  ->  0": (
+        "the kubelet's word merged from one source: a source's grants are already merged "
+        "(grants_from), and merging them again gives the same grants"
+    ),
+    "node:combine:len(allocated) > 1  ->  len(allocated) >= 1": (
+        "the same: merging one source's already merged grants gives the same grants"
+    ),
     "grants:cores_cap:0 < cap <= 100  ->  0 < cap < 100": (
         "a cap of exactly 100 then takes the other branch, which is 100.0 as well"
     ),

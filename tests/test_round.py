@@ -31,7 +31,8 @@ from devicemanager.grants.sources.claims import Claims
 from devicemanager.grants.sources.device_plugins import DevicePlugins
 from devicemanager.model import BackendState, BackendStatus, Card, VendorReading
 from devicemanager.node.pods import PodIndex
-from devicemanager.round.said import LogEvent
+from devicemanager.round import said as says
+from devicemanager.round.said import LogEvent, Said
 from devicemanager.round.steps import (
     Inputs,
     Memory,
@@ -487,3 +488,197 @@ def test_grants_are_gathered_and_resolved_once_per_steady_round(
     m.stop()
     assert first == {"gather": 2, "resolve": 2}
     assert calls == {"gather": 4, "resolve": 4}
+
+
+# -- what the log says of each lasting condition (round/said.py), step by step -------------------
+
+KUBELET = [
+    # (the answers of successive rounds, the line each round logs, or None)
+    pytest.param(
+        [KubeletAnswer(pods=()), KubeletAnswer(pods=())],
+        [(INFO, "kubelet pod-resources read"), None],
+        id="read-once",
+    ),
+    pytest.param(
+        [KubeletAnswer(error="refused"), KubeletAnswer(error="refused"), KubeletAnswer(pods=())],
+        [(WARNING, "kubelet pod-resources not read"), None, (INFO, "kubelet pod-resources read")],
+        id="down-then-up",
+    ),
+    pytest.param(
+        [KubeletAnswer(pods=(), allocatable_error="unimplemented")],
+        [(WARNING, "kubelet pod-resources answered in part")],
+        id="no-allocatable",
+    ),
+    pytest.param(
+        [KubeletAnswer(pods=(), error="cut"), KubeletAnswer(pods=(), error="cut again")],
+        [(WARNING, "kubelet pod-resources answered in part")] * 2,
+        id="another-error",
+    ),
+]
+
+
+def lines(events: Sequence[LogEvent]) -> tuple[int, str] | None:
+    assert len(events) <= 1
+    return (events[0].level, events[0].message % events[0].args) if events else None
+
+
+@pytest.mark.parametrize(("answers", "expected"), KUBELET)
+def test_the_kubelets_answer_is_said_once_per_change(
+    answers: list[KubeletAnswer], expected: list[Any]
+) -> None:
+    state, got = Said(), []
+    for a in answers:
+        state, events = says.kubelet_said(state, a)
+        got.append(lines(events))
+    assert got == expected
+    assert says.kubelet_said(state, None) == (state, [])  # not asked: nothing said
+
+
+NOT_READ, READ = (WARNING, "DRA ResourceSlices not read"), (INFO, "DRA ResourceSlices read")
+DRA_STATES = [
+    pytest.param([None, "forbidden"], [None, NOT_READ], id="fails"),
+    pytest.param(["forbidden", "forbidden"], [NOT_READ, None], id="once"),
+    pytest.param(["forbidden", None], [NOT_READ, READ], id="recovers"),
+]
+
+
+@pytest.mark.parametrize(("errors", "expected"), DRA_STATES)
+def test_the_dra_slices_are_said_once_per_change(
+    errors: list[str | None], expected: list[Any]
+) -> None:
+    state, got = Said(), []
+    for error in errors:
+        state, events = says.dra_said(state, DraInventory(error=error))
+        got.append(lines(events))
+        assert state.dra == error
+    assert got == expected
+    assert says.dra_said(state, None) == (state, [])
+
+
+def test_figures_left_out_are_said_when_they_change_and_at_most_twenty_named() -> None:
+    twenty_one = tuple(f"cards.{i}.power" for i in range(21))
+    steps: list[tuple[list[tuple[str, str, tuple[str, ...]]], list[tuple[str, str]]]] = [
+        ([("nan", "nvidia", ("cards.0.power",))], [("nan", "cards.0.power")]),
+        ([("nan", "nvidia", ("cards.0.power",))], []),
+        ([("nan", "nvidia", ())], []),  # gone: nothing said, but remembered as gone
+        ([("nan", "nvidia", ("cards.0.power",))], [("nan", "cards.0.power")]),
+        ([("range", "nvidia", twenty_one)], [("range", "cards.0.power")]),
+    ]
+    state = Said()
+    for left_out, expected in steps:
+        state, events = says.left_out_said(state, left_out)
+        got = []
+        for e in events:
+            assert e.extra is not None
+            kind = "nan" if e.message == says.LEFT_OUT_MESSAGES["nan"] else "range"
+            got.append((kind, e.extra["figures"][0]))
+            assert len(e.extra["figures"]) <= 20 and e.extra["manufacturer"] == "nvidia"
+        assert got == expected
+    assert state.left_out[("range", "nvidia")] == twenty_one
+    assert len(events[0].extra["figures"]) == 20  # type: ignore[index]
+
+
+def test_a_disagreement_is_said_once_per_change() -> None:
+    from devicemanager.grants.grants import Disagreement
+
+    index = PodIndex.of([pod("a", containers=["main"])])
+    one = Disagreement(frozenset({("nvidia", gpu(0))}), frozenset({("nvidia", gpu(1))}))
+    two = Disagreement(frozenset({("nvidia", gpu(0))}), frozenset({("nvidia", gpu(2))}))
+    state, got = Said(), []
+    for differs in (one, one, two):
+        from devicemanager.grants.grants import NodeGrants
+
+        grants = NodeGrants({}, {}, MappingProxyType({uid("a"): differs}))
+        state, events = says.grants_said(state, grants, index)
+        got.append([e.extra["disagreement"] for e in events if e.extra])
+    assert got == [[str(one)], [], [str(two)]]
+    assert says.grants_said(state, None, index) == (state, [])
+    assert says.grants_said(state, grants, None) == (state, [])
+
+
+def test_a_fault_without_the_pod_index_names_the_pod_by_uid() -> None:
+    from devicemanager.model import PodFault
+
+    _, events = says.faults_said(Said(), {"u-1": PodFault("grants", "bad")}, None)
+    assert [e.message % e.args for e in events] == [
+        "?/u-1: its grants could not be used this round; the pod is left out of that stage, no "
+        "other pod is affected"
+    ]
+
+
+def test_a_lasting_fault_is_said_when_it_starts_changes_and_ends_and_only_its_own() -> None:
+    state, events = says.failed(Said(), "pods", "boom", "pods could not be read")
+    state, more = says.failed(state, "slices:nvidia", "bang", "slices of %s", "nvidia")
+    assert [(e.message % e.args, dict(e.extra or {})) for e in (*events, *more)] == [
+        ("pods could not be read", {"error": "boom"}),
+        ("slices of nvidia", {"error": "bang"}),
+    ]
+    assert says.failed(state, "pods", "boom", "again") == (state, [])
+    state, events = says.recovered(state, "pods", "pods read again")
+    assert [(e.level, e.message, e.extra) for e in events] == [(INFO, "pods read again", None)]
+    assert dict(state.persisting) == {"slices:nvidia": "bang"}  # the other fault lasts
+    state, events = says.recovered(state, "slices:nvidia", "built again", manufacturer="nvidia")
+    assert [e.extra for e in events] == [{"manufacturer": "nvidia"}]
+    assert says.recovered(state, "pods", "pods read again") == (state, [])
+
+
+# -- what settle makes of the shell's inputs -------------------------------------------------------
+
+
+def settle_with(memory: Memory, index: PodIndex | None, **given: Any) -> tuple[Memory, Round]:
+    kubelet, inventory = given.pop("kubelet", None), given.pop("dra", None)
+    planned = plan(memory, index, kubelet, inventory)
+    learned = learn(memory, planned, given.pop("results", ()))
+    inputs = Inputs(now=NOW, took=0.5, period=15, node="node-1", manufacturers=("nvidia",), **given)
+    return settle(memory, learned, inputs)
+
+
+def test_the_pods_that_could_not_be_read_are_said_once_and_their_return() -> None:
+    memory, done = settle_with(Memory(), None, pods_asked=True, pods_error=OSError("refused"))
+    assert [(e.level, e.exc) for e in done.events] == [(logging.ERROR, done.events[0].exc)]
+    assert isinstance(done.events[0].exc, OSError)
+    assert done.extras.allocation_errors == 0 and done.grants is None
+    memory, done = settle_with(memory, None, pods_asked=True, pods_error=OSError("refused"))
+    assert done.events == ()
+    _, done = settle_with(memory, PodIndex.of([]), pods_asked=True)
+    assert said(done) == [("monitor", INFO, "the node's pods are read again")]
+    _, done = settle_with(memory, PodIndex.of([]))  # no pod reader: nothing to say of one
+    assert done.events == ()
+
+
+def test_without_pods_no_dra_device_is_counted_unresolved() -> None:
+    _, done = settle_with(Memory(), None, dra=DraInventory(), kubelet=answer())
+    assert (done.extras.dra_success, done.extras.dra_unresolved) == (True, {})
+
+
+NOT_BUILT = "per-grant figures of nvidia could not be built"
+SECTION = [
+    # (what attribution answered for nvidia, whether a section is built, what is said)
+    pytest.param(None, False, [], id="no-attribution"),
+    pytest.param((), True, [], id="attributed"),
+    pytest.param(
+        OSError("proc"),
+        False,
+        [(logging.ERROR, "per-grant figures of nvidia could not be built")],
+        id="raised",
+    ),
+]
+
+
+@pytest.mark.parametrize(("verdicts", "built", "expected"), SECTION)
+def test_the_per_grant_section_is_built_from_attributions_verdicts(
+    verdicts: Any, built: bool, expected: list[Any]
+) -> None:
+    index = PodIndex.of([pod("a", {"main": [accel(0, 3, 800_000)]})])
+    given = None if verdicts is None else {"nvidia": verdicts}
+    results = [ok(reading(card(0)))]
+    memory, done = settle_with(Memory(), index, results=results, verdicts=given)
+    assert (done.snapshot.slices is not None) == built
+    assert [(e.level, e.message % e.args) for e in done.events if "per-grant" in e.message] == (
+        expected
+    )
+    if expected:  # it is said again only when it is built again
+        _, done = settle_with(memory, index, results=results, verdicts={"nvidia": ()})
+        assert [e.message % e.args for e in done.events if "per-grant" in e.message] == [
+            "per-grant figures of nvidia are built again"
+        ]

@@ -117,8 +117,6 @@ def left_out_said(
             events.append(
                 LogEvent(MONITOR, logging.WARNING, LEFT_OUT_MESSAGES[kind], (manufacturer,), extra)
             )
-    if said == before.left_out:
-        return before, events
     return replace(before, left_out=_frozen(said)), events
 
 

@@ -152,7 +152,7 @@ def learn(memory: Memory, planned: Plan, results: Sequence[BackendResult]) -> Le
         grants = recorded.resolve(ids.identities)
     final = tuple(_with_missing_cards(r, planned, ids, seen) for r in results)
     asks: list[Ask] = []
-    if planned.index is not None and grants is not None:
+    if grants is not None:  # none without the node's pods
         for read in (r.reading for r in final if r.reading is not None):
             carved = grants.request(read.manufacturer).carved_device_ids
             if carved:
