@@ -194,6 +194,10 @@ EQUIVALENT: dict[str, str] = {
     "node:combine:len(allocated) > 1  ->  len(allocated) >= 1": (
         "the same: merging one source's already merged grants gives the same grants"
     ),
+    "node:_within_node_bound:sum((len(g) for g in by_pod.values())) <= MAX_GRANTS_PER_NODE  ->  sum((len(g) for g in by_pod.values())) < MAX_GRANTS_PER_NODE": (  # noqa: E501
+        "at exactly the bound the oldest-first path keeps every pod too: the same grants, "
+        "only by_pod's order differs (age instead of the index's), which nothing reads"
+    ),
     "grants:cores_cap:0 < cap <= 100  ->  0 < cap < 100": (
         "a cap of exactly 100 then takes the other branch, which is 100.0 as well"
     ),
