@@ -70,6 +70,8 @@ STEP = {
     **dict.fromkeys(("cgroup", "pods", "attribution"), "node"),
     **dict.fromkeys(("allocations", "grants", "quantity"), "grants"),
     **dict.fromkeys(("figures", "slices", "snapshot", "exposition"), "figures"),
+    "node": "grants",  # grants/node.py: the sources' precedence and the cross-pod rules
+    **dict.fromkeys(("steps", "said"), "round"),
 }
 
 
@@ -108,6 +110,27 @@ TESTS: dict[str, list[str]] = {  # PERSON_RULES first for every module, added be
         "tests/test_podresources.py",
         "tests/test_dra.py",
     ],
+    "node": [
+        "tests/test_round.py",
+        "tests/test_tenants.py",
+        ISOLATION,
+        "tests/test_allocations.py",
+        "tests/test_deviceplugins.py",
+        "tests/test_dra.py",
+        CORE_RULES,
+        *FIGURES_TESTS,
+    ],
+    "steps": [
+        "tests/test_round.py",
+        "tests/test_monitor.py",
+        ISOLATION,
+        "tests/test_deviceplugins.py",
+        "tests/test_dra.py",
+        "tests/test_tenants.py",
+        "tests/test_expected.py",
+        "tests/test_golden.py",
+    ],
+    "said": ["tests/test_round.py", "tests/test_monitor.py", ISOLATION, "tests/test_tenants.py"],
     "cgroup": [CORE_RULES, "tests/test_cgroup.py", "tests/test_attribution.py"],
     "pods": [CORE_RULES, "tests/test_pods.py", *FIGURES_TESTS, "tests/test_allocations.py"],
     "quantity": [CORE_RULES, "tests/test_instance_metrics.py"],
@@ -160,9 +183,20 @@ EQUIVALENT: dict[str, str] = {
     "figures:pod_level:0  ->  1": (
         "sorting by the pod's namespace instead of the Instance's: they are the same"
     ),
-    "grants:_merged:1  ->  0": (
+    "grants:merged:1  ->  0": (
         "a group of one then goes through replace() and comes out an equal Grant: its index, "
         "units and memory are its own, and its containers are already unique"
+    ),
+    "node:combine:1  ->  0": (
+        "the kubelet's word merged from one source: a source's grants are already merged "
+        "(grants_from), and merging them again gives the same grants"
+    ),
+    "node:combine:len(allocated) > 1  ->  len(allocated) >= 1": (
+        "the same: merging one source's already merged grants gives the same grants"
+    ),
+    "node:_within_node_bound:sum((len(g) for g in by_pod.values())) <= MAX_GRANTS_PER_NODE  ->  sum((len(g) for g in by_pod.values())) < MAX_GRANTS_PER_NODE": (  # noqa: E501
+        "at exactly the bound the oldest-first path keeps every pod too: the same grants, "
+        "only by_pod's order differs (age instead of the index's), which nothing reads"
     ),
     "grants:cores_cap:0 < cap <= 100  ->  0 < cap < 100": (
         "a cap of exactly 100 then takes the other branch, which is 100.0 as well"

@@ -28,8 +28,8 @@ from devicemanager.grants.grants import (
     grants_from,
     grants_of,
     instance_of,
-    node_grants,
 )
+from devicemanager.grants.node import node_grants
 from devicemanager.node.pods import PodIndex, pod_info
 from tests.world import pod, uid
 

@@ -39,8 +39,8 @@ from devicemanager.grants.grants import (
     cores_cap,
     grants_of,
     instance_of,
-    node_grants,
 )
+from devicemanager.grants.node import node_grants
 from devicemanager.grants.quantity import parse_quantity
 from devicemanager.model import (
     MIB,

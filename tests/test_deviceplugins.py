@@ -25,7 +25,7 @@ from devicemanager.grants.deviceplugins import (
     missing_cards,
     node_kubelet_grants,
 )
-from devicemanager.grants.grants import node_grants
+from devicemanager.grants.node import node_grants
 from devicemanager.model import Card, PartitionReading, VendorReading
 from devicemanager.node.pods import PodIndex
 from tests.conftest import NODES, scenario_monitor

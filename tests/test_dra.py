@@ -19,7 +19,7 @@ from devicemanager.grants.dra import (
     DraDevice,
     inventory_of,
 )
-from devicemanager.grants.grants import node_grants
+from devicemanager.grants.node import node_grants
 from devicemanager.model import Card, VendorReading
 from devicemanager.node.pods import PodIndex
 from tests.world import gpu, pod, uid

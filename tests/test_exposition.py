@@ -26,6 +26,7 @@ from devicemanager.model import (
 )
 from devicemanager.model import HealthFigure as H
 from devicemanager.node.pods import PodInfo
+from devicemanager.round.steps import Round
 from tests.conftest import SCENARIOS, scenario_monitor
 
 
@@ -167,11 +168,15 @@ def replayed_round(scenario: str) -> str:
     """One replayed round's /metrics with the pod-level families an exporting agent adds (from
     the scenario's own pods; the kubelet's figures absent, as no kubelet is replayed)."""
     monitor = scenario_monitor(scenario)
+    rounds: list[Round] = []
+    monitor.outputs = (
+        *monitor.outputs,
+        rounds.append,
+    )  # the round's grants, as an output sees them
     published = monitor.run_round()
-    index = monitor._pod_index()
-    grants = monitor._grants(index, monitor._kubelet())
     monitor.stop()
-    pods = exposition.pod_families(published.snapshot, pod_level(index, grants, None))
+    index = monitor.pods() if monitor.pods is not None else None
+    pods = exposition.pod_families(published.snapshot, pod_level(index, rounds[0].grants, None))
     return published.metrics.plain.decode() + exposition.render(pods).decode()
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from devicemanager.figures import figures
-from devicemanager.grants.grants import Grant, node_grants
+from devicemanager.grants.grants import Grant
+from devicemanager.grants.node import node_grants
 from devicemanager.model import Card, PartitionReading, PodFault, Reason
 from devicemanager.node.isolation import FIGURES, POD_LEVEL
 from devicemanager.node.pods import PodIndex, PodInfo

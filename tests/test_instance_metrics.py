@@ -17,7 +17,8 @@ from devicemanager.figures.figures import (
     totals,
     view_of_document,
 )
-from devicemanager.grants.grants import instance_of, node_grants
+from devicemanager.grants.grants import instance_of
+from devicemanager.grants.node import node_grants
 from devicemanager.grants.quantity import parse_quantity
 from devicemanager.node.pods import PodIndex, pod_info
 from tests.conftest import FIXED_TIME, NODES, scenario_monitor

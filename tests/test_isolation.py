@@ -32,7 +32,8 @@ from devicemanager.grants.allocations import (
     AllocationError,
     parse_hami,
 )
-from devicemanager.grants.grants import Grant, cores_cap, grants_of, node_grants
+from devicemanager.grants.grants import Grant, cores_cap, grants_of
+from devicemanager.grants.node import node_grants
 from devicemanager.kube.cluster import ClusterRound
 from devicemanager.kube.kubelet import Reading
 from devicemanager.model import (

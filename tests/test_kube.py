@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from devicemanager.figures import exposition
 from devicemanager.figures.figures import InstanceMetricsUnavailable
 from devicemanager.figures.snapshot import from_json
-from devicemanager.grants.grants import node_grants
+from devicemanager.grants.node import node_grants
 from devicemanager.kube.cache import SharedCache
 from devicemanager.kube.client import KubeClient, KubeError, config_from
 from devicemanager.kube.cluster import ClusterRound

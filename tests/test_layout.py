@@ -22,9 +22,9 @@ PACKAGES = ("devicemanager", "vendors")
 # Which part of the code may import which. A part is a folder of `devicemanager/` (`node`,
 # `grants`, …), a top-level module of it (`model`, `backend`, `cli`, `__main__`), the package's
 # own `__init__` (`devicemanager`, for `__version__`), or `vendors`. The pure core is `model`,
-# `node`, `grants`, `figures`: each step imports only the steps before it, never a world, a
-# vendor or the shell.
-CORE = ("figure_table", "model", "node", "grants", "figures")
+# `node`, `grants`, `figures`, `round`: each step imports only the steps before it, never a
+# world, a vendor or the shell.
+CORE = ("figure_table", "model", "node", "grants", "figures", "round")
 ALLOWED: dict[str, set[str]] = {
     "devicemanager": set(),
     "figure_table": set(),
@@ -32,13 +32,24 @@ ALLOWED: dict[str, set[str]] = {
     "node": {"model"},
     "grants": {"model", "node"},
     "figures": {"model", "node", "grants"},
+    "round": {"model", "node", "grants", "figures"},
     "backend": {"model"},
     "vendors": {"model", "backend"},
     "report": {"model"},
     "crosscheck": {"model", "backend", "figures", "serve"},
     "kube": {"model", "node", "grants", "figures"},
     "serve": {"devicemanager", "model", "node", "grants", "figures", "kube"},
-    "agent": {"devicemanager", "model", "backend", "node", "grants", "figures", "kube", "serve"},
+    "agent": {
+        "devicemanager",
+        "model",
+        "backend",
+        "node",
+        "grants",
+        "figures",
+        "round",
+        "kube",
+        "serve",
+    },
     "__main__": {"cli"},
 }
 ALLOWED["cli"] = ALLOWED["agent"] | {"agent", "report", "crosscheck"}

@@ -39,7 +39,8 @@ from devicemanager.figures.figures import (
 from devicemanager.figures.slices import from_json as slices_from_json
 from devicemanager.figures.slices import to_json as slices_to_json
 from devicemanager.grants.allocations import Mode
-from devicemanager.grants.grants import Grant, InstanceRef, node_grants
+from devicemanager.grants.grants import Grant, InstanceRef
+from devicemanager.grants.node import node_grants
 from devicemanager.kube.client import WatchEvent
 from devicemanager.kube.informer import PodInformer
 from devicemanager.kube.sampler import InstanceSampler, merged_view

@@ -31,7 +31,7 @@ from devicemanager.grants.deviceplugins import (
     pod_kubelet_grants,
 )
 from devicemanager.grants.dra import inventory_of
-from devicemanager.grants.grants import node_grants
+from devicemanager.grants.node import node_grants
 from devicemanager.model import PartitionReading, VendorReading
 from devicemanager.node.attribution import Attributor
 from devicemanager.node.pods import PodIndex, PodInfo

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from devicemanager.agent.monitor import BackendWorker, Monitor
 from devicemanager.figures.figures import InstanceEntries, View, exported
 from devicemanager.figures.published import Published
-from devicemanager.grants.grants import node_grants
+from devicemanager.grants.node import node_grants
 from devicemanager.model import (
     Card,
     DeviceProcesses,

@@ -2,7 +2,7 @@
 or, with `--log-format text`, one line of text carrying the very same fields as `key=value`.
 
 A fault that lasts (a backend that stays unavailable, pods that cannot be read) is logged when
-it starts and when it changes, not once per period: `Persisting`."""
+it starts and when it changes, not once per period: round/said.py keeps what was said."""
 
 from __future__ import annotations
 
@@ -64,40 +64,6 @@ class TextFormatter(logging.Formatter):
         if record.exc_info:
             line = f"{line}\n{self.formatException(record.exc_info)}"
         return line
-
-
-class Persisting:
-    """Faults that last, each under a key: `failed` logs when a fault starts or its text changes
-    (with the traceback, when given, that once), and says nothing while the same fault is seen
-    again; `recovered` logs once when a fault that was logged is gone."""
-
-    def __init__(self, logger: logging.Logger) -> None:
-        self._log = logger
-        self._faults: dict[str, str] = {}
-
-    def failed(
-        self,
-        key: str,
-        fault: str,
-        message: str,
-        *args: Any,
-        level: int = logging.WARNING,
-        exc_info: BaseException | None = None,
-        extra: dict[str, Any] | None = None,
-    ) -> bool:
-        """Whether it was logged: the fault is new, or not the one last logged under `key`."""
-        if self._faults.get(key) == fault:
-            return False
-        self._faults[key] = fault
-        carried = {**(extra or {}), "error": fault}
-        self._log.log(level, message, *args, exc_info=exc_info, extra=carried)
-        return True
-
-    def recovered(self, key: str, message: str, *args: Any, **extra: Any) -> bool:
-        if self._faults.pop(key, None) is None:
-            return False
-        self._log.info(message, *args, extra=extra or None)
-        return True
 
 
 class OwnNames(logging.Filter):

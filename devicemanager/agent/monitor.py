@@ -6,6 +6,12 @@ still busy at the next round is reported `stuck` and not called again (calling i
 that is hung in another thread would only pile up threads). Other backends and the HTTP server
 go on (R-O3). A worker stuck past the liveness timeout makes /livez fail, because only a
 restart gets a thread back from a hung driver call.
+
+The monitor is the round's shell: it reads the pods, the kubelet, DRA, the libraries and /proc,
+and everything between those reads is the pure steps of round/steps.py (plan, learn, settle),
+whose one frozen `Memory` is all a round hands the next. The round's log lines come back from
+`settle` as values and are written here; the `Round` goes to each output, the published
+snapshot and /metrics first.
 """
 
 from __future__ import annotations
@@ -18,42 +24,42 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
-from devicemanager.agent import logs
 from devicemanager.backend import Backend, BackendUnavailable
-from devicemanager.figures import exposition, slices, snapshot
-from devicemanager.figures.figures import View, exported
+from devicemanager.figures import exposition, snapshot
 from devicemanager.figures.published import Published, publish
 from devicemanager.figures.ranges import plausible_reading
 from devicemanager.figures.snapshot import BackendResult
-from devicemanager.grants import deviceplugins, dra
+from devicemanager.grants import deviceplugins
 from devicemanager.grants.deviceplugins import KubeletAnswer
 from devicemanager.grants.dra import DraInventory
-from devicemanager.grants.grants import (
-    HELD_BY_ANOTHER_POD,
-    Disagreement,
-    NodeGrants,
-    RememberedGrants,
-    node_grants,
-)
+from devicemanager.grants.grants import NodeGrants, RememberedGrants
+from devicemanager.grants.node import sources
 from devicemanager.model import (
     BackendState,
     BackendStatus,
-    Card,
-    Identities,
     Payload,
     PodFault,
     ReadRequest,
-    SliceSection,
     finite_reading,
 )
-from devicemanager.node import isolation
-from devicemanager.node.attribution import Attributor, boot_seconds
-from devicemanager.node.isolation import FaultLog
+from devicemanager.node.attribution import Attributor, DeviceAttribution, boot_seconds
 from devicemanager.node.pods import PodIndex
+from devicemanager.round.said import LogEvent
+from devicemanager.round.steps import (
+    Inputs,
+    Learned,
+    Memory,
+    Output,
+    Round,
+    learn,
+    plan,
+    round_failed,
+    settle,
+)
 
 log = logging.getLogger("devicemanager.monitor")
 
@@ -152,12 +158,44 @@ class ClusterRound(Protocol):
     ) -> exposition.Extras: ...
 
 
-# The cards each manufacturer's library listed in this run, remembered so that one it stops
-# listing is reported `not_enumerated` whatever the kubelet says; far above any node's count.
-MAX_CARDS_SEEN = 1024
+@dataclass(frozen=True, slots=True)
+class Reads:
+    """What the vendor reads of one round gave, beside each backend's result."""
+
+    results: tuple[BackendResult, ...]
+    raw_errors: Mapping[str, str | None]  # each backend's error as the log shows it
+    left_out: tuple[tuple[str, str, tuple[str, ...]], ...]  # (nan | range, manufacturer, figures)
+    read_at: Mapping[str, float | None]  # when each successful read began, in boot seconds
+
+
+class Publisher:
+    """The round's first output: the snapshot and /metrics, rendered once and swapped in whole
+    for the HTTP handlers (figures/published.py)."""
+
+    def __init__(self, current: Published, mono: Callable[[], float]) -> None:
+        self.current = current
+        self._mono = mono
+
+    def __call__(self, done: Round) -> None:
+        self.current = publish(done.snapshot, self._mono(), done.extras)
+
+
+def emit(events: Sequence[LogEvent]) -> None:
+    """The round's log events, written as the lines they stand for."""
+    for e in events:
+        logging.getLogger(e.logger).log(
+            e.level,
+            e.message,
+            *e.args,
+            exc_info=e.exc,
+            extra=dict(e.extra) if e.extra is not None else None,
+        )
 
 
 class Monitor:
+    """The shell of the round: the I/O around the pure steps (round/steps.py), the loop, and
+    the probes. What one round hands the next is `memory`, one frozen value."""
+
     def __init__(
         self,
         workers: Sequence[BackendWorker],
@@ -176,6 +214,7 @@ class Monitor:
         skipped_lines: Callable[[], Mapping[str, int]] | None = None,
         wall: Callable[[], float] = time.time,
         mono: Callable[[], float] = time.monotonic,
+        outputs: Sequence[Output] = (),
     ) -> None:
         self.workers = list(workers)
         self.build = build
@@ -200,49 +239,56 @@ class Monitor:
         # Lines of the cluster's watch streams that were no event, skipped, by watch; None
         # where nothing is watched.
         self.skipped_lines = skipped_lines
-        self._inventory: DraInventory | None = None
-        self._kubelet_health: dict[tuple[str, str], str] = {}
-        self._dra_error: str | None = None
-        self._allocation_errors: dict[str, str] = {}
-        self._annotation_grants = RememberedGrants()
-        # Each manufacturer's aliases as its last reading named them: the round's requests ask
-        # for cards by the library's own ids even when an allocator recorded another form.
-        self._identities = Identities()
-        self._disagreements: dict[str, Disagreement] = {}
-        self._refused: dict[str, tuple[str, ...]] = {}
-        self._kubelet_state: tuple[str | None, str | None] | None = None
-        # (manufacturer, a device plugin's id) -> card id: indexes, partitions' parents, aliases.
-        self._aliases: dict[tuple[str, str], str] = {}
-        self._cards_seen: dict[str, dict[str, Card]] = {}
-        self._read_at: dict[str, float | None] = {}
-        self._faults = FaultLog()
-        self._raw_errors: dict[str, str | None] = {}
-        # (NaN or out of range, manufacturer) -> the figures last left out, logged on a change
-        self._figures_left_out: dict[tuple[str, str], tuple[str, ...]] = {}
         self._wall, self._mono = wall, mono
-        self.current = publish(snapshot.empty(period, node), mono(), exposition.Extras(build=build))
-        self.rounds = 0
-        self.rounds_failed = 0
-        # Each backend's state and error as last logged (STUCK's "busy for Ns" grows each round:
-        # not a change), and the faults of the round's other steps.
-        self._last_state: dict[str, tuple[BackendState, str | None]] = {}
-        self._persisting = logs.Persisting(log)
+        # A cache, not meaning: a pod's annotations parsed again only when the pod changed.
+        self._annotation_grants = RememberedGrants()
+        self._sources = sources(self._annotation_grants)
+        empty = publish(snapshot.empty(period, node), mono(), exposition.Extras(build=build))
+        self.published = Publisher(empty, mono)
+        # The round's outputs, the published snapshot and /metrics first.
+        self.outputs: tuple[Output, ...] = (self.published, *outputs)
+        # What one round hands the next (round/steps.py), replaced whole when a round ends.
+        self.memory = Memory()
         self._heartbeat = mono()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    @property
+    def current(self) -> Published:
+        return self.published.current
+
+    @property
+    def rounds(self) -> int:
+        return self.memory.rounds
+
+    @property
+    def rounds_failed(self) -> int:
+        return self.memory.rounds_failed
+
     # -- one round ---------------------------------------------------------------------------
 
-    def _collect(self, requests: dict[str, ReadRequest]) -> list[BackendResult]:
+    def _collect(self, requests: Mapping[str, ReadRequest]) -> Reads:
         started = self._mono()
         pending: list[tuple[BackendWorker, Future[Any], float]] = []
         results: list[BackendResult] = []
+        raw_errors: dict[str, str | None] = {}
+        left_out: list[tuple[str, str, tuple[str, ...]]] = []
+        read_at_boot: dict[str, float | None] = {}
+
+        def failed(
+            worker: BackendWorker, state: BackendState, took: float | None, error: str
+        ) -> BackendResult:
+            # The snapshot says what failed; only the log says where it lives on the host.
+            raw_errors[worker.manufacturer] = error
+            status = BackendStatus(
+                worker.manufacturer, state, took, public_error(error), worker.last_success
+            )
+            return BackendResult(status=status)
+
         for worker in self.workers:
             if worker.busy_since is not None:
                 since = started - worker.busy_since
-                results.append(
-                    self._result(worker, BackendState.STUCK, None, f"busy for {since:.1f}s")
-                )
+                results.append(failed(worker, BackendState.STUCK, None, f"busy for {since:.1f}s"))
                 continue
             request = requests.get(worker.manufacturer, ReadRequest())
             pending.append((worker, worker.submit(partial(worker.read, request)), self._mono()))
@@ -251,7 +297,7 @@ class Monitor:
                 payload = future.result(timeout=max(0.0, started + self.deadline - self._mono()))
             except FutureTimeout:
                 results.append(
-                    self._result(
+                    failed(
                         worker,
                         BackendState.TIMEOUT,
                         self.deadline,
@@ -260,35 +306,24 @@ class Monitor:
                 )
                 continue
             except BackendUnavailable as exc:
-                results.append(self._result(worker, BackendState.UNAVAILABLE, None, str(exc)))
+                results.append(failed(worker, BackendState.UNAVAILABLE, None, str(exc)))
                 continue
             except Exception as exc:
-                results.append(self._result(worker, BackendState.ERROR, None, _describe(exc)))
+                results.append(failed(worker, BackendState.ERROR, None, _describe(exc)))
                 continue
             took = round(self._mono() - submitted, 6)
-            self._read_at[worker.manufacturer] = worker.read_began_boot
+            read_at_boot[worker.manufacturer] = worker.read_began_boot
             read_at = self._wall()
             try:
                 reading, dropped = finite_reading(worker.backend.parse(payload))
                 reading, refused = plausible_reading(reading)
             except Exception as exc:
                 error = f"payload could not be parsed: {_describe(exc)}"
-                results.append(self._result(worker, BackendState.ERROR, took, error))
+                results.append(failed(worker, BackendState.ERROR, took, error))
                 continue
-            self._log_figures_left_out(
-                "nan",
-                worker.manufacturer,
-                dropped,
-                "backend %s answered figures that are not finite; they are absent",
-            )
-            self._log_figures_left_out(
-                "range",
-                worker.manufacturer,
-                refused,
-                "backend %s answered figures outside what the hardware can hold; they are "
-                "absent (invalid_data)",
-            )
-            self._raw_errors[worker.manufacturer] = None
+            left_out.append(("nan", worker.manufacturer, dropped))
+            left_out.append(("range", worker.manufacturer, refused))
+            raw_errors[worker.manufacturer] = None
             worker.last_success = read_at
             results.append(
                 BackendResult(
@@ -303,325 +338,100 @@ class Monitor:
                     read_at=read_at,
                 )
             )
-        return results
+        return Reads(tuple(results), raw_errors, tuple(left_out), read_at_boot)
 
-    def _result(
-        self, worker: BackendWorker, state: BackendState, took: float | None, error: str
-    ) -> BackendResult:
-        # The snapshot says what failed; only the log says where it lives on the host.
-        self._raw_errors[worker.manufacturer] = error
-        status = BackendStatus(
-            worker.manufacturer, state, took, public_error(error), worker.last_success
-        )
-        return BackendResult(status=status)
-
-    def _log_figures_left_out(
-        self, kind: str, manufacturer: str, paths: tuple[str, ...], message: str
-    ) -> None:
-        # Once per change, like the backend states: a card that keeps answering NaN, or a
-        # sentinel, every round would otherwise log every period.
-        key = (kind, manufacturer)
-        if self._figures_left_out.get(key, ()) == paths:
-            return
-        self._figures_left_out[key] = paths
-        if paths:
-            log.warning(
-                message,
-                manufacturer,
-                extra={"manufacturer": manufacturer, "figures": list(paths[:20])},
-            )
-
-    def _log_transitions(self, results: Sequence[BackendResult]) -> None:
-        # One line when a fault starts and one when it changes (another state, or another
-        # error), not one per round: a node without the library would otherwise log the same
-        # sentence every period forever.
-        for result in results:
-            status = result.status
-            error = self._raw_errors.get(status.manufacturer, status.error)
-            logged = (status.state, None if status.state is BackendState.STUCK else error)
-            if self._last_state.get(status.manufacturer) == logged:
-                continue
-            self._last_state[status.manufacturer] = logged
-            level = logging.INFO if status.state is BackendState.OK else logging.WARNING
-            log.log(
-                level,
-                "backend %s is %s",
-                status.manufacturer,
-                status.state.value,
-                extra={
-                    "manufacturer": status.manufacturer,
-                    "state": status.state.value,
-                    "error": error,
-                },
-            )
-
-    def _pod_index(self) -> PodIndex | None:
+    def _pod_index(self) -> tuple[PodIndex | None, BaseException | None]:
         if self.pods is None:
-            return None
+            return None, None
         try:
-            index = self.pods()
+            return self.pods(), None
         except Exception as exc:
-            self._persisting.failed(
-                "pods",
-                _describe(exc),
-                "the node's pods could not be read; per-grant figures are absent",
-                level=logging.ERROR,
-                exc_info=exc,
-            )
-            return None
-        self._persisting.recovered("pods", "the node's pods are read again")
-        return index
-
-    def _slices(
-        self, results: Sequence[BackendResult], index: PodIndex | None, grants: NodeGrants | None
-    ) -> SliceSection | None:
-        """The per-grant section, or None when nothing could be measured (no pods, no carved
-        grant, or no backend that answered for one)."""
-        if index is None or grants is None or self.attributor is None:
-            return None
-        sections = []
-        for result in results:
-            reading = result.reading
-            if reading is None:
-                continue
-            request = grants.request(reading.manufacturer)
-            if not request.carved_device_ids:
-                continue
-            carved = [p for p in reading.processes if p.device_id in request.carved_device_ids]
-            try:
-                verdicts = self.attributor.attribute(
-                    carved,
-                    index,
-                    grants.holders(reading.manufacturer),
-                    reading.manufacturer,
-                    read_at=self._read_at.get(reading.manufacturer),
-                )
-                # Each holder's part is behind the per-pod boundary inside `build`: a pod whose
-                # part raises is in the section's faults (counted and logged with the round's).
-                sections.append(slices.build(reading, verdicts, grants.all()))
-            except Exception as exc:
-                # What is no one pod's (attribution, a device's own entry) raised: this
-                # manufacturer's per-grant figures are absent this round (its devices are
-                # missing from the section: "could not measure"); cards and others go on.
-                self._persisting.failed(
-                    f"slices:{reading.manufacturer}",
-                    _describe(exc),
-                    "per-grant figures of %s could not be built",
-                    reading.manufacturer,
-                    level=logging.ERROR,
-                    exc_info=exc,
-                    extra={"manufacturer": reading.manufacturer},
-                )
-                continue
-            self._persisting.recovered(
-                f"slices:{reading.manufacturer}",
-                "per-grant figures of %s are built again",
-                reading.manufacturer,
-                manufacturer=reading.manufacturer,
-            )
-        return slices.merge(sections) if sections else None
-
-    # -- the kubelet's device-plugin grants (R-X2) -----------------------------------------------
+            return None, exc
 
     def _kubelet(self) -> KubeletAnswer | None:
+        """The kubelet's device-plugin grants (R-X2); never raises."""
         if self.podresources is None:
             return None
         try:
-            answer = self.podresources()
+            return self.podresources()
         except Exception as exc:  # the reader never raises; a bug here must not end the round
-            answer = KubeletAnswer(error=_describe(exc))
-        state = (answer.error, answer.allocatable_error)
-        if state != self._kubelet_state:
-            ok = answer.ok and answer.allocatable_error is None
-            log.log(
-                logging.INFO if ok else logging.WARNING,
-                "kubelet pod-resources %s",
-                "read" if ok else "answered in part" if answer.pods is not None else "not read",
-                extra={"error": answer.error, "allocatable_error": answer.allocatable_error},
-            )
-            self._kubelet_state = state
-        return answer
+            return KubeletAnswer(error=_describe(exc))
 
     def _dra_inventory(self, kubelet: KubeletAnswer | None) -> DraInventory | None:
-        """The node's DRA slices and the claims the kubelet named; never raises. A change of
-        its error is logged once, not every round."""
+        """The node's DRA slices and the claims the kubelet named; never raises."""
         if self.dra is None:
             return None
         try:
-            inventory = self.dra(deviceplugins.claim_refs(kubelet))
+            return self.dra(deviceplugins.claim_refs(kubelet))
         except Exception as exc:  # the reader never raises; a bug here must not end the round
-            inventory = DraInventory(error=_describe(exc))
-        if inventory is None:
+            return DraInventory(error=_describe(exc))
+
+    def _attribute(
+        self, learned: Learned, read_at: Mapping[str, float | None]
+    ) -> dict[str, tuple[DeviceAttribution, ...] | BaseException] | None:
+        """/proc's verdicts on each carved device's process rows, by manufacturer; what
+        attribution raised stands in for a manufacturer's verdicts (settle says so)."""
+        index = learned.plan.index
+        if self.attributor is None or index is None:
             return None
-        if inventory.error != self._dra_error:
-            log.log(
-                logging.INFO if inventory.error is None else logging.WARNING,
-                "DRA ResourceSlices %s",
-                "read" if inventory.error is None else "not read",
-                extra={"error": inventory.error},
-            )
-            self._dra_error = inventory.error
-        return inventory
-
-    def _grants(self, index: PodIndex | None, kubelet: KubeletAnswer | None) -> NodeGrants | None:
-        if index is None:
-            return None
-        self._annotation_grants.retain(index)
-        return node_grants(
-            index,
-            deviceplugins.pod_kubelet_grants(kubelet, index, self._aliases, self._inventory),
-            self._annotation_grants,
-        )
-
-    def _log_disagreements(self, grants: NodeGrants, index: PodIndex) -> None:
-        for uid, differs in grants.disagreements.items():
-            if self._disagreements.get(uid) != differs:
-                pod = index.get(uid)
-                log.warning(
-                    "%s/%s: its allocation annotation and the kubelet name different cards; "
-                    "the annotation is used, but for what the kubelet gave another pod",
-                    pod.namespace if pod else "?",
-                    pod.name if pod else uid,
-                    extra={"pod_uid": uid, "disagreement": str(differs)},
+        out: dict[str, tuple[DeviceAttribution, ...] | BaseException] = {}
+        for ask in learned.asks:
+            try:
+                out[ask.manufacturer] = self.attributor.attribute(
+                    ask.devices,
+                    index,
+                    ask.holders,
+                    ask.manufacturer,
+                    read_at=read_at.get(ask.manufacturer),
                 )
-        self._disagreements = dict(grants.disagreements)
-        refused = {uid: tuple(sorted(g.entry_id for g in gs)) for uid, gs in grants.refused.items()}
-        for uid, ids in refused.items():
-            if self._refused.get(uid) != ids:
-                pod = index.get(uid)
-                log.warning(
-                    "%s/%s: its allocation annotation names what the kubelet gave another pod; "
-                    "those grants are refused",
-                    pod.namespace if pod else "?",
-                    pod.name if pod else uid,
-                    extra={"pod_uid": uid, "refused": list(ids), "reason": HELD_BY_ANOTHER_POD},
-                )
-        self._refused = refused
-
-    def _learn(self, results: Sequence[BackendResult]) -> bool:
-        """Aliases and cards from what the libraries enumerated; whether an alias is new."""
-        readings = [r.reading for r in results if r.reading is not None]
-        learned = deviceplugins.aliases_of(readings)
-        for reading in readings:
-            seen = self._cards_seen.setdefault(reading.manufacturer, {})
-            seen.update((c.id, c) for c in reading.cards)
-            if len(seen) > MAX_CARDS_SEEN:  # a library inventing ids: remember what it lists now
-                self._cards_seen[reading.manufacturer] = {c.id: c for c in reading.cards}
-        if learned.items() <= self._aliases.items():
-            return False
-        # Kept across rounds (a lost card is still named by its index); bounded all the same.
-        self._aliases = learned if len(self._aliases) > 4096 else {**self._aliases, **learned}
-        return True
-
-    def _with_missing_cards(
-        self, results: list[BackendResult], kubelet: KubeletAnswer | None
-    ) -> list[BackendResult]:
-        """A card the kubelet allocates and the library does not list is unhealthy."""
-        out = []
-        for result in results:
-            reading = result.reading
-            if reading is not None:
-                allocatable = deviceplugins.allocatable_cards(
-                    kubelet, reading.manufacturer, self._aliases
-                )
-                # A card the node's DRA slices offer is the kubelet's to give as much.
-                offered = dra.inventory_cards(self._inventory, reading.manufacturer, self._aliases)
-                if offered is not None:
-                    allocatable = offered | (allocatable or frozenset())
-                missing = deviceplugins.missing_cards(
-                    reading, allocatable, self._cards_seen.get(reading.manufacturer, {})
-                )
-                if missing:
-                    reading = replace(reading, cards=reading.cards + missing)
-                    result = replace(result, reading=reading)
-                reading = deviceplugins.with_dra_health(
-                    reading, self._inventory, self._aliases, self._kubelet_health
-                )
-                if reading is not result.reading:
-                    result = replace(result, reading=reading)
-            out.append(result)
+            except Exception as exc:
+                out[ask.manufacturer] = exc
         return out
+
+    def _cluster(
+        self, index: PodIndex | None, grants: NodeGrants | None
+    ) -> tuple[exposition.Extras | None, dict[str, PodFault]]:
+        faults: dict[str, PodFault] = {}
+        if self.cluster is None:
+            return None, faults
+        return self.cluster.round(index, grants, exposition.Extras(), faults), faults
 
     def run_round(self) -> Published:
         started = self._mono()
-        index = self._pod_index()
+        index, pods_error = self._pod_index()
         kubelet = self._kubelet()
-        self._inventory = self._dra_inventory(kubelet)
-        # The kubelet's word on unhealthy devices its pods hold (KEP-4680), by card.
-        self._kubelet_health = (
-            dra.kubelet_health(
-                (r for pod in index.pods.values() for r in pod.device_health),
-                self._inventory,
-                self._aliases,
-            )
-            if index is not None
-            else {}
-        )
-        recorded = self._grants(index, kubelet)
-        grants = recorded.resolve(self._identities) if recorded is not None else None
-        requests = {
-            w.manufacturer: grants.request(w.manufacturer) if grants else ReadRequest()
-            for w in self.workers
-        }
-        results = self._collect(requests)
-        self._log_transitions(results)
-        for result in results:
-            if result.reading is not None:
-                reading = result.reading
-                self._identities = self._identities.updated(
-                    reading.manufacturer, [*reading.cards, *reading.partitions]
-                )
-        if self._learn(results) and kubelet is not None:
-            # A partition's card or an index became known this round: this round's grants
-            # name it already.
-            recorded = self._grants(index, kubelet)
-        if recorded is not None:
-            grants = recorded.resolve(self._identities)
-        if grants is not None and index is not None:
-            self._log_disagreements(grants, index)
-        results = self._with_missing_cards(results, kubelet)
-        faults: dict[str, PodFault] = {}
-        if grants is not None:
-            faults.update(
-                (uid, PodFault(isolation.GRANTS, error)) for uid, error in grants.errors.items()
-            )
-        section = self._slices(results, index, grants)
-        snap = snapshot.assemble(
-            now=self._wall(),
+        inventory = self._dra_inventory(kubelet)
+        if index is not None:
+            self._annotation_grants.retain(index)
+        planned = plan(self.memory, index, kubelet, inventory, self._sources)
+        reads = self._collect(planned.requests)
+        learned = learn(self.memory, planned, reads.results)
+        verdicts = self._attribute(learned, reads.read_at)
+        now, took = self._wall(), round(self._mono() - started, 6)
+        cluster, cluster_faults = self._cluster(index, learned.grants)
+        inputs = Inputs(
+            now=now,
+            took=took,
             period=self.period,
             node=self.node,
-            results=results,
-            round_duration=round(self._mono() - started, 6),
-            slices=section,
-        )
-        extras = exposition.Extras(
-            instances=exported(
-                index, grants, View.of(snap), [w.manufacturer for w in self.workers], faults
-            ),
-            allocation_errors=len(grants.errors) if grants is not None else 0,
-            grants_refused=grants.refused_count() if grants is not None else {},
-            podresources_success=kubelet.ok if kubelet is not None else None,
-            podresources_duration=kubelet.duration_seconds if kubelet is not None else None,
-            dra_success=None if self._inventory is None else self._inventory.error is None,
-            dra_unresolved=deviceplugins.count_unresolved(
-                kubelet, index, self._aliases, self._inventory
-            )
-            if self._inventory is not None and index is not None
-            else {},
+            manufacturers=tuple(w.manufacturer for w in self.workers),
+            raw_errors=reads.raw_errors,
+            left_out=reads.left_out,
+            pods_asked=self.pods is not None,
+            pods_error=pods_error,
+            verdicts=verdicts,
+            cluster=cluster,
+            cluster_faults=cluster_faults,
+            skipped_lines=self.skipped_lines() if self.skipped_lines is not None else None,
             build=self.build,
-            skipped_lines=dict(self.skipped_lines()) if self.skipped_lines is not None else None,
+            own=self.own(self.rounds + 1, self.rounds_failed) if self.own is not None else (),
         )
-        if self.cluster is not None:
-            extras = self.cluster.round(index, grants, extras, faults)
-        self._faults.report(faults, index)
-        extras = replace(extras, pod_errors=isolation.count_by_stage(faults))
-        if self.own is not None:
-            extras = replace(extras, own=self.own(self.rounds + 1, self.rounds_failed))
-        published = publish(snap, self._mono(), extras)
-        self.current = published
-        self.rounds += 1
+        self.memory, done = settle(self.memory, learned, inputs)
+        emit(done.events)
+        for output in self.outputs:
+            output(done)
         self._heartbeat = self._mono()
-        return published
+        return self.current
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -632,17 +442,10 @@ class Monitor:
                 self.run_round()
             except Exception as exc:
                 # Assembly or rendering failed: keep the last good snapshot, try next period
-                # (logged when it starts failing, or fails otherwise, not every period).
-                self.rounds_failed += 1
-                self._persisting.failed(
-                    "round",
-                    _describe(exc),
-                    "monitor round failed",
-                    level=logging.ERROR,
-                    exc_info=exc,
-                )
-            else:
-                self._persisting.recovered("round", "monitor rounds complete again")
+                # (logged when it starts failing, or fails otherwise, not every period; the
+                # round that completes again says so).
+                self.memory, events = round_failed(self.memory, exc)
+                emit(events)
             next_tick += self.period
             now = self._mono()
             if next_tick < now:  # the round overran: skip the ticks it missed

@@ -27,7 +27,7 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -45,6 +45,7 @@ from devicemanager.agent.selfmetrics import SelfMetrics
 from devicemanager.backend import Backend, create_backend, sdk_versions
 from devicemanager.node.attribution import Attributor
 from devicemanager.node.pods import PodIndex, PodsFile
+from devicemanager.round.steps import Output
 from devicemanager.serve import CERT_FILE, KEY_FILE
 from devicemanager.serve.access import Reviewer
 from devicemanager.serve.app import Routes, create_app
@@ -328,8 +329,10 @@ def build_monitor(
     kubelet: PodResourcesPoller | RecordedPodResources | None = None,
     build: tuple[tuple[str, str], ...] = (),
     own: SelfMetrics | None = None,
+    outputs: Sequence[Output] = (),
 ) -> Monitor:
-    """The monitor `serve` runs; tests pass frozen clocks."""
+    """The monitor `serve` runs; tests pass frozen clocks. Each round goes to the published
+    snapshot and /metrics (the monitor's own first output), then to each of `outputs`."""
     pods: Callable[[], PodIndex | None] | None = None
     if cluster is not None:
         pods = cluster.informer
@@ -375,7 +378,15 @@ def build_monitor(
         skipped_lines=skipped,
         wall=wall,
         mono=mono,
+        outputs=outputs,
     )
+
+
+def round_outputs(settings: Settings, cluster: Cluster | None) -> tuple[Output, ...]:
+    """What each round is handed to after the published snapshot and /metrics (the monitor's
+    own first output): where a Kubernetes Event or node-condition writer for unhealthy cards
+    (`Round.unhealthy`, each with the pods on it) is registered. None yet."""
+    return ()
 
 
 def build_labels(node: Node) -> tuple[tuple[str, str], ...]:
@@ -603,7 +614,13 @@ def _serve(settings: Settings, signals: Signals, minting: Minting | None = None)
     cluster = connect(settings, node)
     kubelet = pod_resources(settings, node, cluster)
     monitor = build_monitor(
-        settings, node, cluster=cluster, kubelet=kubelet, build=build, own=SelfMetrics(counters)
+        settings,
+        node,
+        cluster=cluster,
+        kubelet=kubelet,
+        build=build,
+        own=SelfMetrics(counters),
+        outputs=round_outputs(settings, cluster),
     )
     stoppable = Stoppable(monitor, None, cluster, review[1] if review else None, kubelet)
     # The first round starts as soon as what it reads is there: it runs while the rest of the

@@ -32,7 +32,7 @@ card id itself.
 
 Extended resources of no manufacturer here (memory or core shares of HAMi's plugins, RDMA,
 SR-IOV) grant no card. HAMi's and GPUStack's pods carry their allocation annotation, which wins
-over the kubelet's view (grants.node_grants).
+over the kubelet's view (grants/node.py, which reads these through grants/sources/).
 """
 
 from __future__ import annotations
@@ -279,7 +279,7 @@ def pod_kubelet_grants(
     inventory: DraInventory | None = None,
 ) -> Callable[[PodInfo], tuple[Grant, ...]]:
     """The grants the kubelet's answer gives one pod, as a function the per-pod boundary
-    (grants.node_grants) calls: a device id or a claim that raises costs that pod alone."""
+    (grants.node.node_grants) calls: a device id or a claim that raises costs that pod alone."""
     if answer is None or answer.pods is None:
         return lambda pod: ()
     matched = match_pods(answer.pods, index)

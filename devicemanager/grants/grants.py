@@ -18,13 +18,11 @@ from typing import Any
 from devicemanager.grants.allocations import (
     UNITS_PER_CARD,
     Allocation,
-    AllocationError,
     Mode,
     allocations_of,
     has_allocation_annotation,
 )
-from devicemanager.model import Identities, PodFault, ReadRequest
-from devicemanager.node.isolation import GRANTS, per_pod
+from devicemanager.model import Identities, ReadRequest
 from devicemanager.node.pods import PodIndex, PodInfo
 
 log = logging.getLogger("instance-accelerator-metrics")
@@ -55,6 +53,9 @@ class Grant:
     cores_cap: float = 100.0  # percent of the card the holder may use
     partition_id: str | None = None
     profile: str | None = None
+    # Where it was read (provenance, not identity: the same card from two sources is one grant):
+    # the allocation's source, "gpustack", "hami", "kubelet" or "dra".
+    source: str = field(default="", compare=False)
 
     @property
     def container(self) -> str:
@@ -134,10 +135,11 @@ def _grant(pod: PodInfo, a: Allocation) -> Grant:
         cores_cap=cap,
         partition_id=a.partition_id if partitioned else None,
         profile=a.profile if partitioned else None,
+        source=a.source,
     )
 
 
-def _merged(grants: Iterable[Grant]) -> tuple[Grant, ...]:
+def merged(grants: Iterable[Grant]) -> tuple[Grant, ...]:
     """One grant per (card) or (partition) of one pod: holders of the same one are merged, and
     two or more of them make the grant ambiguous (R-G3). The first states mode, index and cap."""
     groups: dict[tuple[str, str, str | None, str | None], list[Grant]] = {}
@@ -170,7 +172,7 @@ def grants_of(pod: PodInfo) -> tuple[Grant, ...]:
 
 def grants_from(pod: PodInfo, allocations: Iterable[Allocation]) -> tuple[Grant, ...]:
     """One entry per card or partition the pod's containers hold, whatever stated them."""
-    return _merged(
+    return merged(
         _grant(pod, a)
         for a in allocations
         if a.mode is not Mode.VISIBILITY  # a sidecar that sees its sibling's card holds nothing
@@ -190,7 +192,7 @@ def resolved(grants: Iterable[Grant], identities: Identities) -> tuple[Grant, ..
         if device != g.device_id or partition != g.partition_id:
             g = replace(g, device_id=device, partition_id=partition)
         out.append(g)
-    return _merged(out)
+    return merged(out)
 
 
 # Why an annotation's grant was refused: the kubelet's pod-resources answer (a device plugin's
@@ -347,109 +349,6 @@ class RememberedGrants:
         """Forget pods the index no longer holds."""
         for uid in self._by_uid.keys() - index.pods.keys():
             del self._by_uid[uid]
-
-
-def node_grants(
-    index: PodIndex,
-    kubelet: KubeletGrants | None = None,
-    annotation_grants: Callable[[PodInfo], tuple[Grant, ...]] = grants_of,
-) -> NodeGrants:
-    """Every pod's grants. A pod's allocation annotation is its grant source; a pod without one
-    holds what the kubelet's device plugins allocated it (R-X2).
-
-    Each pod is behind its own boundary: anything one pod's data raises in any source (a
-    malformed annotation, a device id nobody foresaw, a parser bug) leaves that pod with no
-    grants, a line in the log and a count in /metrics, and touches no other pod (R-G1). The
-    kubelet's view does not stand in for a malformed annotation: it cannot tell a HAMi slice
-    from a whole card. `annotation_grants` reads a pod's annotations (`grants_of`, or a
-    RememberedGrants)."""
-    disagreements: dict[str, Disagreement] = {}
-
-    def from_kubelet(pod: PodInfo) -> Sequence[Grant]:
-        if kubelet is None:
-            return ()
-        if callable(kubelet):
-            return kubelet(pod)
-        return kubelet.get(pod.uid, ())
-
-    kubelet_of: dict[str, tuple[Grant, ...]] = {}
-    from_annotation: set[str] = set()
-
-    def grants_of_pod(pod: PodInfo) -> tuple[Grant, ...]:
-        plugin = tuple(from_kubelet(pod))
-        if plugin:
-            kubelet_of[pod.uid] = plugin
-        if not annotated(pod):
-            return plugin
-        from_annotation.add(pod.uid)
-        grants = annotation_grants(pod)
-        if len(grants) > MAX_GRANTS_PER_POD:
-            raise AllocationError(
-                f"the pod's allocation annotation states {len(grants)} grants, more than the"
-                f" {MAX_GRANTS_PER_POD} one pod may hold: none of them is published"
-            )
-        if plugin and (differs := disagreement(grants, plugin)):
-            disagreements[pod.uid] = differs
-        return grants
-
-    faults: dict[str, PodFault] = {}
-    by_pod = {
-        pod.uid: grants
-        for pod, grants in per_pod(
-            index.pods.values(), lambda p: p.uid, grants_of_pod, GRANTS, faults
-        )
-        if grants
-    }
-    errors = {uid: fault.error for uid, fault in faults.items()}
-    by_pod = _within_node_bound(by_pod, index, errors)
-    # What the kubelet gave a pod that is gone or going holds nothing any longer.
-    holding = {
-        uid: grants
-        for uid, grants in kubelet_of.items()
-        if (pod := index.get(uid)) is not None and not _released(pod)
-    }
-    kept, refused = refuse_borrowed(by_pod, holding, frozenset(from_annotation))
-    return NodeGrants(
-        MappingProxyType(kept),
-        MappingProxyType(errors),
-        MappingProxyType(disagreements),
-        MappingProxyType(holding),
-        frozenset(from_annotation),
-        MappingProxyType(refused),
-    )
-
-
-def _within_node_bound(
-    by_pod: dict[str, tuple[Grant, ...]], index: PodIndex, errors: dict[str, str]
-) -> dict[str, tuple[Grant, ...]]:
-    """The pods' grants up to MAX_GRANTS_PER_NODE, the oldest pods first (a new pod cannot push
-    out the figures of pods that were there before it); a pod that does not fit is left out
-    whole, with its reason in `errors`."""
-    if sum(len(g) for g in by_pod.values()) <= MAX_GRANTS_PER_NODE:
-        return by_pod
-
-    def age(uid: str) -> tuple[str, str]:
-        pod = index.get(uid)
-        # RFC 3339 in UTC sorts as text; a pod without a timestamp goes last
-        return ((pod.created if pod is not None else None) or "~", uid)
-
-    kept: dict[str, tuple[Grant, ...]] = {}
-    held = 0
-    for uid in sorted(by_pod, key=age):
-        grants = by_pod[uid]
-        if held + len(grants) > MAX_GRANTS_PER_NODE:
-            errors[uid] = (
-                f"the node's pods already hold {held} grants: this pod's {len(grants)} would pass"
-                f" the {MAX_GRANTS_PER_NODE} a node publishes, and are left out"
-            )
-            continue
-        kept[uid] = grants
-        held += len(grants)
-    return kept
-
-
-def _released(pod: PodInfo) -> bool:
-    return pod.terminating or pod.phase in ("Succeeded", "Failed")
 
 
 def refuse_borrowed(

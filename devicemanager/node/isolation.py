@@ -8,20 +8,16 @@ readiness. So each stage of a round that works pod by pod (building grants, each
 records of the per-grant section, an Instance's figures, its pod-level figures) runs each pod's
 part through `per_pod`: any
 exception is recorded against that pod as a `PodFault`, the pod contributes nothing to that
-stage, and the loop goes on. `FaultLog` writes one line when a pod's fault appears or
-changes, not one per round. Pure but for the log.
+stage, and the loop goes on. The round logs a pod's fault when it appears or changes, not once
+per round (round/said.py). Pure.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import TypeVar
 
 from devicemanager.model import PodFault
-from devicemanager.node.pods import PodIndex
-
-log = logging.getLogger("devicemanager.isolation")
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -65,29 +61,6 @@ def per_pod(
         except Exception as exc:  # the boundary: one pod's data is that pod's problem
             faults.setdefault(uid(item), PodFault(stage, describe(exc)))
     return done
-
-
-class FaultLog:
-    """Logs each pod's fault once, when it appears or changes; forgets pods that recovered."""
-
-    def __init__(self, logger: logging.Logger = log) -> None:
-        self._logger = logger
-        self._seen: dict[str, PodFault] = {}
-
-    def report(self, faults: Mapping[str, PodFault], index: PodIndex | None) -> None:
-        for uid, fault in faults.items():
-            if self._seen.get(uid) == fault:
-                continue
-            pod = index.get(uid) if index is not None else None
-            self._logger.error(
-                "%s/%s: its %s could not be used this round; the pod is left out of that stage, "
-                "no other pod is affected",
-                pod.namespace if pod else "?",
-                pod.name if pod else uid,
-                fault.stage,
-                extra={"pod_uid": uid, "stage": fault.stage, "error": fault.error},
-            )
-        self._seen = dict(faults)
 
 
 def count_by_stage(faults: Mapping[str, PodFault]) -> dict[str, int]:

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from devicemanager.agent.replay import load_recording
-from devicemanager.grants.grants import node_grants
+from devicemanager.grants.node import node_grants
 from devicemanager.node.pods import PodIndex
 from tests.conftest import NODES, scenario_monitor
 from tests.fakelib import nvidia as fake_nvml

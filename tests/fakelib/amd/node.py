@@ -534,7 +534,7 @@ def payload(rocm_root: Path, work: Path) -> dict[str, Any]:
     """Two rounds of the amd backend's read() over the fake, asked what the pods' grants ask."""
     import os
 
-    from devicemanager.grants.grants import node_grants
+    from devicemanager.grants.node import node_grants
     from devicemanager.model import Identities, ReadRequest
     from devicemanager.node.pods import PodIndex
     from vendors.amd import AmdBackend

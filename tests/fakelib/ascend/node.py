@@ -24,7 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from devicemanager.grants.grants import node_grants
+from devicemanager.grants.node import node_grants
 from devicemanager.model import Identities, Payload
 from devicemanager.node.pods import PodIndex
 from tests.fakelib import ascend as fake_dcmi
