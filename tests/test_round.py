@@ -444,6 +444,38 @@ def test_a_second_output_sees_the_unhealthy_cards_with_their_pods(tmp_path: Path
     )
 
 
+def test_an_output_that_raises_neither_fails_the_round_nor_the_next_output(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A further output (an Event writer, …) only reads the round: one that raises is logged
+    when its error starts or changes, once, and the round is published, counted, and handed to
+    the outputs after it."""
+    calls = {"n": 0}
+
+    def flaky(done: Round) -> None:
+        calls["n"] += 1
+        if calls["n"] <= 2:
+            raise RuntimeError("the API server refused the Event")
+
+    seen: list[Round] = []
+    m, _ = monitor(tmp_path, [flaky, seen.append])
+    with caplog.at_level(logging.INFO, logger="devicemanager.monitor"):
+        published = [m.run_round() for _ in range(3)]
+    m.stop()
+    assert len(seen) == 3 and all(p.snapshot.timestamp > 0 for p in published)
+    assert (m.rounds, m.rounds_failed) == (3, 0)
+    said = [
+        (r.levelno, r.getMessage())
+        for r in caplog.records
+        if r.name == "devicemanager.monitor" and "round output" in r.getMessage()
+    ]
+    name = flaky.__qualname__
+    assert said == [
+        (logging.ERROR, f"round output {name} failed; the round and the other outputs go on"),
+        (logging.INFO, f"round output {name} works again"),
+    ]
+
+
 def test_the_monitor_keeps_at_most_eight_fields_that_change(tmp_path: Path) -> None:
     m, backend = monitor(tmp_path)
     before = dict(vars(m))

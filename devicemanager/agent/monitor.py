@@ -247,6 +247,8 @@ class Monitor:
         self.published = Publisher(empty, mono)
         # The round's outputs, the published snapshot and /metrics first.
         self.outputs: tuple[Output, ...] = (self.published, *outputs)
+        # Each further output's error as last logged, by its name: replaced whole on a change.
+        self._output_errors: tuple[tuple[str, str], ...] = ()
         # What one round hands the next (round/steps.py), replaced whole when a round ends.
         self.memory = Memory()
         self._heartbeat = mono()
@@ -428,10 +430,37 @@ class Monitor:
         )
         self.memory, done = settle(self.memory, learned, inputs)
         emit(done.events)
-        for output in self.outputs:
-            output(done)
+        # Publishing is the round's own end: a failure to render fails the round, and the last
+        # good snapshot stays served. A further output (an Event writer, …) only reads the round.
+        self.published(done)
+        for output in self.outputs[1:]:
+            self._hand(output, done)
         self._heartbeat = self._mono()
         return self.current
+
+    def _hand(self, output: Output, done: Round) -> None:
+        """One further output given the round, behind a boundary of its own: one that raises is
+        logged when its error starts or changes (not every round), and the round, the served
+        snapshot and the other outputs go on."""
+        name = getattr(output, "__qualname__", type(output).__qualname__)
+        errors = dict(self._output_errors)
+        try:
+            output(done)
+        except Exception as exc:
+            error = _describe(exc)
+            if errors.get(name) != error:
+                log.error(
+                    "round output %s failed; the round and the other outputs go on",
+                    name,
+                    exc_info=exc,
+                    extra={"output": name, "error": error},
+                )
+                errors[name] = error
+        else:
+            if errors.pop(name, None) is not None:
+                log.info("round output %s works again", name, extra={"output": name})
+        if errors != dict(self._output_errors):
+            self._output_errors = tuple(sorted(errors.items()))
 
     # -- the loop ----------------------------------------------------------------------------
 
