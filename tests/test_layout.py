@@ -33,14 +33,25 @@ ALLOWED: dict[str, set[str]] = {
     "figures": {"model", "node", "grants"},
     "backend": {"model"},
     "vendors": {"model", "backend"},
-    "report": {"model"},
+    "deadline": set(),
+    "report": {"model", "deadline"},
     "kube": {"model", "node", "grants", "figures"},
-    "serve": {"devicemanager", "model", "node", "grants", "figures", "kube"},
+    "serve": {"devicemanager", "model", "node", "grants", "figures", "kube", "deadline"},
     "agent": {"devicemanager", "model", "backend", "node", "grants", "figures", "kube", "serve"},
     "__main__": {"cli"},
 }
 ALLOWED["cli"] = ALLOWED["agent"] | {"agent", "report"}
-NEVER_FROM_CORE = {"kube", "serve", "report", "vendors", "agent", "cli", "__main__", "backend"}
+NEVER_FROM_CORE = {
+    "kube",
+    "serve",
+    "report",
+    "vendors",
+    "agent",
+    "cli",
+    "__main__",
+    "backend",
+    "deadline",
+}
 
 
 def modules() -> dict[str, Path]:

@@ -7,8 +7,9 @@ the selection's labels as matchers (a superset: `select` then keeps exactly what
 text). Each series' scrape target (`instance`) is its source, as a file is for text; the
 `job` and `instance` labels Prometheus adds are not the exporter's and are dropped.
 
-Bounded: each answer in size (`max_bytes`), every request in time, all answers together in
-series (`max_series`). An answer that is not a successful vector is a `SourceError`.
+Bounded: each answer in size (`max_bytes`), every request in time (whole: deadline.py), all
+answers together in series (`max_series`). An answer that is not a successful vector is a
+`SourceError`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import Any
 
 import httpx
 
+from devicemanager import deadline
+from devicemanager.deadline import Deadline
 from devicemanager.report import idle
 from devicemanager.report.families import FAMILIES, Family, Scope, labels_for
 from devicemanager.report.parse import LineKind, Parsed, Sample
@@ -133,10 +136,13 @@ class Query:
     at: float | None = None  # evaluation time (Unix seconds); None: now
 
 
-def _answer(client: httpx.Client, q: Query, family: Family, promql: str, at: float) -> Any:
+def _answer(
+    client: httpx.Client, whole: Deadline, q: Query, family: Family, promql: str, at: float
+) -> Any:
     endpoint = query_url(q.url)
     chunks: list[bytes] = []
     size = 0
+    whole.restart()  # each query whole within --timeout
     try:
         with client.stream(
             "GET", endpoint, params={"query": promql, "time": f"{at:.3f}"}
@@ -150,6 +156,10 @@ def _answer(client: httpx.Client, q: Query, family: Family, promql: str, at: flo
                     )
                 chunks.append(chunk)
             status = response.status_code
+    except httpx.TimeoutException:
+        raise SourceError(
+            f"{q.url}: {family.name}: not whole within {q.timeout:g} s (--timeout)"
+        ) from None
     except httpx.HTTPError as exc:
         raise SourceError(f"{q.url}: {type(exc).__name__}: {exc}") from None
     except OSError as exc:  # a --cacert that cannot be read
@@ -177,13 +187,14 @@ def _answer(client: httpx.Client, q: Query, family: Family, promql: str, at: flo
     return data.get("result")
 
 
-def _client(q: Query) -> httpx.Client:
-    """The HTTP client every query of `q` is asked through: its headers, token and CA."""
+def _client(q: Query) -> tuple[httpx.Client, Deadline]:
+    """The HTTP client every query of `q` is asked through (its headers, token and CA), and
+    the deadline each query restarts."""
     headers = {"Accept": "application/json", **dict(q.headers)}
     if q.token is not None:
         headers["Authorization"] = f"Bearer {q.token}"
     verify: str | bool = q.cacert if q.cacert else True
-    return httpx.Client(verify=verify, timeout=q.timeout, headers=headers, follow_redirects=True)
+    return deadline.client(q.timeout, verify=verify, headers=headers, follow_redirects=True)
 
 
 def read_prometheus(
@@ -193,11 +204,12 @@ def read_prometheus(
     exactly what `selection` keeps."""
     at = time.time() if q.at is None else q.at
     answers = _Answers(q.url, q.max_series)
-    with _client(q) as client:
+    client, whole = _client(q)
+    with client:
         for family in families:
             promql = query_for(family, selection, q.labels)
             if promql is not None:
-                answers.add(family, _answer(client, q, family, promql, at))
+                answers.add(family, _answer(client, whole, q, family, promql, at))
     parsed = [
         Parsed(
             source=source,
@@ -224,12 +236,13 @@ def read_window(
     at = time.time() if q.at is None else q.at
     step = idle.step_for(window) if step is None else step
     counted = 0
-    with _client(q) as client:
+    client, whole = _client(q)
+    with client:
         for source in idle.SOURCES:
             answers: dict[tuple[idle.Role, idle.Stat], list[tuple[idle.Key, float]]] = {}
             for role, stat, promql in idle.queries(source, window, step, q.labels):
                 family = source.family(role)
-                result = _answer(client, q, family, promql, at)
+                result = _answer(client, whole, q, family, promql, at)
                 if not isinstance(result, list):
                     raise SourceError(f"{q.url}: {promql}: the answer's result is not a list")
                 counted += len(result)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ipaddress
 import ssl
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from devicemanager import deadline
 from devicemanager.serve import AGENT, METRICS_URL, SNAPSHOT_URL
 
 MAX_BYTES = 16 << 20  # far above a full snapshot (4 MiB) or exposition; a bound, not a goal
@@ -108,25 +108,22 @@ def fetch(url: str, cacert: str | None, timeout: float, token: str | None = None
     (what --access-control=kubernetes asks for)."""
     verify = verify_of(cacert)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    deadline = time.monotonic() + timeout
+    whole, _ = deadline.client(timeout, verify=verify)
     try:
-        with (
-            httpx.Client(verify=verify, timeout=timeout) as client,
-            client.stream("GET", url, headers=headers) as response,
-        ):
+        with whole as client, client.stream("GET", url, headers=headers) as response:
             chunks, size = [], 0
             for chunk in response.iter_bytes():
                 chunks.append(chunk)
                 size += len(chunk)
                 if size > MAX_BYTES:
                     raise FetchError(f"{url}: the answer is larger than {MAX_BYTES >> 20} MiB")
-                if time.monotonic() > deadline:
-                    raise FetchError(f"{url}: the answer did not arrive whole in {timeout:g}s")
             response._content = b"".join(chunks)
     except httpx.InvalidURL as exc:
         raise FetchError(f"--url: {exc}", usage=True) from None
     except httpx.UnsupportedProtocol as exc:
         raise FetchError(f"{url}: {exc}", usage=True) from None
+    except httpx.TimeoutException:
+        raise FetchError(f"{url}: the answer did not arrive whole in {timeout:g}s") from None
     except httpx.HTTPError as exc:
         raise FetchError(f"{url}: {type(exc).__name__}: {exc}") from None
     if response.status_code != 200:
