@@ -24,9 +24,11 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import platform
 import select
+import stat
 import sys
 import time
 import traceback
@@ -345,12 +347,13 @@ def _small_file(flag: str, path: Path, limit: int, what: str) -> bytes:
 
 def _pods(path: Path | None) -> Any:
     from devicemanager.node.pods import PodIndex
+    from devicemanager.serve.client import json_document
 
     if path is None:
         return None
     data = _small_file("--pods", path, MAX_PODS_BYTES, "a node's PodList")
     try:
-        return PodIndex.from_list(json.loads(data))
+        return PodIndex.from_list(json_document(data))
     except (ValueError, TypeError, AttributeError):
         raise CliError(f"--pods: {path} is not a JSON PodList", USAGE) from None
 
@@ -378,6 +381,7 @@ def whois(
         if not (proc_root / str(pid)).exists():
             return {"pid": pid, "pod_uid": None, "container_id": None, "runtime": None,
                     "reason": "no_such_process"}  # fmt: skip
+        _proc_files_are_files(proc_root, pid)
         identified = Resolver(proc_root).identify(pid)
         doc = {"pid": pid}
     identity = identified.identity
@@ -399,6 +403,33 @@ def whois(
             )
     doc["reason"] = None if reason is None else reason.value
     return doc
+
+
+def _proc_files_are_files(proc_root: Path, pid: int) -> None:
+    """The files whois reads under --proc-root are files (the kernel's are regular files): a
+    FIFO there would block the read until a writer came, a device would read without end. The
+    agent's own reads need no such check: its /proc is the kernel's."""
+    for name in ("stat", "cgroup"):
+        path = proc_root / str(pid) / name
+        try:
+            mode = path.stat().st_mode
+        except OSError:
+            continue  # absent or unreadable: the read says so, as a reason
+        if not stat.S_ISREG(mode):
+            raise CliError(
+                f"--proc-root: {path} is not a regular file ({_kind(mode)}): give the host's "
+                "/proc, or a copy of it made of files",
+                USAGE,
+            )
+
+
+def _kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISDIR, "a directory")):  # fmt: skip
+        if test(mode):
+            return kind
+    return "not a file"
 
 
 def _cmd_whois(args: argparse.Namespace) -> int:
@@ -564,6 +595,9 @@ def _positive_int(text: str) -> int:
     return value
 
 
+MAX_TIMEOUT = 86400.0  # seconds: a day; a socket's timeout cannot hold much more (inf cannot)
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -571,6 +605,8 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not value > 0:
         raise argparse.ArgumentTypeError("must be positive")
+    if not value <= MAX_TIMEOUT:  # inf and nan (nan is not > 0 either)
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_TIMEOUT:g} seconds")
     return value
 
 
@@ -595,9 +631,13 @@ def _at(text: str) -> float:
     import datetime
 
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a moment (Unix seconds)")
+        return seconds
     try:
         when = datetime.datetime.fromisoformat(text)
     except ValueError:

@@ -1,5 +1,6 @@
-"""Issue 44's abuse matrix, the server's part: idle TLS floods against the real agent
-(`devicemanager serve` in a subprocess, real TLS clients on real sockets).
+"""Issue 44's abuse matrix, the server's and the commands' part: idle TLS floods and bodies
+against the real agent (`devicemanager serve` in a subprocess, real TLS clients on real
+sockets), and the commands given FIFOs, JSON nested without end and numbers that are not.
 
 Each test reproduces what the issue found on the code before it (they fail there) and shows
 it fixed. Settings are passed as environment variables, as tests/test_faults.py does.
@@ -7,15 +8,18 @@ it fixed. Settings are passed as environment variables, as tests/test_faults.py 
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
 from tests.conftest import NODES, Agent
+from tests.test_operations import BOUND_SECONDS, dm, one_line
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -156,3 +160,110 @@ def test_idle_tls_connections_give_their_memory_back_when_they_close(launch) -> 
     grown = (process.memory_info().rss - before) / MIB
     assert grown <= 16, f"{grown:.1f} MiB kept after the connections closed"
     assert probe(agent.port) == "200"
+
+
+# -- a request body, and the commands' inputs (issue 44, item 9) -----------------------------------
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_body_past_the_bound_is_413_at_once_and_never_read(launch, chunked: bool) -> None:  # type: ignore[no-untyped-def]
+    """A 1 GiB body (declared, or chunked and counted as it comes) is answered 413 with
+    Connection: close as soon as it passes 64 KiB, and the connection closed: the client is
+    never read to the end. (Before: the body was drained, 9.9 CPU-seconds for 8 at once.)"""
+    agent: Agent = launch("--replay", str(H100), "--monitor-period", "0.5")
+    agent.wait_for("/readyz", 200)
+    head = b"POST /metrics HTTP/1.1\r\nHost: agent\r\n"
+    head += (
+        b"Transfer-Encoding: chunked\r\n\r\n" if chunked else b"Content-Length: 1073741824\r\n\r\n"
+    )
+    chunk = b"x" * 65536
+    piece = b"10000\r\n" + chunk + b"\r\n" if chunked else chunk
+    raw = socket.create_connection(("127.0.0.1", agent.port), timeout=10)
+    with CLIENT.wrap_socket(raw) as conn:
+        conn.sendall(head)
+        sent = 0
+        answer = b""
+        conn.setblocking(False)
+        while sent < 1024 * MIB:  # the client would send its whole GiB: the agent stops it
+            try:
+                sent += conn.send(piece)
+            except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError):
+                time.sleep(0.01)
+            except OSError:
+                break
+            try:
+                answer += conn.recv(65536)
+                if answer.endswith(b"\n") or not answer:
+                    break
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+                pass
+            except OSError:
+                break
+        conn.setblocking(True)
+        conn.settimeout(5)
+        try:
+            while chunk_read := conn.recv(65536):
+                answer += chunk_read
+        except OSError:
+            pass
+    # A chunked body's size is known only as it comes: the method's 405 may be sent first.
+    assert answer.startswith(b"HTTP/1.1 413") or (chunked and b"HTTP/1.1 413" in answer), answer
+    assert b"connection: close" in answer.lower()
+    assert sent < 64 * MIB, sent  # stopped within a few buffers of the bound, not drained
+    deadline = time.monotonic() + 10
+    while refused(agent, "body") < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def fifo_proc(tmp_path: Path) -> Path:
+    """A --proc-root whose process 4242 has a FIFO for its cgroup file, and a FIFO beside it."""
+    proc = tmp_path / "proc"
+    (proc / "4242").mkdir(parents=True)
+    (proc / "4242" / "stat").write_text(
+        "4242 (python) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 99 0\n"
+    )
+    os.mkfifo(proc / "4242" / "cgroup")
+    os.mkfifo(tmp_path / "fifo")
+    return proc
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("4242", "--proc-root", "{proc}"),
+        ("--cgroup-file", "{fifo}"),
+        ("--cgroup-file", "/etc/hostname", "--pods", "{fifo}"),
+    ],
+)
+def test_whois_refuses_a_fifo_at_once(fifo_proc: Path, args: tuple[str, ...]) -> None:
+    """(Before: whois waited for a writer that never came, and never returned.)"""
+    argv = [a.format(proc=fifo_proc, fifo=fifo_proc.parent / "fifo") for a in args]
+    out = dm("whois", *argv, timeout=BOUND_SECONDS)
+    assert out.returncode == 2, out.stderr
+    assert "FIFO" in one_line(out, "whois")
+
+
+def test_inputs_that_broke_the_commands_say_what_to_fix(tmp_path: Path) -> None:
+    """A PodList nested 100,000 deep, a timeout of inf, a moment of nan: each a usage error
+    naming the flag, never a Python exception's name. (Before: RecursionError,
+    OverflowError, and nan sent on to Prometheus.)"""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    out = dm("whois", "--cgroup-file", "/etc/hostname", "--pods", str(deep))
+    assert out.returncode == 2 and "is not a JSON PodList" in one_line(out, "whois")
+    nan = tmp_path / "nan.json"
+    nan.write_text('{"items": NaN}')
+    out = dm("whois", "--cgroup-file", "/etc/hostname", "--pods", str(nan))
+    assert out.returncode == 2 and "is not a JSON PodList" in one_line(out, "whois")
+    for command, flag, value in [
+        ("snapshot", "--timeout", "inf"),
+        ("metrics", "--timeout", "1e300"),
+        ("summarize", "--timeout", "inf"),
+        ("summarize", "--at", "nan"),
+    ]:
+        extra = ["--prometheus", "http://127.0.0.1:9"] if command == "summarize" else []
+        out = dm(command, *extra, flag, value)
+        assert out.returncode == 2, (command, flag, out.stderr)
+        assert f"argument {flag}:" in out.stderr and "Error" not in out.stderr, out.stderr

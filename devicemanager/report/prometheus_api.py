@@ -167,7 +167,7 @@ def _answer(
     body = b"".join(chunks)
     try:
         doc = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the decoder goes
         what = f"HTTP {status}" if status >= 400 else "the answer"
         raise SourceError(
             f"{endpoint}: {what} is not JSON: not a Prometheus HTTP API (is the URL's path "

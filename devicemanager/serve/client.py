@@ -10,7 +10,10 @@ whole request, not per read), a --cacert or token file in size, read before it i
 from __future__ import annotations
 
 import ipaddress
+import json
+import os
 import ssl
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,15 +44,41 @@ class NotServed(FetchError):
 
 def read_bounded(flag: str, path: str | Path, limit: int, what: str) -> bytes:
     """A small file a flag names, read whole but never past `limit` (`/dev/zero`, a log file
-    given by mistake): a usage error naming the flag otherwise."""
+    given by mistake): a usage error naming the flag otherwise. Opened without blocking, so a
+    FIFO or a socket is refused at once rather than waited on for a writer."""
     try:
-        with open(path, "rb") as f:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise FetchError(f"{flag}: {exc.strerror or exc}: {path}", usage=True) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            raise FetchError(f"{flag}: {path} is a FIFO or a socket, not {what}", usage=True)
+        os.set_blocking(fd, True)  # a file from here on: blocking reads, as any
+        with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(limit + 1)
     except OSError as exc:
         raise FetchError(f"{flag}: {exc.strerror or exc}: {path}", usage=True) from None
+    finally:
+        os.close(fd)
     if len(data) > limit:
         raise FetchError(f"{flag}: {path} is larger than {_size(limit)}: not {what}", usage=True)
     return data
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def json_document(data: bytes | str) -> Any:
+    """JSON as the commands take it from a file or a server: RFC 8259's, so not Python's
+    `NaN`, `Infinity` and `-Infinity`; nested too deep for the decoder (it recurses, and a
+    document of 100,000 `[` ended the command with a RecursionError) is not JSON either.
+    ValueError, saying which."""
+    try:
+        return json.loads(data, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("nested too deeply to read") from None
 
 
 def _size(limit: int) -> str:
@@ -171,7 +200,7 @@ def fetch_snapshot(
     response = fetch(url, cacert, timeout, token)
     kind = response.headers.get("content-type", "?")
     try:
-        doc = response.json()
+        doc = json_document(response.content)
     except ValueError:
         doc = None
     if not isinstance(doc, dict) or "groups" not in doc or "timestamp" not in doc:

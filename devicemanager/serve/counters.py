@@ -26,6 +26,7 @@ REASONS: dict[str, str] = {
     "silent": "a connection that sent nothing within --http-request-timeout (closed)",
     "oversized": "a header section over --http-max-header-bytes (431)",
     "too_many_headers": "more header fields than --http-max-headers (431)",
+    "body": "a request body over 64 KiB, which no route takes (413, closed, the rest unread)",
     "connections": "at --http-max-connections with every connection answering: a newcomer's "
     "request that is not a probe (503)",
     "shed_incomplete": "at --http-max-connections: the oldest incomplete request, to make "
