@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import argparse
 import gc
+import io
 import json
 import math
 import os
 import platform
+import re
 import select
 import stat
 import sys
@@ -35,7 +37,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
 
 from devicemanager import __version__
 from devicemanager.agent.config import (
@@ -1113,8 +1115,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _fail(command: str, message: str, code: int) -> NoReturn:
     one_line = " ".join(message.split())  # a library's multi-line message (YAML's) folded
-    print(f"devicemanager {command}: {one_line}", file=sys.stderr)
+    print(printable(f"devicemanager {command}: {one_line}"), file=sys.stderr)
     raise SystemExit(code)
+
+
+# What a terminal would act on rather than show: C0 controls but tab and newline, DEL, C1
+# controls (ESC's 8-bit forms: CSI, OSC), the bidirectional overrides and isolates that reorder
+# what follows, and lone surrogates (what a JSON `\ud800` decodes to; no encoding carries one).
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """`text` as a command prints it: without what a terminal would act on. A tenant's owner
+    name holding `ESC]0;…BEL ESC[2J`, an exporter's label value or a server's error text
+    reaches the terminal as the characters around it, never as a title set or a screen
+    cleared (issue 44). JSON output is unchanged by it: json.dumps escapes these already."""
+    return _UNPRINTABLE.sub("", text)
+
+
+class _Printable:
+    """Standard output, every write through `printable`: the one point where every
+    command's output (tables, reports, JSON, text relayed from a server) meets the
+    terminal."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return int(self._stream.write(printable(text)))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def _stdout_closed() -> bool:
@@ -1138,11 +1169,24 @@ def _quiet_stdout() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)  # usage errors: argparse's message, exit 2
-    command = args.command
-    if command != "serve":  # serve sets up its own logs from its flags
-        from devicemanager.agent.logs import configure_command
+    if args.command == "serve":  # serve sets up its own logs from its flags
+        return _run(args)
+    from devicemanager.agent.logs import configure_command
 
-        configure_command(command)
+    configure_command(args.command)
+    stdout = sys.stdout
+    for stream in (stdout, sys.stderr):  # a terminal that cannot show a character gets "?"
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="replace")
+    sys.stdout = cast(TextIO, _Printable(stdout))
+    try:
+        return _run(args)
+    finally:
+        sys.stdout = stdout
+
+
+def _run(args: argparse.Namespace) -> int:
+    command = args.command
     try:
         result: int = args.func(args)
         sys.stdout.flush()  # here, where a closed standard output is seen, not at exit

@@ -8,12 +8,15 @@ it fixed. Settings are passed as environment variables, as tests/test_faults.py 
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
 import socket
 import ssl
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -267,3 +270,88 @@ def test_inputs_that_broke_the_commands_say_what_to_fix(tmp_path: Path) -> None:
         out = dm(command, *extra, flag, value)
         assert out.returncode == 2, (command, flag, out.stderr)
         assert f"argument {flag}:" in out.stderr and "Error" not in out.stderr, out.stderr
+
+
+# -- terminal escapes (issue 44, item 4) ---------------------------------------------------------
+
+HOSTILE = "\x1b]0;pwned\x07\x1b[2J\x9b31m\u202e\ud800"  # title, clear, 8-bit CSI, bidi, surrogate
+CONTROLS = ("\x1b", "\x07", "\x9b", "\u202e", "\ud800")
+
+
+def hostile_strings(doc: Any) -> Any:
+    """Every string of a document with HOSTILE after it (keys left alone)."""
+    if isinstance(doc, str):
+        return doc + HOSTILE
+    if isinstance(doc, list):
+        return [hostile_strings(v) for v in doc]
+    if isinstance(doc, dict):
+        return {k: hostile_strings(v) for k, v in doc.items()}
+    return doc
+
+
+class Hostile:
+    """An HTTP server on loopback answering each path with a fixed (status, type, body)."""
+
+    def __init__(self, routes: dict[str, tuple[int, str, bytes]]) -> None:
+        answers = routes
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                status, kind, body = answers.get(self.path.split("?")[0], (404, "text/plain", b""))
+                self.send_response(status)
+                self.send_header("content-type", kind)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def shown(out: Any) -> str:
+    text = out.stdout + out.stderr
+    assert "Traceback" not in text and "UnicodeEncodeError" not in text, text
+    return str(text)
+
+
+def test_what_a_tenant_an_exporter_or_a_server_sends_never_reaches_the_terminal_raw() -> None:
+    """An agent's snapshot whose every name carries a title set, a screen clear, an 8-bit
+    CSI, a bidi override and a lone surrogate; an exporter's label values with the same, raw;
+    a Prometheus server whose error says them: `snapshot`, `metrics`, `summarize URL` and
+    `summarize --prometheus` print the rest, none of them. (Before: printed raw, and the
+    surrogate ended `snapshot` with a UnicodeEncodeError.)"""
+    golden = json.loads((H100 / "golden" / "snapshot.json").read_text())
+    snapshot = json.dumps(hostile_strings(golden)).encode()
+    metrics = (H100 / "golden" / "metrics.txt").read_text()
+    metrics = metrics.replace('node="gpu-h100-07"', f'node="gpu-h100-07{HOSTILE[:-1]}"')
+    error = json.dumps({"status": "error", "errorType": "bad_data", "error": HOSTILE})
+    server = Hostile(
+        {
+            "/monitor/snapshot": (200, "application/json", snapshot),
+            "/metrics": (200, "text/plain; version=0.0.4", metrics.encode()),
+            "/api/v1/query": (400, "application/json", error.encode()),
+        }
+    )
+    try:
+        outs = [
+            dm("snapshot", "--url", f"{server.url}/monitor/snapshot"),
+            dm("metrics", "--url", f"{server.url}/metrics"),
+            dm("summarize", f"{server.url}/metrics"),
+            dm("summarize", "--prometheus", server.url),
+        ]
+    finally:
+        server.close()
+    texts = [shown(out) for out in outs]
+    assert [out.returncode for out in outs] == [0, 0, 0, 3], [o.stderr for o in outs]
+    assert "gpu-h100-07]0;pwned[2J31m" in texts[0]  # the text around them is kept
+    assert "pwned" in texts[3]
+    for text in texts:
+        assert not any(c in text for c in CONTROLS), repr(text[:300])
