@@ -13,6 +13,8 @@ import json
 import os
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -21,7 +23,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.conftest import NODES, Agent
+from tests.conftest import NODES, REPO, Agent, agent_env
 from tests.test_operations import BOUND_SECONDS, dm, one_line
 
 pytestmark = pytest.mark.timeout(180)
@@ -355,3 +357,41 @@ def test_what_a_tenant_an_exporter_or_a_server_sends_never_reaches_the_terminal_
     assert "pwned" in texts[3]
     for text in texts:
         assert not any(c in text for c in CONTROLS), repr(text[:300])
+
+
+# -- summarize --prometheus bounds series before decoding (issue 44, item 6) ----------------------
+
+
+def test_a_million_series_are_refused_before_they_are_decoded() -> None:
+    """A Prometheus that answers the first query with 1,000,000 series, 47 MB, under the
+    default --max-bytes (64 MiB): refused as more than --max-series (200,000) with the
+    command's peak resident set under 256 MiB (79 MiB measured: the answer's bytes and the
+    interpreter). (Before: every series was decoded first, 704 MiB, then refused.)"""
+    element = b'{"metric":{"deviceidx":"%d"},"value":[1,"1"]}'
+    result = b",".join(element % i for i in range(1_000_000))
+    body = b'{"status":"success","data":{"resultType":"vector","result":[' + result + b"]}}"
+    assert len(body) < 64 * MIB
+    server = Hostile({"/api/v1/query": (200, "application/json", body)})
+    del result, body
+    # A parent of its own, so the peak it reports is this command's alone.
+    command = [sys.executable, "-m", "devicemanager", "summarize", "--prometheus", server.url]
+    measure = (
+        "import resource, subprocess, sys\n"
+        "out = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+        "print(out.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+        "print(out.stderr, file=sys.stderr)\n"
+    )
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", measure, *command],
+            capture_output=True,
+            text=True,
+            env=agent_env(None),
+            cwd=REPO,
+            timeout=120,
+        )
+    finally:
+        server.close()
+    code, peak_kib = (int(x) for x in out.stdout.split())
+    assert code == 3 and "more than 200000 series" in out.stderr, out.stderr
+    assert peak_kib < 256 * 1024, f"{peak_kib // 1024} MiB"
