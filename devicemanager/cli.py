@@ -23,17 +23,21 @@ from __future__ import annotations
 
 import argparse
 import gc
+import io
 import json
+import math
 import os
 import platform
+import re
 import select
+import stat
 import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
 
 from devicemanager import __version__
 from devicemanager.agent.config import (
@@ -366,12 +370,13 @@ def _small_file(flag: str, path: Path, limit: int, what: str) -> bytes:
 
 def _pods(path: Path | None) -> Any:
     from devicemanager.node.pods import PodIndex
+    from devicemanager.serve.client import json_document
 
     if path is None:
         return None
     data = _small_file("--pods", path, MAX_PODS_BYTES, "a node's PodList")
     try:
-        return PodIndex.from_list(json.loads(data))
+        return PodIndex.from_list(json_document(data))
     except (ValueError, TypeError, AttributeError):
         raise CliError(f"--pods: {path} is not a JSON PodList", USAGE) from None
 
@@ -399,6 +404,7 @@ def whois(
         if not (proc_root / str(pid)).exists():
             return {"pid": pid, "pod_uid": None, "container_id": None, "runtime": None,
                     "reason": "no_such_process"}  # fmt: skip
+        _proc_files_are_files(proc_root, pid)
         identified = Resolver(proc_root).identify(pid)
         doc = {"pid": pid}
     identity = identified.identity
@@ -420,6 +426,33 @@ def whois(
             )
     doc["reason"] = None if reason is None else reason.value
     return doc
+
+
+def _proc_files_are_files(proc_root: Path, pid: int) -> None:
+    """The files whois reads under --proc-root are files (the kernel's are regular files): a
+    FIFO there would block the read until a writer came, a device would read without end. The
+    agent's own reads need no such check: its /proc is the kernel's."""
+    for name in ("stat", "cgroup"):
+        path = proc_root / str(pid) / name
+        try:
+            mode = path.stat().st_mode
+        except OSError:
+            continue  # absent or unreadable: the read says so, as a reason
+        if not stat.S_ISREG(mode):
+            raise CliError(
+                f"--proc-root: {path} is not a regular file ({_kind(mode)}): give the host's "
+                "/proc, or a copy of it made of files",
+                USAGE,
+            )
+
+
+def _kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISDIR, "a directory")):  # fmt: skip
+        if test(mode):
+            return kind
+    return "not a file"
 
 
 def _cmd_whois(args: argparse.Namespace) -> int:
@@ -585,6 +618,9 @@ def _positive_int(text: str) -> int:
     return value
 
 
+MAX_TIMEOUT = 86400.0  # seconds: a day; a socket's timeout cannot hold much more (inf cannot)
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -592,6 +628,8 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not value > 0:
         raise argparse.ArgumentTypeError("must be positive")
+    if not value <= MAX_TIMEOUT:  # inf and nan (nan is not > 0 either)
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_TIMEOUT:g} seconds")
     return value
 
 
@@ -616,9 +654,13 @@ def _at(text: str) -> float:
     import datetime
 
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a moment (Unix seconds)")
+        return seconds
     try:
         when = datetime.datetime.fromisoformat(text)
     except ValueError:
@@ -1106,8 +1148,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _fail(command: str, message: str, code: int) -> NoReturn:
     one_line = " ".join(message.split())  # a library's multi-line message (YAML's) folded
-    print(f"devicemanager {command}: {one_line}", file=sys.stderr)
+    print(printable(f"devicemanager {command}: {one_line}"), file=sys.stderr)
     raise SystemExit(code)
+
+
+# What a terminal would act on rather than show: C0 controls but tab and newline, DEL, C1
+# controls (ESC's 8-bit forms: CSI, OSC), the bidirectional overrides and isolates that reorder
+# what follows, and lone surrogates (what a JSON `\ud800` decodes to; no encoding carries one).
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """`text` as a command prints it: without what a terminal would act on. A tenant's owner
+    name holding `ESC]0;…BEL ESC[2J`, an exporter's label value or a server's error text
+    reaches the terminal as the characters around it, never as a title set or a screen
+    cleared (issue 44). JSON output is unchanged by it: json.dumps escapes these already."""
+    return _UNPRINTABLE.sub("", text)
+
+
+class _Printable:
+    """Standard output, every write through `printable`: the one point where every
+    command's output (tables, reports, JSON, text relayed from a server) meets the
+    terminal."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return int(self._stream.write(printable(text)))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def _stdout_closed() -> bool:
@@ -1131,11 +1202,24 @@ def _quiet_stdout() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)  # usage errors: argparse's message, exit 2
-    command = args.command
-    if command != "serve":  # serve sets up its own logs from its flags
-        from devicemanager.agent.logs import configure_command
+    if args.command == "serve":  # serve sets up its own logs from its flags
+        return _run(args)
+    from devicemanager.agent.logs import configure_command
 
-        configure_command(command)
+    configure_command(args.command)
+    stdout = sys.stdout
+    for stream in (stdout, sys.stderr):  # a terminal that cannot show a character gets "?"
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="replace")
+    sys.stdout = cast(TextIO, _Printable(stdout))
+    try:
+        return _run(args)
+    finally:
+        sys.stdout = stdout
+
+
+def _run(args: argparse.Namespace) -> int:
+    command = args.command
     try:
         result: int = args.func(args)
         sys.stdout.flush()  # here, where a closed standard output is seen, not at exit

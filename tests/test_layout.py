@@ -35,10 +35,11 @@ ALLOWED: dict[str, set[str]] = {
     "round": {"model", "node", "grants", "figures"},
     "backend": {"model"},
     "vendors": {"model", "backend"},
-    "report": {"model"},
+    "deadline": set(),
+    "report": {"model", "deadline"},
     "crosscheck": {"model", "backend", "figures", "serve"},
     "kube": {"model", "node", "grants", "figures"},
-    "serve": {"devicemanager", "model", "node", "grants", "figures", "kube"},
+    "serve": {"devicemanager", "model", "node", "grants", "figures", "kube", "deadline"},
     "agent": {
         "devicemanager",
         "model",
@@ -63,6 +64,7 @@ NEVER_FROM_CORE = {
     "cli",
     "__main__",
     "backend",
+    "deadline",
 }
 
 

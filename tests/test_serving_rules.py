@@ -290,8 +290,9 @@ def test_a_burst_of_scrapes_against_the_real_server_does_no_file_io(launch, tmp_
 
     The period is an hour, so no round runs in the window and whatever the process does is the
     serving path's. Not inspected: what an io_uring submission does (libuv batches its
-    epoll_ctl calls that way, one per accepted connection); Python's own file I/O never goes
-    through io_uring, so it would show as a syscall here.
+    epoll_ctl calls that way, a few per accepted connection); Python's own file I/O never goes
+    through io_uring, so it would show as a syscall here (at most three per connection: see
+    the last assertion).
     """
     strace = shutil.which("strace")
     if strace is None:
@@ -329,7 +330,10 @@ def test_a_burst_of_scrapes_against_the_real_server_does_no_file_io(launch, tmp_
     assert calls["accept4"] + calls["accept"] >= connections  # the trace saw the burst
     assert {name: n for name, n in calls.items() if name in PATH_SYSCALLS} == {}
     assert file_fds == []
-    assert calls["io_uring_enter"] <= calls["accept4"] + calls["accept"]
+    # One batch of epoll_ctl changes at each accept, and two more once the ClientHello has
+    # arrived, when the connection's TLS gate hands the socket to the TLS protocol
+    # (serve/handshake.py): three per connection, whatever it then asks for.
+    assert calls["io_uring_enter"] <= 3 * (calls["accept4"] + calls["accept"])
 
 
 # -- R-S1: no PID leaves the node -----------------------------------------------------------------

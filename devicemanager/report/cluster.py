@@ -302,7 +302,7 @@ def _message(status: int, body: bytes) -> str:
         doc = json.loads(body[:65536])
         if isinstance(doc, dict) and doc.get("message"):
             text = " ".join(str(doc["message"]).split())
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the decoder goes
         pass
     return f"HTTP {status}" + (f": {text[:200]}" if text else "")
 
@@ -356,7 +356,7 @@ def list_pods(
     body = fetch(client, path, settings.timeout, MAX_LIST_BYTES, params)
     try:
         doc = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the decoder goes
         raise SourceError("the pod list is not JSON") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("items", []), list):
         raise SourceError("the answer is not a pod list")

@@ -7,8 +7,9 @@ the selection's labels as matchers (a superset: `select` then keeps exactly what
 text). Each series' scrape target (`instance`) is its source, as a file is for text; the
 `job` and `instance` labels Prometheus adds are not the exporter's and are dropped.
 
-Bounded: each answer in size (`max_bytes`), every request in time, all answers together in
-series (`max_series`). An answer that is not a successful vector is a `SourceError`.
+Bounded: each answer in size (`max_bytes`), every request in time (whole: deadline.py), all
+answers together in series (`max_series`). An answer that is not a successful vector is a
+`SourceError`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import Any
 
 import httpx
 
+from devicemanager import deadline
+from devicemanager.deadline import Deadline
 from devicemanager.report import idle
 from devicemanager.report.families import FAMILIES, Family, Scope, labels_for
 from devicemanager.report.parse import LineKind, Parsed, Sample
@@ -81,12 +84,20 @@ def query_url(base: str) -> str:
     return base if base.endswith(QUERY_PATH) else base + QUERY_PATH
 
 
+def _too_many(q: Query) -> str:
+    return (
+        f"{q.url}: more than {q.max_series} series (narrow the report with "
+        "--node, --namespace, --pod or --label, or raise --max-series)"
+    )
+
+
 class _Answers:
     """Series gathered so far, by source, under the series cap."""
 
-    def __init__(self, base: str, max_series: int) -> None:
-        self.base = base
-        self.max_series = max_series
+    def __init__(self, q: Query) -> None:
+        self.q = q
+        self.base = q.url
+        self.max_series = q.max_series
         self.count = 0
         self.by_source: dict[str, list[Sample]] = {}
 
@@ -95,13 +106,15 @@ class _Answers:
             raise SourceError(f"{self.base}: {family.name}: the answer's result is not a list")
         self.count += len(result)
         if self.count > self.max_series:
-            raise SourceError(
-                f"{self.base}: more than {self.max_series} series (narrow the report with "
-                "--node, --namespace, --pod or --label, or raise --max-series)"
-            )
+            raise SourceError(_too_many(self.q))
         for item in result:
             sample, source = sample_of(family, item, self.base)
             self.by_source.setdefault(source, []).append(sample)
+
+    @property
+    def room(self) -> int:
+        """Series --max-series still allows."""
+        return self.max_series - self.count
 
 
 def sample_of(family: Family, item: Any, base: str) -> tuple[Sample, str]:
@@ -133,10 +146,28 @@ class Query:
     at: float | None = None  # evaluation time (Unix seconds); None: now
 
 
-def _answer(client: httpx.Client, q: Query, family: Family, promql: str, at: float) -> Any:
+def series_in(body: bytes | bytearray) -> int:
+    """How many series a vector answer holds at most, counted in its bytes before it is
+    decoded: each element has one `"metric"` key (a label named `metric` counts once more,
+    so this errs high, never low). Decoding a million series to count them took 703 MB."""
+    return body.count(b'"metric":') + body.count(b'"metric" :')
+
+
+def _answer(
+    client: httpx.Client,
+    whole: Deadline,
+    q: Query,
+    family: Family,
+    promql: str,
+    at: float,
+    room: int,
+) -> Any:
+    """The query's vector, decoded only when it holds at most `room` series (what is left of
+    --max-series)."""
     endpoint = query_url(q.url)
-    chunks: list[bytes] = []
+    body = bytearray()  # grown in place: a list of chunks joined would be the answer twice
     size = 0
+    whole.restart()  # each query whole within --timeout
     try:
         with client.stream(
             "GET", endpoint, params={"query": promql, "time": f"{at:.3f}"}
@@ -148,16 +179,21 @@ def _answer(client: httpx.Client, q: Query, family: Family, promql: str, at: flo
                         f"{q.url}: {family.name}: the answer is larger than {q.max_bytes} "
                         "bytes (narrow the report, or raise --max-bytes)"
                     )
-                chunks.append(chunk)
+                body += chunk
             status = response.status_code
+    except httpx.TimeoutException:
+        raise SourceError(
+            f"{q.url}: {family.name}: not whole within {q.timeout:g} s (--timeout)"
+        ) from None
     except httpx.HTTPError as exc:
         raise SourceError(f"{q.url}: {type(exc).__name__}: {exc}") from None
     except OSError as exc:  # a --cacert that cannot be read
         raise SourceError(f"{q.url}: {exc}") from None
-    body = b"".join(chunks)
+    if status < 400 and series_in(body) > room:
+        raise SourceError(_too_many(q))
     try:
         doc = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the decoder goes
         what = f"HTTP {status}" if status >= 400 else "the answer"
         raise SourceError(
             f"{endpoint}: {what} is not JSON: not a Prometheus HTTP API (is the URL's path "
@@ -177,13 +213,14 @@ def _answer(client: httpx.Client, q: Query, family: Family, promql: str, at: flo
     return data.get("result")
 
 
-def _client(q: Query) -> httpx.Client:
-    """The HTTP client every query of `q` is asked through: its headers, token and CA."""
+def _client(q: Query) -> tuple[httpx.Client, Deadline]:
+    """The HTTP client every query of `q` is asked through (its headers, token and CA), and
+    the deadline each query restarts."""
     headers = {"Accept": "application/json", **dict(q.headers)}
     if q.token is not None:
         headers["Authorization"] = f"Bearer {q.token}"
     verify: str | bool = q.cacert if q.cacert else True
-    return httpx.Client(verify=verify, timeout=q.timeout, headers=headers, follow_redirects=True)
+    return deadline.client(q.timeout, verify=verify, headers=headers, follow_redirects=True)
 
 
 def read_prometheus(
@@ -192,12 +229,13 @@ def read_prometheus(
     """Every family's series at one moment, as parsed sources (one per scrape target), with
     exactly what `selection` keeps."""
     at = time.time() if q.at is None else q.at
-    answers = _Answers(q.url, q.max_series)
-    with _client(q) as client:
+    answers = _Answers(q)
+    client, whole = _client(q)
+    with client:
         for family in families:
             promql = query_for(family, selection, q.labels)
             if promql is not None:
-                answers.add(family, _answer(client, q, family, promql, at))
+                answers.add(family, _answer(client, whole, q, family, promql, at, answers.room))
     parsed = [
         Parsed(
             source=source,
@@ -224,20 +262,18 @@ def read_window(
     at = time.time() if q.at is None else q.at
     step = idle.step_for(window) if step is None else step
     counted = 0
-    with _client(q) as client:
+    client, whole = _client(q)
+    with client:
         for source in idle.SOURCES:
             answers: dict[tuple[idle.Role, idle.Stat], list[tuple[idle.Key, float]]] = {}
             for role, stat, promql in idle.queries(source, window, step, q.labels):
                 family = source.family(role)
-                result = _answer(client, q, family, promql, at)
+                result = _answer(client, whole, q, family, promql, at, q.max_series - counted)
                 if not isinstance(result, list):
                     raise SourceError(f"{q.url}: {promql}: the answer's result is not a list")
                 counted += len(result)
                 if counted > q.max_series:
-                    raise SourceError(
-                        f"{q.url}: more than {q.max_series} series (narrow the report with "
-                        "--node, --namespace, --pod or --label, or raise --max-series)"
-                    )
+                    raise SourceError(_too_many(q))
                 rows = answers.setdefault((role, stat), [])
                 for item in result:
                     sample, _ = sample_of(family, item, q.url)

@@ -1,11 +1,14 @@
 """Where the text comes from: a file, standard input, or an http(s) URL. The only I/O of the
-report; every read is bounded in size, and a URL also in time."""
+report; every read is bounded in size, and a URL also in time, the whole request within
+`--timeout` (devicemanager/deadline.py)."""
 
 from __future__ import annotations
 
 from typing import BinaryIO
 
 import httpx
+
+from devicemanager import deadline
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_TIMEOUT = 10.0
@@ -35,8 +38,9 @@ def _fetch(url: str, cacert: str | None, timeout: float, max_bytes: int) -> byte
     chunks: list[bytes] = []
     size = 0
     try:
+        whole, _ = deadline.client(timeout, verify=verify, follow_redirects=True)
         with (
-            httpx.Client(verify=verify, timeout=timeout, follow_redirects=True) as client,
+            whole as client,
             client.stream("GET", url, headers={"Accept": "text/plain"}) as response,
         ):
             if response.status_code >= 400:
@@ -48,6 +52,8 @@ def _fetch(url: str, cacert: str | None, timeout: float, max_bytes: int) -> byte
                         f"{url}: larger than {max_bytes} bytes (raise --max-bytes to read it)"
                     )
                 chunks.append(chunk)
+    except httpx.TimeoutException:
+        raise SourceError(f"{url}: not whole within {timeout:g} s (--timeout)") from None
     except httpx.HTTPError as exc:
         raise SourceError(f"{url}: {type(exc).__name__}: {exc}") from None
     except OSError as exc:  # a --cacert that cannot be read

@@ -10,8 +10,10 @@ whole request, not per read), a --cacert or token file in size, read before it i
 from __future__ import annotations
 
 import ipaddress
+import json
+import os
 import ssl
-import time
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from devicemanager import deadline
 from devicemanager.serve import AGENT, METRICS_URL, SNAPSHOT_URL
 
 MAX_BYTES = 16 << 20  # far above a full snapshot (4 MiB) or exposition; a bound, not a goal
@@ -41,15 +44,41 @@ class NotServed(FetchError):
 
 def read_bounded(flag: str, path: str | Path, limit: int, what: str) -> bytes:
     """A small file a flag names, read whole but never past `limit` (`/dev/zero`, a log file
-    given by mistake): a usage error naming the flag otherwise."""
+    given by mistake): a usage error naming the flag otherwise. Opened without blocking, so a
+    FIFO or a socket is refused at once rather than waited on for a writer."""
     try:
-        with open(path, "rb") as f:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise FetchError(f"{flag}: {exc.strerror or exc}: {path}", usage=True) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            raise FetchError(f"{flag}: {path} is a FIFO or a socket, not {what}", usage=True)
+        os.set_blocking(fd, True)  # a file from here on: blocking reads, as any
+        with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(limit + 1)
     except OSError as exc:
         raise FetchError(f"{flag}: {exc.strerror or exc}: {path}", usage=True) from None
+    finally:
+        os.close(fd)
     if len(data) > limit:
         raise FetchError(f"{flag}: {path} is larger than {_size(limit)}: not {what}", usage=True)
     return data
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def json_document(data: bytes | str) -> Any:
+    """JSON as the commands take it from a file or a server: RFC 8259's, so not Python's
+    `NaN`, `Infinity` and `-Infinity`; nested too deep for the decoder (it recurses, and a
+    document of 100,000 `[` ended the command with a RecursionError) is not JSON either.
+    ValueError, saying which."""
+    try:
+        return json.loads(data, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("nested too deeply to read") from None
 
 
 def _size(limit: int) -> str:
@@ -108,25 +137,22 @@ def fetch(url: str, cacert: str | None, timeout: float, token: str | None = None
     (what --access-control=kubernetes asks for)."""
     verify = verify_of(cacert)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    deadline = time.monotonic() + timeout
+    whole, _ = deadline.client(timeout, verify=verify)
     try:
-        with (
-            httpx.Client(verify=verify, timeout=timeout) as client,
-            client.stream("GET", url, headers=headers) as response,
-        ):
+        with whole as client, client.stream("GET", url, headers=headers) as response:
             chunks, size = [], 0
             for chunk in response.iter_bytes():
                 chunks.append(chunk)
                 size += len(chunk)
                 if size > MAX_BYTES:
                     raise FetchError(f"{url}: the answer is larger than {MAX_BYTES >> 20} MiB")
-                if time.monotonic() > deadline:
-                    raise FetchError(f"{url}: the answer did not arrive whole in {timeout:g}s")
             response._content = b"".join(chunks)
     except httpx.InvalidURL as exc:
         raise FetchError(f"--url: {exc}", usage=True) from None
     except httpx.UnsupportedProtocol as exc:
         raise FetchError(f"{url}: {exc}", usage=True) from None
+    except httpx.TimeoutException:
+        raise FetchError(f"{url}: the answer did not arrive whole in {timeout:g}s") from None
     except httpx.HTTPError as exc:
         raise FetchError(f"{url}: {type(exc).__name__}: {exc}") from None
     if response.status_code != 200:
@@ -174,7 +200,7 @@ def fetch_snapshot(
     response = fetch(url, cacert, timeout, token)
     kind = response.headers.get("content-type", "?")
     try:
-        doc = response.json()
+        doc = json_document(response.content)
     except ValueError:
         doc = None
     if not isinstance(doc, dict) or "groups" not in doc or "timestamp" not in doc:

@@ -26,14 +26,16 @@ REASONS: dict[str, str] = {
     "silent": "a connection that sent nothing within --http-request-timeout (closed)",
     "oversized": "a header section over --http-max-header-bytes (431)",
     "too_many_headers": "more header fields than --http-max-headers (431)",
+    "body": "a request body over 64 KiB, which no route takes (413, closed, the rest unread)",
     "connections": "at --http-max-connections with every connection answering: a newcomer's "
     "request that is not a probe (503)",
     "shed_incomplete": "at --http-max-connections: the oldest incomplete request, to make "
     "room (503)",
-    "shed_idle": "at --http-max-connections: the connection idle the longest, to make room "
+    "shed_idle": "at --http-max-connections: the connection idle the longest, or one that "
+    "finished its TLS handshake and never sent a byte, to make room "
     "(closed)",
-    "handshakes": "at --http-max-connections with connections still in their TLS handshake: "
-    "the one in it the longest (aborted)",
+    "handshakes": "at --http-max-connections: a connection that has sent nothing for 1 s, "
+    "a TLS handshake stalled for 3 s, or, with neither, the newcomer (aborted)",
     "pipelined": "a connection with more than 32 requests queued behind the one being answered "
     "(aborted)",
     "reviews": "with --access-control=kubernetes, a token never allowed before while 32 reviews "
