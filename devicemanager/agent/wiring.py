@@ -53,7 +53,7 @@ from devicemanager.serve.http import Limits, protocol_for
 from devicemanager.serve.tls import Certificates, Minting, server_context, why_refused
 
 if TYPE_CHECKING:
-    from lightkube.config.kubeconfig import KubeConfig
+    from devicemanager.kube.config import KubeConfig
 
     from devicemanager.kube.client import KubeClient
     from devicemanager.kube.cluster import ClusterRound
