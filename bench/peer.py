@@ -11,7 +11,7 @@ and range of the windows.
 A third process runs beside them, scraped the same way: the agent as a node in a cluster runs it
 (bench/cluster_node.py), the same recorded MI300X cards but its pods watched through the tests'
 fake API server, the kubelet's summary, pod-resources socket (the tests' fake gRPC server) and
-ResourceSlices read live: lightkube, httpx2 and grpclib loaded and working. With --baseline
+ResourceSlices read live: every cluster client loaded and working. With --baseline
 CHECKOUT, a fourth does the same from another checkout (what a change saves, in one run).
 
 The real node's row is the cluster row plus what the vendor library adds, measured on hardware

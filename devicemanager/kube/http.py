@@ -159,10 +159,12 @@ class Http:
         self._idle: list[http.client.HTTPConnection] = []
         self._open: set[http.client.HTTPConnection] = set()  # idle or answering
         self._lock = threading.Lock()
+        self._closed = False
 
     def close(self) -> None:
         """Every connection closed, those still answering too (a watch then ends at once)."""
         with self._lock:
+            self._closed = True
             every, self._idle, self._open = list(self._open), [], set()
         for conn in every:
             # A read blocked in another thread wakes at a shutdown, not at a close.
@@ -191,6 +193,11 @@ class Http:
         except BaseException:
             self._forget(conn)
             raise
+        with self._lock:
+            closed = self._closed
+        if closed:  # closed while connecting: this connection would outlive it
+            self._forget(conn)
+            raise HttpError("the client was closed")
         if conn.sock is not None:
             conn.sock.settimeout(read)
         return conn, False
