@@ -4,11 +4,12 @@ The agent's own reading of what it used lightkube's configuration for (issue 46:
 models and its HTTP client cost a node in a cluster about 6 MiB once imported, for the two
 dozen fields read here). In a pod: the service account's token (re-read when the API server
 answers 401, as the kubelet rotates it), its CA and namespace, the server from
-KUBERNETES_SERVICE_HOST/PORT. From a kubeconfig (YAML, read only then): the current context's
-cluster (server, certificate-authority[-data], insecure-skip-tls-verify) and user (token,
-tokenFile, client-certificate[-data] and client-key[-data], username and password, an exec
-plugin of client.authentication.k8s.io/v1beta1 or v1alpha1), relative paths resolved against
-the file's directory. An auth-provider is refused, as lightkube refused it.
+KUBERNETES_SERVICE_HOST/PORT. From a kubeconfig (JSON, or YAML: PyYAML imported only then):
+the current context's cluster (server, certificate-authority[-data],
+insecure-skip-tls-verify) and user (token, tokenFile, client-certificate[-data] and
+client-key[-data], username and password, an exec plugin of
+client.authentication.k8s.io/v1beta1 or v1alpha1), relative paths resolved against the file's
+directory. An auth-provider is refused, as lightkube refused it.
 
 The names of the fields are lightkube's (`user.token_file`, `cluster.certificate_auth`,
 `abs_file`), which the kubelet's client reads too.
@@ -17,6 +18,7 @@ The names of the fields are lightkube's (`user.token_file`, `cluster.certificate
 from __future__ import annotations
 
 import base64
+import json
 import os
 import ssl
 import tempfile
@@ -122,9 +124,15 @@ class KubeConfig:
         path = Path(path).expanduser()
         if not path.is_file():
             raise ConfigError(f"configuration file {path} not found")
-        import yaml  # type: ignore[import-untyped]  # only a kubeconfig is YAML, not a pod's
+        text = path.read_text()
+        try:
+            # JSON is YAML too, and needs no YAML parser: one is imported only for the rest.
+            doc = json.loads(text)
+        except ValueError:
+            import yaml  # type: ignore[import-untyped]
 
-        return cls.from_dict(yaml.safe_load(path.read_text()), path)
+            doc = yaml.safe_load(text)
+        return cls.from_dict(doc, path)
 
     @classmethod
     def from_dict(cls, doc: Any, fname: Path | None = None) -> KubeConfig:
