@@ -100,7 +100,7 @@ def main() -> None:
     parser.add_argument(
         "--baseline",
         default="",
-        help="another checkout, which bench/wakeups.py and bench/startup.py measure beside this",
+        help="another checkout, which bench/wakeups.py, startup.py and peer.py measure beside this",
     )
     args = parser.parse_args()
     wanted = [n for n in args.only.split(",") if n] or list(BENCHES)
@@ -133,7 +133,7 @@ def main() -> None:
             continue
         if name in ("soak", "soak_hostile"):
             argv = [*argv, "--seconds", str(args.soak_seconds)]
-        if name in ("wakeups", "startup") and args.baseline:
+        if name in ("wakeups", "startup", "peer") and args.baseline:
             argv = [*argv, "--baseline", args.baseline]
         # Each result names the machine and day it was measured on: with --only, the others
         # are kept from an earlier run, perhaps on another day or kernel.

@@ -54,18 +54,17 @@ from devicemanager.serve.http import Limits, protocol_for
 from devicemanager.serve.tls import Certificates, Minting, server_context, why_refused
 
 if TYPE_CHECKING:
-    from lightkube.config.kubeconfig import KubeConfig
-
     from devicemanager.kube.client import KubeClient
     from devicemanager.kube.cluster import ClusterRound
+    from devicemanager.kube.config import KubeConfig
     from devicemanager.kube.dra import DraSource, RecordedDra
     from devicemanager.kube.informer import PodInformer
     from devicemanager.kube.kubelet import KubeletClient, Reading, SummaryPoller
     from devicemanager.kube.podresources import PodResourcesPoller, RecordedPodResources
 
-# The cluster's clients (lightkube, httpx2, grpclib) are imported where the path that needs them
-# starts (`connect`, `pod_resources`, `access_reviewer`): a replayed node or one without a
-# cluster starts without them. None is ever imported on the scrape path.
+# The cluster's clients (kube/client.py over kube/http.py, grpclib) are imported where the path
+# that needs them starts (`connect`, `pod_resources`, `access_reviewer`): a replayed node or one
+# without a cluster starts without them. None is ever imported on the scrape path.
 
 log = logging.getLogger("devicemanager")
 

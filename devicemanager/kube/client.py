@@ -1,10 +1,11 @@
-"""The Kubernetes API server, through lightkube's configuration and its HTTP client.
+"""The Kubernetes API server: plain JSON over the cluster's one HTTP client (kube/http.py).
 
-lightkube resolves where the API server is and how to authenticate: in-cluster (the service
-account token, re-read when the server answers 401 after a rotation, and the cluster CA) or a
-kubeconfig file (certificates, tokens, exec plugins). Requests return plain JSON objects, because
-the pod index is built from them as the API server sends them, and the watch loop (informer.py)
-must relist on 410 and follow bookmarks, which lightkube's own watch helper does not do.
+kube/config.py resolves where the API server is and how to authenticate: in-cluster (the
+service account token, re-read when the server answers 401 after a rotation, and the cluster
+CA) or a kubeconfig file (certificates, tokens, exec plugins). Requests return plain JSON
+objects, because the pod index is built from them as the API server sends them, and the watch
+loop (informer.py) must relist on 410 and follow bookmarks. No model classes: the few
+resources the agent reads (pods, ResourceSlices, reviews) are read as the dicts they arrive as.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx2
-from lightkube.config.client_adapter import Client as adapter_client
-from lightkube.config.client_adapter import ConnectionParams
-from lightkube.config.kubeconfig import KubeConfig
-
+from devicemanager.kube.config import KubeConfig, tls_context
+from devicemanager.kube.http import Credentials, Http, HttpError
 from devicemanager.node.jsonlist import ListError, Refused, split_list
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+# A plain GET's or POST's answer (a review, a page of a list read by `list_all`) is read no
+# further than this; the bounded readers (`get_bytes`, `watch`) have their own bounds.
+MAX_ANSWER_BYTES = 64 << 20
 
 
 class KubeError(Exception):
@@ -54,11 +55,12 @@ def config_from(
 
 class KubeClient:
     def __init__(self, config: KubeConfig, timeout: float = 10.0) -> None:
-        params = ConnectionParams(timeout=httpx2.Timeout(timeout), trust_env=False)
         single = config.get()
         if single is None:
             raise KubeError("the kubeconfig names no current context")
-        self._http = adapter_client(single, params)
+        self._http = Http(
+            single.cluster.server, tls_context(single), timeout, Credentials(single.user)
+        )
         self.timeout = timeout
 
     def close(self) -> None:
@@ -67,33 +69,36 @@ class KubeClient:
     def get(
         self, path: str, params: dict[str, str] | None = None, timeout: float | None = None
     ) -> Any:
+        return self._json("GET", path, params, None, timeout, (200,))
+
+    def _json(
+        self,
+        method: str,
+        path: str,
+        params: dict[str, str] | None,
+        body: dict[str, Any] | None,
+        timeout: float | None,
+        ok: tuple[int, ...],
+    ) -> Any:
         try:
-            response = self._http.get(path, params=params, timeout=timeout or self.timeout)
-        except httpx2.HTTPError as exc:
-            raise KubeError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
-        if response.status_code != 200:
-            raise KubeError(
-                f"GET {path}: {response.status_code} {_message(response)}", response.status_code
-            )
+            with self._http.stream(
+                method, path, params, body, read=timeout or self.timeout
+            ) as response:
+                status, text = response.status_code, response.read(MAX_ANSWER_BYTES)
+        except HttpError as exc:
+            raise KubeError(f"{method} {path}: {exc}") from exc
+        if status not in ok:
+            raise KubeError(f"{method} {path}: {status} {_message(text)}", status)
+        if len(text) > MAX_ANSWER_BYTES:
+            raise KubeError(f"{method} {path}: the answer is over {MAX_ANSWER_BYTES} bytes")
         try:
-            return response.json()
-        except ValueError as exc:
-            raise KubeError(f"GET {path}: the answer is not JSON") from exc
+            return json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise KubeError(f"{method} {path}: the answer is not JSON") from exc
 
     def create(self, path: str, body: dict[str, Any], timeout: float | None = None) -> Any:
         """POST an object and return what the server made of it (a review's `status`)."""
-        try:
-            response = self._http.post(path, json=body, timeout=timeout or self.timeout)
-        except httpx2.HTTPError as exc:
-            raise KubeError(f"POST {path}: {type(exc).__name__}: {exc}") from exc
-        if response.status_code not in (200, 201):
-            raise KubeError(
-                f"POST {path}: {response.status_code} {_message(response)}", response.status_code
-            )
-        try:
-            return response.json()
-        except ValueError as exc:
-            raise KubeError(f"POST {path}: the answer is not JSON") from exc
+        return self._json("POST", path, None, body, timeout, (200, 201))
 
     def list_all(
         self, path: str, params: dict[str, str] | None = None, chunk: int = 500
@@ -119,11 +124,10 @@ class KubeClient:
         timeout = timeout or self.timeout
         started = time.monotonic()
         try:
-            with self._http.stream("GET", path, params=params, timeout=timeout) as response:
+            with self._http.stream("GET", path, params, read=timeout) as response:
                 if response.status_code != 200:
-                    response.read()
                     raise KubeError(
-                        f"GET {path}: {response.status_code} {_message(response)}",
+                        f"GET {path}: {response.status_code} {_message(response.read())}",
                         response.status_code,
                     )
                 body = bytearray()
@@ -134,8 +138,8 @@ class KubeClient:
                     if time.monotonic() - started > timeout:
                         raise KubeError(f"GET {path}: no whole answer in {timeout}s")
                 return bytes(body)
-        except httpx2.HTTPError as exc:
-            raise KubeError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
+        except HttpError as exc:
+            raise KubeError(f"GET {path}: {exc}") from exc
 
     def list_bounded(
         self,
@@ -191,25 +195,24 @@ class KubeClient:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout_seconds),
         }
-        timeout = httpx2.Timeout(self.timeout, read=timeout_seconds + 30)
         try:
-            with self._http.stream("GET", path, params=query, timeout=timeout) as response:
+            with self._http.stream("GET", path, query, read=timeout_seconds + 30) as response:
                 if response.status_code != 200:
-                    response.read()
                     raise KubeError(
-                        f"watch: {response.status_code} {_message(response)}", response.status_code
+                        f"watch: {response.status_code} {_message(response.read())}",
+                        response.status_code,
                     )
-                lines: Iterable[str | bytes | None] = (
+                lines: Iterable[bytes | None] = (
                     response.iter_lines()
                     if max_line_bytes is None
                     else bounded_lines(response.iter_bytes(), max_line_bytes)
                 )
                 for line in lines:
                     if line is None:
-                        line = f"a line over {max_line_bytes} bytes"
+                        over = f"a line over {max_line_bytes} bytes"
                         if malformed is None:
-                            raise KubeError(f"watch: {line}")
-                        malformed(line)
+                            raise KubeError(f"watch: {over}")
+                        malformed(over)
                         continue
                     if not line.strip():
                         continue
@@ -218,10 +221,7 @@ class KubeClient:
                     except KubeError:
                         if malformed is None:
                             raise
-                        shown = line[:80]
-                        malformed(
-                            shown if isinstance(shown, str) else shown.decode("utf-8", "replace")
-                        )
+                        malformed(line[:80].decode("utf-8", "replace"))
                         continue
                     if event.type == "ERROR":
                         code = event.object.get("code")
@@ -230,8 +230,8 @@ class KubeClient:
                             code if isinstance(code, int) else None,
                         )
                     yield event
-        except httpx2.HTTPError as exc:
-            raise KubeError(f"watch: {type(exc).__name__}: {exc}") from exc
+        except HttpError as exc:
+            raise KubeError(f"watch: {exc}") from exc
 
     def watch_pods(
         self,
@@ -266,11 +266,12 @@ class KubeClient:
         return [i for i in page.get("items") or () if isinstance(i, dict)]
 
 
-def _message(response: httpx2.Response) -> str:
+def _message(body: bytes) -> str:
+    """The API server's Status message of an error answer, else the answer's start."""
     try:
-        doc = response.json()
-    except ValueError:
-        return response.text[:200]
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        return body[:200].decode("utf-8", "replace")
     return str(doc.get("message", "")) if isinstance(doc, dict) else ""
 
 
@@ -302,7 +303,7 @@ def bounded_lines(chunks: Iterable[bytes], limit: int) -> Iterator[bytes | None]
         yield bytes(held)
 
 
-def _event(line: str | bytes) -> WatchEvent:
+def _event(line: bytes) -> WatchEvent:
     try:
         doc = json.loads(line)
     except (ValueError, RecursionError) as exc:

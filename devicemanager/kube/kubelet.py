@@ -32,10 +32,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx2
-
 from devicemanager.figures.figures import PodUsage
 from devicemanager.grants.quantity import parse_quantity
+from devicemanager.kube.http import Http, HttpError
 from devicemanager.model import MIB, as_number, mib_from_bytes
 
 log = logging.getLogger("devicemanager.kube.kubelet")
@@ -175,26 +174,30 @@ class KubeletClient:
         self._token = token
         self.verify_tls = verify is not False
         self.timeout = timeout
-        self._http = httpx2.Client(verify=verify, timeout=timeout, trust_env=False)
+        if verify is False:
+            tls = ssl.create_default_context()
+            tls.check_hostname = False
+            tls.verify_mode = ssl.CERT_NONE
+        else:
+            tls = verify if isinstance(verify, ssl.SSLContext) else ssl.create_default_context()
+        self._http = Http(f"https://{bracketed}:{port}", tls, timeout)
 
     def close(self) -> None:
         self._http.close()
 
     def summary(self) -> Any:
-        """The summary, within `timeout` for the whole answer (httpx's own timeouts are per
-        operation, so a kubelet that drips a byte at a time would otherwise never time out)."""
+        """The summary, within `timeout` for the whole answer (the client's own timeouts are
+        per operation, so a kubelet that drips a byte at a time would otherwise never time out)."""
         started = time.monotonic()
         token = self._token()
         headers = {"Accept": "application/json"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
         try:
-            with self._http.stream("GET", self.url, headers=headers) as response:
+            with self._http.stream("GET", "/stats/summary", headers=headers) as response:
                 if response.status_code != 200:
-                    response.read()
-                    raise KubeletError(
-                        f"{self.url}: {response.status_code} {response.text[:200].strip()}"
-                    )
+                    text = response.read(200)[:200].decode("utf-8", "replace")
+                    raise KubeletError(f"{self.url}: {response.status_code} {text.strip()}")
                 body = bytearray()
                 for chunk in response.iter_bytes():
                     body += chunk
@@ -202,7 +205,7 @@ class KubeletClient:
                         raise KubeletError(f"{self.url}: the summary is over {MAX_SUMMARY_BYTES}")
                     if time.monotonic() - started > self.timeout:
                         raise KubeletError(f"{self.url}: no whole answer in {self.timeout}s")
-        except httpx2.HTTPError as exc:
+        except HttpError as exc:
             cause = _certificate_error(exc)
             if cause is not None and self.verify_tls:
                 raise KubeletError(
@@ -210,7 +213,7 @@ class KubeletClient:
                     f"CA ({cause.verify_message}); enable serverTLSBootstrap on the kubelets, or "
                     "pass --kubelet-insecure-tls"
                 ) from exc
-            raise KubeletError(f"{self.url}: {type(exc).__name__}: {exc}") from exc
+            raise KubeletError(f"{self.url}: {exc}") from exc
         try:
             summary = json.loads(body)
         except ValueError as exc:
@@ -223,7 +226,7 @@ class KubeletClient:
 
 def _certificate_error(exc: BaseException) -> ssl.SSLCertVerificationError | None:
     seen: BaseException | None = exc
-    for _ in range(8):  # httpx wraps httpcore's error, which wraps ssl's
+    for _ in range(8):  # HttpError wraps ssl's
         if seen is None:
             return None
         if isinstance(seen, ssl.SSLCertVerificationError):
