@@ -513,12 +513,12 @@ def _cmd_instance_metrics(args: argparse.Namespace) -> int:
         client = KubeClient(config) if config is not None else None
     except KubeError as exc:
         raise CliError(f"{label}: {kubeconfig}: {exc}", USAGE) from None
-    except KeyError as exc:  # lightkube indexes the file's sections without checking them
+    except KeyError as exc:  # a section the file names and does not have (kube/config.py)
         raise CliError(
             f"{label}: {kubeconfig} cannot be used: it has no {exc.args[0]!r} section",
             USAGE,
         ) from None
-    except Exception as exc:  # lightkube raises its own errors, and YAML's, on a bad file
+    except Exception as exc:  # a file that is neither JSON nor YAML, or YAML of no kubeconfig
         raise CliError(f"{label}: {kubeconfig} cannot be used: {exc}", USAGE) from None
     if client is None:
         raise CliError("no cluster: not in a pod, no --kubeconfig and no ~/.kube/config", USAGE)
