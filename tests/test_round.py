@@ -29,7 +29,7 @@ from devicemanager.grants.grants import CONTESTED_PARTITION, HELD_BY_ANOTHER_POD
 from devicemanager.grants.sources.annotations import Annotations
 from devicemanager.grants.sources.claims import Claims
 from devicemanager.grants.sources.device_plugins import DevicePlugins
-from devicemanager.model import BackendState, BackendStatus, Card, VendorReading
+from devicemanager.model import BackendState, BackendStatus, Card, PartitionReading, VendorReading
 from devicemanager.node.pods import PodIndex
 from devicemanager.round import said as says
 from devicemanager.round.said import LogEvent, Said
@@ -301,6 +301,114 @@ def test_a_forged_partition_of_a_card_named_by_its_index_is_refused() -> None:
     assert done.grants is not None
     assert held(done) == {"b": [(gpu(4), "gpustack")]}
     assert [g.entry_id for g in done.grants.refused[uid("a")]] == [MIG_X]
+
+
+MIG_Y = f"MIG-{uid('mig y')}"
+
+HOLDING_PART = [
+    # (a's annotation, what the kubelet gives a (resource, id), what it gives b, b's annotation):
+    # the kubelet gave `a` part of the card too, which lends it neither b's part nor the card.
+    pytest.param(
+        mig(4, MIG_X, "1g.10gb"),
+        ("nvidia.com/mig-1g.10gb", MIG_Y),
+        ("nvidia.com/mig-1g.10gb", MIG_X),
+        mig(4, MIG_X, "1g.10gb"),
+        id="b-partition-by-its-uuid",
+    ),
+    pytest.param(
+        accel(4, 1),
+        ("nvidia.com/mig-1g.10gb", f"{gpu(4)}::0"),
+        ("nvidia.com/mig-3g.40gb", f"{gpu(4)}::0"),
+        mig(4, MIG_X, "3g.40gb"),
+        id="the-whole-card-by-a-partitions-holder",
+    ),
+    pytest.param(
+        accel(4, 2),
+        ("nvidia.com/mig-1g.10gb", MIG_Y),
+        ("nvidia.com/mig-3g.40gb", MIG_X),
+        mig(4, MIG_X, "3g.40gb"),
+        id="the-shared-card-by-a-partitions-holder",
+    ),
+    pytest.param(
+        accel(3, 1),
+        ("nvidia.com/gpu.sliced", f"{gpu(3)}::0"),
+        ("nvidia.com/gpu.sliced", f"{gpu(3)}::0"),
+        accel(3, 3, 640_000),
+        id="the-whole-card-by-a-slices-holder",
+    ),
+]
+
+
+@pytest.mark.parametrize(("forged", "to_a", "to_b", "b_holds"), HOLDING_PART)
+def test_a_pod_given_part_of_a_card_is_refused_another_pods_part_or_the_whole_card(
+    forged: dict[str, Any], to_a: tuple[str, str], to_b: tuple[str, str], b_holds: dict[str, Any]
+) -> None:
+    """(issue 44) A partition the kubelet named to `b` by its own id is b's even when `a` holds
+    another partition of the card; and a pod the kubelet gave only a partition or a slice of a
+    card it also gave `b` some of does not read the card's own figures (b's use among them) on
+    its annotation's word. Each is refused, counted and said once; `b` keeps its own."""
+    pods = [pod("a", {"main": [forged]}), pod("b", {"main": [b_holds]})]
+    kubelet = answer(plugin("a", to_a[1], resource=to_a[0]), plugin("b", to_b[1], resource=to_b[0]))
+    # The library enumerates both partitions: the kubelet's MIG ids name card 4 from then on.
+    parts = tuple(PartitionReading(m, gpu(4), 9856, 100, None) for m in (MIG_X, MIG_Y))
+    read = VendorReading("nvidia", (card(3), card(4)), (), parts, "550.90.07")
+    world = World(pods, kubelet, results=[ok(read)])
+    memory, first, _, _ = one_round(Memory(), world)
+    _, done, _, _ = one_round(memory, world)
+    assert done.grants is not None
+    assert held(done) == {"b": [(b_holds["id"], "gpustack")]}
+    assert [g.entry_id for g in done.grants.refused[uid("a")]] == [
+        forged.get("allocatedPhysicalID", forged["id"])
+    ]
+    assert done.extras.grants_refused == {HELD_BY_ANOTHER_POD: 1, CONTESTED_PARTITION: 0}
+    refusals = [e for d in (first, done) for e in said(d) if "refused" in e[2]]
+    assert refusals == [("monitor", WARNING, REFUSED)]
+
+
+KEPT = [
+    # (a's annotation, what the kubelet gives a, what it gives b, b's annotation): a's own word
+    pytest.param(
+        accel(1, 3, 400_000),
+        ("nvidia.com/gpu", f"{gpu(1)}::1"),
+        ("nvidia.com/gpu", f"{gpu(1)}::0"),
+        accel(1, 3, 400_000),
+        id="a-slice-of-a-time-sliced-replica",
+    ),
+    pytest.param(
+        accel(5, 2),
+        ("nvidia.com/gpu", f"{gpu(5)}::0"),
+        ("nvidia.com/gpu", f"{gpu(5)}::0"),
+        accel(5, 2),
+        id="shared-by-two-notebooks",
+    ),
+    pytest.param(
+        mig(4, MIG_Y, "1g.10gb"),
+        ("nvidia.com/mig-1g.10gb", f"{gpu(4)}::0"),
+        ("nvidia.com/mig-3g.40gb", f"{gpu(4)}::0"),
+        mig(4, MIG_X, "3g.40gb"),
+        id="each-its-own-partition-by-the-parent",
+    ),
+    pytest.param(
+        accel(3, 3, 640_000),
+        ("nvidia.com/gpu.sliced", f"{gpu(3)}::0"),
+        ("nvidia.com/gpu.sliced", f"{gpu(3)}::0"),
+        accel(3, 3, 640_000),
+        id="two-sliced",
+    ),
+]
+
+
+@pytest.mark.parametrize(("a_holds", "to_a", "to_b", "b_holds"), KEPT)
+def test_each_pod_keeps_its_own_part_of_a_card_the_kubelet_carved_for_both(
+    a_holds: dict[str, Any], to_a: tuple[str, str], to_b: tuple[str, str], b_holds: dict[str, Any]
+) -> None:
+    """(issue 44) The shipped scenarios' shapes: none is refused."""
+    pods = [pod("a", {"main": [a_holds]}), pod("b", {"main": [b_holds]})]
+    kubelet = answer(plugin("a", to_a[1], resource=to_a[0]), plugin("b", to_b[1], resource=to_b[0]))
+    _, done, _, _ = one_round(Memory(), World(pods, kubelet))
+    assert done.grants is not None
+    assert held(done) == {"a": [(a_holds["id"], "gpustack")], "b": [(b_holds["id"], "gpustack")]}
+    assert done.extras.grants_refused == {HELD_BY_ANOTHER_POD: 0, CONTESTED_PARTITION: 0}
 
 
 CONTESTED = (

@@ -375,21 +375,27 @@ def refuse_borrowed(
     kubelet: Mapping[str, Sequence[Grant]],
     annotated: frozenset[str],
 ) -> tuple[dict[str, tuple[Grant, ...]], dict[str, tuple[Grant, ...]]]:
-    """An annotation's grant on a card, partition or share that the kubelet gives another pod,
-    and none of that card to this pod, is refused: a tenant who can edit its own pod's
-    annotations would otherwise read another pod's figures as its own. A pod the kubelet gave
-    any part of the card keeps what its annotation says of it (the annotation is the finer
-    word: which slice, which quota). Where the kubelet gives no pod the card, or did not
-    answer, the annotation is trusted. Returns (kept by pod, refused by pod)."""
+    """An annotation's grant on a card, partition or share that the kubelet gives another pod
+    is refused: a tenant who can edit its own pod's annotations would otherwise read another
+    pod's figures as its own. A pod the kubelet gave part of the card keeps what its
+    annotation says of it (the annotation is the finer word: which slice, which quota), but
+    for a partition the kubelet named to another pod by its own id, and for the card's own
+    figures (Exclusive, Shared: every holder's use among them) where the kubelet gave this pod
+    only a partition or a slice of a card it gave others some of. Where the kubelet gives no
+    pod the card, or did not answer, the annotation is trusted. Returns (kept by pod, refused
+    by pod)."""
     cards: dict[tuple[str, str], set[str]] = {}  # any part of the card
     whole: dict[tuple[str, str], set[str]] = {}  # the card itself, not one of its partitions
     parts: dict[tuple[str, str], set[str]] = {}
+    sees_card: set[tuple[str, str, str]] = set()  # (pod, card): given the card or a replica
     for uid, grants in kubelet.items():
         for g in grants:
             if g.device_id:
                 cards.setdefault((g.manufacturer, g.device_id), set()).add(uid)
                 if g.partition_id is None:
                     whole.setdefault((g.manufacturer, g.device_id), set()).add(uid)
+                if g.mode not in CARVED:
+                    sees_card.add((uid, g.manufacturer, g.device_id))
             if g.partition_id is not None:
                 parts.setdefault((g.manufacturer, g.partition_id), set()).add(uid)
     if not cards and not parts:
@@ -397,16 +403,20 @@ def refuse_borrowed(
 
     def borrowed(uid: str, g: Grant) -> bool:
         card = (g.manufacturer, g.device_id)
-        if uid in cards.get(card, ()):
-            return False  # the kubelet gave this pod some of the card: its annotation refines it
-        if g.partition_id is None:
-            others = cards.get(card, set())
-        else:
-            part = (g.manufacturer, g.partition_id)
-            if uid in parts.get(part, ()):
+        others = cards.get(card, set()) - {uid}
+        if g.partition_id is not None:
+            named = parts.get((g.manufacturer, g.partition_id), set())
+            if uid in named:
                 return False
-            others = parts.get(part, set()) | whole.get(card, set())
-        return bool(others - {uid})
+            if named - {uid}:
+                return True  # the kubelet named this partition to another pod
+            if uid in cards.get(card, ()):
+                return False  # one of its partitions: the annotation says which
+            return bool(whole.get(card, set()) - {uid})
+        if uid not in cards.get(card, ()):
+            return bool(others)
+        # Given part of the card: a slice refines it; the card's own figures need the card.
+        return g.mode not in CARVED and (uid, *card) not in sees_card and bool(others)
 
     kept: dict[str, tuple[Grant, ...]] = {}
     refused: dict[str, tuple[Grant, ...]] = {}
