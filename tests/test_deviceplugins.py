@@ -87,6 +87,23 @@ CASES = [
             "nvidia", "", Mode.PARTITIONED, "MIG-00000000-0000-0000-0000-000000000001", "1g.10gb"
         ),
     ),
+    # GPUStack's plugin (h100-8gpu-mixed): a MIG device by its parent card, whose partition
+    # only the pod's annotation names, and a slice whose quota only the annotation states
+    (
+        "nvidia.com/mig-3g.40gb",
+        f"{G}::0",
+        PluginDevice("nvidia", G, Mode.PARTITIONED, None, "3g.40gb"),
+    ),
+    ("nvidia.com/mig-1g.10gb", G, PluginDevice("nvidia", G, Mode.PARTITIONED, None, "1g.10gb")),
+    (
+        "nvidia.com/mig-1g.10gb",
+        f"{G}-2",
+        PluginDevice("nvidia", G, Mode.PARTITIONED, None, "1g.10gb"),
+    ),
+    ("nvidia.com/gpu.sliced", f"{G}::0", PluginDevice("nvidia", G, Mode.SLICED)),
+    ("nvidia.com/gpu.sliced", G, PluginDevice("nvidia", G, Mode.SLICED)),
+    ("nvidia.com/gpu.sliced", f"{G}-1", PluginDevice("nvidia", G, Mode.SLICED)),
+    ("nvidia.com/gpu.sliced", "0", PluginDevice("nvidia", G, Mode.SLICED)),
     # AMD (ROCm/k8s-device-plugin): a card by PCI bus id, an XCP by platform device, each
     # named through the aliases the amd backend reports; a time-slicing replica (PR #189)
     ("amd.com/gpu", "0000:05:00.0", PluginDevice("amd", AMD, Mode.EXCLUSIVE)),
@@ -141,15 +158,15 @@ CASES = [
     ),
     # Not an accelerator of ours, or not an id of the resource
     ("nvidia.com/gpumem", "GPU-x-0", None),
-    ("nvidia.com/gpu.sliced", f"{G}::0", None),  # GPUStack's slices: its annotation says
     ("rdma/hca_shared_devices_a", "0", None),
-    ("nvidia.com/mig-1g.10gb", G, None),
     ("nvidia.com/gpu", "not-a-gpu", None),
     ("huawei.com/Ascend910-2c", "Ascend910-3", None),
     ("huawei.com/npu-core", "npu-core-3", None),  # AI cores: the card is in an annotation
     ("hygon.com/dcunum", "DCU-7e8f6b3ac49bc87a-fake-0", None),  # HAMi mode: its annotation
     ("hygon.com/dcu-share-4c-16g", "0000:03:00.0", None),  # a vDCU is vdev<n>
     ("nvidia.com/gpu", "", None),
+    ("nvidia.com/gpu.sliced", "not-a-gpu", None),
+    ("nvidia.com/mig-1g.10gb", "not-a-gpu", None),
 ]
 
 
@@ -254,7 +271,7 @@ def test_the_annotation_wins_and_a_disagreement_is_noted() -> None:
     # (issue 30), the disagreement noted all the same.
     assert "differ" not in grants.by_pod
     assert [g.device_id for g in grants.refused["differ"]] == [G]
-    assert grants.refused_count() == {"held_by_another_pod": 1}
+    assert grants.refused_count() == {"held_by_another_pod": 1, "contested_partition": 0}
     assert set(grants.disagreements) == {"differ", "elsewhere"}
     assert G2 in str(grants.disagreements["differ"])
     # A malformed annotation still gives no grants: the kubelet cannot tell a slice from a card.

@@ -25,11 +25,11 @@ from devicemanager.grants.deviceplugins import (
     PodDevices,
 )
 from devicemanager.grants.dra import DeviceTaint, DraDevice, DraInventory, inventory_of
-from devicemanager.grants.grants import HELD_BY_ANOTHER_POD, Grant
+from devicemanager.grants.grants import CONTESTED_PARTITION, HELD_BY_ANOTHER_POD, Grant
 from devicemanager.grants.sources.annotations import Annotations
 from devicemanager.grants.sources.claims import Claims
 from devicemanager.grants.sources.device_plugins import DevicePlugins
-from devicemanager.model import BackendState, BackendStatus, Card, VendorReading
+from devicemanager.model import BackendState, BackendStatus, Card, PartitionReading, VendorReading
 from devicemanager.node.pods import PodIndex
 from devicemanager.round import said as says
 from devicemanager.round.said import LogEvent, Said
@@ -209,12 +209,283 @@ def test_an_annotation_naming_a_card_another_pod_holds_is_refused(
     assert held(done).get("a", []) == kept
     assert done.grants is not None
     assert [g.device_id for g in done.grants.refused.get(uid("a"), ())] == refused
-    assert done.extras.grants_refused == {HELD_BY_ANOTHER_POD: len(refused)}
+    assert done.extras.grants_refused == {HELD_BY_ANOTHER_POD: len(refused), CONTESTED_PARTITION: 0}
     refusals = [e for e in said(done) if "refused" in e[2]]
     assert refusals == ([("monitor", WARNING, REFUSED)] if refused else [])
     # said once: the same refusal next round is not said again
     _, again, _, _ = one_round(memory, World(pods, kubelet))
     assert [e for e in said(again) if "refused" in e[2]] == []
+
+
+MIG_X = f"MIG-{uid('mig x')}"
+
+
+def mig(n: int, partition: str, profile: str) -> dict[str, Any]:
+    """A GPUStack Partitioned grant (mode 4) on card n naming `partition` of `profile`."""
+    return accel(
+        n,
+        4,
+        800_000,
+        allocatedPhysicalID=partition,
+        allocatedPhysicalProfile=profile,
+        allocatedPhysicalPlacements=[{"start": 4, "length": 4}],
+    )
+
+
+FORGED = [
+    # (a's annotation, what the kubelet gives b (resource, id), whether a is refused). `b`'s own
+    # annotation names what it holds; `a`'s names b's partition or a slice of b's card, and the
+    # kubelet gives `a` nothing.
+    *(
+        pytest.param(
+            mig(4, MIG_X, "3g.40gb"),
+            ("nvidia.com/mig-3g.40gb", given),
+            mig(4, MIG_X, "3g.40gb"),
+            id=f"partition-by-{form}",
+        )
+        for form, given in [
+            ("parent-replica", f"{gpu(4)}::0"),  # GPUStack's plugin (h100-8gpu-mixed)
+            ("parent", gpu(4)),
+            ("parent-split", f"{gpu(4)}-0"),
+            ("mig-uuid", MIG_X),
+        ]
+    ),
+    *(
+        pytest.param(
+            accel(3, 3, 400_000),
+            ("nvidia.com/gpu.sliced", given),
+            accel(3, 3, 640_000),
+            id=f"slice-by-{form}",
+        )
+        for form, given in [
+            ("replica", f"{gpu(3)}::0"),  # GPUStack's plugin (h100-8gpu-mixed)
+            ("card", gpu(3)),
+            ("split", f"{gpu(3)}-1"),
+        ]
+    ),
+]
+
+
+@pytest.mark.parametrize(("forged", "to_b", "b_holds"), FORGED)
+def test_a_forged_partition_or_slice_of_what_the_kubelet_gave_another_pod_is_refused(
+    forged: dict[str, Any], to_b: tuple[str, str], b_holds: dict[str, Any]
+) -> None:
+    """(issue 44) Whatever form the kubelet's id takes for `b` (the card's UUID, a replica
+    `::<n>` or split `-<n>` of it, the partition's own id), `a`'s annotation naming b's
+    partition or a slice of b's card is refused, counted and said once; `b` keeps its own."""
+    pods = [pod("a", {"main": [forged]}), pod("b", {"main": [b_holds]})]
+    kubelet = answer(plugin("b", to_b[1], resource=to_b[0]))
+    memory, done, _, _ = one_round(Memory(), World(pods, kubelet))
+    assert done.grants is not None
+    assert held(done) == {"b": [(b_holds["id"], "gpustack")]}
+    assert [g.entry_id for g in done.grants.refused[uid("a")]] == [
+        forged.get("allocatedPhysicalID", forged["id"])
+    ]
+    assert done.extras.grants_refused[HELD_BY_ANOTHER_POD] == 1
+    assert [e for e in said(done) if "refused" in e[2]] == [("monitor", WARNING, REFUSED)]
+    _, again, _, _ = one_round(memory, World(pods, kubelet))
+    assert [e for e in said(again) if "refused" in e[2]] == []
+
+
+def test_a_forged_partition_of_a_card_named_by_its_index_is_refused() -> None:
+    """(issue 44) The plugin's index strategy: `b` is given `4:1` of `nvidia.com/mig-3g.40gb`,
+    which names card 4 once the library has enumerated it; `a` is given nothing of card 4."""
+    pods = [
+        pod("a", {"main": [mig(4, MIG_X, "3g.40gb")]}),
+        pod("b", {"main": [mig(4, MIG_X, "3g.40gb")]}),
+    ]
+    kubelet = answer(plugin("b", "4:1", resource="nvidia.com/mig-3g.40gb"))
+    world = World(pods, kubelet, results=[ok(reading(card(4)))])
+    memory, done, _, _ = one_round(Memory(), world)
+    _, done, _, _ = one_round(memory, world)
+    assert done.grants is not None
+    assert held(done) == {"b": [(gpu(4), "gpustack")]}
+    assert [g.entry_id for g in done.grants.refused[uid("a")]] == [MIG_X]
+
+
+MIG_Y = f"MIG-{uid('mig y')}"
+
+HOLDING_PART = [
+    # (a's annotation, what the kubelet gives a (resource, id), what it gives b, b's annotation):
+    # the kubelet gave `a` part of the card too, which lends it neither b's part nor the card.
+    pytest.param(
+        mig(4, MIG_X, "1g.10gb"),
+        ("nvidia.com/mig-1g.10gb", MIG_Y),
+        ("nvidia.com/mig-1g.10gb", MIG_X),
+        mig(4, MIG_X, "1g.10gb"),
+        id="b-partition-by-its-uuid",
+    ),
+    pytest.param(
+        accel(4, 1),
+        ("nvidia.com/mig-1g.10gb", f"{gpu(4)}::0"),
+        ("nvidia.com/mig-3g.40gb", f"{gpu(4)}::0"),
+        mig(4, MIG_X, "3g.40gb"),
+        id="the-whole-card-by-a-partitions-holder",
+    ),
+    pytest.param(
+        accel(4, 2),
+        ("nvidia.com/mig-1g.10gb", MIG_Y),
+        ("nvidia.com/mig-3g.40gb", MIG_X),
+        mig(4, MIG_X, "3g.40gb"),
+        id="the-shared-card-by-a-partitions-holder",
+    ),
+    pytest.param(
+        accel(3, 1),
+        ("nvidia.com/gpu.sliced", f"{gpu(3)}::0"),
+        ("nvidia.com/gpu.sliced", f"{gpu(3)}::0"),
+        accel(3, 3, 640_000),
+        id="the-whole-card-by-a-slices-holder",
+    ),
+]
+
+
+@pytest.mark.parametrize(("forged", "to_a", "to_b", "b_holds"), HOLDING_PART)
+def test_a_pod_given_part_of_a_card_is_refused_another_pods_part_or_the_whole_card(
+    forged: dict[str, Any], to_a: tuple[str, str], to_b: tuple[str, str], b_holds: dict[str, Any]
+) -> None:
+    """(issue 44) A partition the kubelet named to `b` by its own id is b's even when `a` holds
+    another partition of the card; and a pod the kubelet gave only a partition or a slice of a
+    card it also gave `b` some of does not read the card's own figures (b's use among them) on
+    its annotation's word. Each is refused, counted and said once; `b` keeps its own."""
+    pods = [pod("a", {"main": [forged]}), pod("b", {"main": [b_holds]})]
+    kubelet = answer(plugin("a", to_a[1], resource=to_a[0]), plugin("b", to_b[1], resource=to_b[0]))
+    # The library enumerates both partitions: the kubelet's MIG ids name card 4 from then on.
+    parts = tuple(PartitionReading(m, gpu(4), 9856, 100, None) for m in (MIG_X, MIG_Y))
+    read = VendorReading("nvidia", (card(3), card(4)), (), parts, "550.90.07")
+    world = World(pods, kubelet, results=[ok(read)])
+    memory, first, _, _ = one_round(Memory(), world)
+    _, done, _, _ = one_round(memory, world)
+    assert done.grants is not None
+    assert held(done) == {"b": [(b_holds["id"], "gpustack")]}
+    assert [g.entry_id for g in done.grants.refused[uid("a")]] == [
+        forged.get("allocatedPhysicalID", forged["id"])
+    ]
+    assert done.extras.grants_refused == {HELD_BY_ANOTHER_POD: 1, CONTESTED_PARTITION: 0}
+    refusals = [e for d in (first, done) for e in said(d) if "refused" in e[2]]
+    assert refusals == [("monitor", WARNING, REFUSED)]
+
+
+KEPT = [
+    # (a's annotation, what the kubelet gives a, what it gives b, b's annotation): a's own word
+    pytest.param(
+        accel(1, 3, 400_000),
+        ("nvidia.com/gpu", f"{gpu(1)}::1"),
+        ("nvidia.com/gpu", f"{gpu(1)}::0"),
+        accel(1, 3, 400_000),
+        id="a-slice-of-a-time-sliced-replica",
+    ),
+    pytest.param(
+        accel(5, 2),
+        ("nvidia.com/gpu", f"{gpu(5)}::0"),
+        ("nvidia.com/gpu", f"{gpu(5)}::0"),
+        accel(5, 2),
+        id="shared-by-two-notebooks",
+    ),
+    pytest.param(
+        mig(4, MIG_Y, "1g.10gb"),
+        ("nvidia.com/mig-1g.10gb", f"{gpu(4)}::0"),
+        ("nvidia.com/mig-3g.40gb", f"{gpu(4)}::0"),
+        mig(4, MIG_X, "3g.40gb"),
+        id="each-its-own-partition-by-the-parent",
+    ),
+    pytest.param(
+        accel(3, 3, 640_000),
+        ("nvidia.com/gpu.sliced", f"{gpu(3)}::0"),
+        ("nvidia.com/gpu.sliced", f"{gpu(3)}::0"),
+        accel(3, 3, 640_000),
+        id="two-sliced",
+    ),
+]
+
+
+@pytest.mark.parametrize(("a_holds", "to_a", "to_b", "b_holds"), KEPT)
+def test_each_pod_keeps_its_own_part_of_a_card_the_kubelet_carved_for_both(
+    a_holds: dict[str, Any], to_a: tuple[str, str], to_b: tuple[str, str], b_holds: dict[str, Any]
+) -> None:
+    """(issue 44) The shipped scenarios' shapes: none is refused."""
+    pods = [pod("a", {"main": [a_holds]}), pod("b", {"main": [b_holds]})]
+    kubelet = answer(plugin("a", to_a[1], resource=to_a[0]), plugin("b", to_b[1], resource=to_b[0]))
+    _, done, _, _ = one_round(Memory(), World(pods, kubelet))
+    assert done.grants is not None
+    assert held(done) == {"a": [(a_holds["id"], "gpustack")], "b": [(b_holds["id"], "gpustack")]}
+    assert done.extras.grants_refused == {HELD_BY_ANOTHER_POD: 0, CONTESTED_PARTITION: 0}
+
+
+CONTESTED = (
+    "ns/%s: its allocation annotation claims a partition another pod's annotation claims too,"
+    " and the kubelet named neither's partition; %s"
+)
+
+CONFLICTS = [
+    # (a's kubelet resource, a's stated profile, b's kubelet resource, b's stated profile,
+    #  who keeps MIG_X, who is refused as contested)
+    pytest.param(
+        "nvidia.com/mig-1g.10gb",
+        "3g.40gb",
+        "nvidia.com/mig-3g.40gb",
+        "3g.40gb",
+        ["b"],
+        ["a"],
+        id="the-profile-the-kubelet-gave-b",
+    ),
+    pytest.param(
+        "nvidia.com/mig-1g.10gb",
+        "1g.10gb",
+        "nvidia.com/mig-3g.40gb",
+        "3g.40gb",
+        [],
+        ["a", "b"],
+        id="each-consistent-neither-believed",
+    ),
+    pytest.param(
+        "nvidia.com/mig-3g.40gb",
+        "3g.40gb",
+        "nvidia.com/mig-3g.40gb",
+        "3g.40gb",
+        [],
+        ["a", "b"],
+        id="same-profile-neither-believed",
+    ),
+    pytest.param(
+        "nvidia.com/mig-1g.10gb",
+        "2g.20gb",
+        "nvidia.com/mig-3g.40gb",
+        "3g.40gb",
+        ["b"],
+        ["a"],
+        id="a-contradicts-its-kubelet",
+    ),
+]
+
+
+@pytest.mark.parametrize(("a_res", "a_prof", "b_res", "b_prof", "keeps", "contested"), CONFLICTS)
+def test_two_pods_given_only_the_parent_card_claiming_one_partition_is_a_conflict(
+    a_res: str, a_prof: str, b_res: str, b_prof: str, keeps: list[str], contested: list[str]
+) -> None:
+    """(issue 44) The kubelet gives `a` and `b` each a partition of card 4 named by the card's id
+    alone (GPUStack's plugin), and both annotations claim MIG_X: never the first in silence.
+    The one pod whose kubelet resource is the MIG profile its annotation states for the
+    partition is believed; where none or both are, neither is, and each refusal is said."""
+    pods = [
+        pod("a", {"main": [mig(4, MIG_X, a_prof)]}),
+        pod("b", {"main": [mig(4, MIG_X, b_prof)]}),
+    ]
+    kubelet = answer(
+        plugin("a", f"{gpu(4)}::0", resource=a_res), plugin("b", f"{gpu(4)}::0", resource=b_res)
+    )
+    memory, done, _, _ = one_round(Memory(), World(pods, kubelet))
+    assert done.grants is not None
+    assert sorted(held(done)) == keeps
+    assert sorted(n for n in ("a", "b") if uid(n) in done.grants.contested) == contested
+    assert done.extras.grants_refused == {
+        HELD_BY_ANOTHER_POD: 0,
+        CONTESTED_PARTITION: len(contested),
+    }
+    lines = sorted(e[2] for e in said(done) if "claims a partition" in e[2])
+    believed = f"ns/{keeps[0]} is believed" if keeps else "neither is believed"
+    assert lines == sorted(CONTESTED % (n, believed) for n in contested)
+    _, again, _, _ = one_round(memory, World(pods, kubelet))
+    assert [e for e in said(again) if "claims a partition" in e[2]] == []
 
 
 def gone(name: str, phase: str = "Running", terminating: bool = False) -> dict[str, Any]:

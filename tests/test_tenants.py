@@ -387,7 +387,7 @@ def test_an_annotation_naming_what_the_kubelet_gave_another_pod_is_refused(
     assert result.values("gpustack_accelerator_grants_refused", reason="held_by_another_pod") == [
         3.0
     ]
-    assert baseline.values("gpustack_accelerator_grants_refused") == [0.0]
+    assert baseline.values("gpustack_accelerator_grants_refused") == [0.0, 0.0]
     # The per-process queries are not asked for the refused grants' cards on their word.
     doc = json.loads(result.published.snapshot_json)
     assert {u["podUID"] for u in doc["slices"]["usages"]} <= {uid("slice"), uid("mig-b")}
@@ -407,14 +407,16 @@ def test_a_pod_the_kubelet_gave_part_of_the_card_keeps_its_annotations_word(
     result, after = borrowing_node(tmp_path, answer)
     assert ("thief", gpu(1)) in held(after) and ("slice", gpu(1)) in held(after)
     assert ("thief", gpu(0)) not in held(after)  # card 0 stays owner's alone
-    assert result.values("gpustack_accelerator_grants_refused") == [2.0]
+    assert result.values("gpustack_accelerator_grants_refused", reason="held_by_another_pod") == [
+        2.0
+    ]
 
 
 def test_without_the_kubelets_answer_an_annotation_is_trusted(tmp_path: Path) -> None:
     """(R-X2) No pod-resources answer: nothing contradicts an annotation, and the docs say so."""
     result, after = borrowing_node(tmp_path, None)
     assert ("thief", gpu(0)) in held(after) and ("mig-thief", MIG_A) in held(after)
-    assert result.values("gpustack_accelerator_grants_refused") == [0.0]
+    assert result.values("gpustack_accelerator_grants_refused") == [0.0, 0.0]
 
 
 def test_an_annotation_naming_a_card_another_pods_dra_claim_holds_is_refused() -> None:
@@ -434,7 +436,7 @@ def test_an_annotation_naming_a_card_another_pods_dra_claim_holds_is_refused() -
     ]
     assert [g.device_id for g in grants.by_pod[uid("thief")]] == [gpu(1)]
     assert [g.device_id for g in grants.refused[uid("thief")]] == [gpu(3)]
-    assert grants.refused_count() == {"held_by_another_pod": 1}
+    assert grants.refused_count() == {"held_by_another_pod": 1, "contested_partition": 0}
 
 
 DEVICE_PLUGIN_ONLY = NODES / "a100-device-plugin-only"
@@ -488,6 +490,7 @@ def test_a_tenant_naming_another_pods_card_reads_nothing_of_it(launch, tmp_path:
             for f in text_string_to_metric_families(text)
             for s in f.samples
             if s.name == "gpustack_accelerator_grants_refused"
+            and s.labels["reason"] == "held_by_another_pod"
         ]
 
     wait(lambda: refused() == [1.0])
@@ -495,6 +498,78 @@ def test_a_tenant_naming_another_pods_card_reads_nothing_of_it(launch, tmp_path:
     time.sleep(1.0)
     lines = [line for line in agent.logs().splitlines() if "tenant-b/thief" in line]
     assert len(lines) == 1 and "refused" in lines[0], lines
+
+
+MIXED = NODES / "h100-8gpu-mixed"
+
+
+def test_a_forged_partition_or_slice_on_the_mixed_node_reads_nothing_of_it(
+    launch, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """(issue 44) Against the real agent over h100-8gpu-mixed, whose device plugin gives card 4's
+    MIG pods only the parent card (`GPU-641877a3…::0` under `nvidia.com/mig-3g.40gb`) and card
+    3's slices as `nvidia.com/gpu.sliced`: a tenant's pod naming mistral-small-24b-0's 3g.40gb
+    partition, and another naming a slice of card 3, publish nothing on them; both refusals are
+    counted and logged once, and every other series is what it was."""
+    pods = json.loads((MIXED / "pods.json").read_text())
+    pods_file = tmp_path / "pods.json"
+    pods_file.write_text(json.dumps(pods))
+    agent: Agent = launch(
+        "--replay", str(MIXED), "--pods-file", str(pods_file), "--monitor-period", "0.3"
+    )
+    agent.wait_for("/readyz", 200)
+    before = series(agent)
+    partition = "MIG-b167ea09-62c5-25ea-14a4-00a849298dce"  # mistral-small-24b-0's
+    assert any(("id", partition) in labels for _, labels, _ in before)
+    card3, card4 = (
+        "GPU-da0a3442-34af-5b36-ecd5-4257d0eb2ac9",
+        "GPU-641877a3-0fe7-f856-fc93-30f42be9ea97",
+    )
+    forged = {
+        "mig-forger": {
+            "id": card4,
+            "index": 4,
+            "mode": 4,
+            "allocated": 800000,
+            "allocatedPhysicalID": partition,
+            "allocatedPhysicalProfile": "3g.40gb",
+            "allocatedPhysicalPlacements": [{"start": 4, "length": 4}],
+        },
+        "slice-forger": {"id": card3, "index": 3, "mode": 3, "allocated": 640000},
+    }
+    forgers = []
+    for name, accelerator in forged.items():
+        forger = pod(name, None)
+        forger["metadata"]["namespace"] = "tenant-b"
+        forger["metadata"]["annotations"][GPUSTACK_KEY] = json.dumps(
+            {
+                "main": {
+                    "devices": {
+                        "groups": [{"manufacturer": "nvidia", "accelerators": [accelerator]}]
+                    }
+                }
+            }
+        )
+        forgers.append(forger)
+    pods_file.write_text(json.dumps({**pods, "items": [*pods["items"], *forgers]}))
+
+    def refused() -> list[float]:
+        with agent.client() as client:
+            text = client.get("/metrics").text
+        return [
+            s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "gpustack_accelerator_grants_refused"
+            and s.labels["reason"] == "held_by_another_pod"
+        ]
+
+    wait(lambda: refused() == [2.0])
+    assert series(agent) == before
+    time.sleep(1.0)
+    for name in forged:
+        lines = [line for line in agent.logs().splitlines() if f"tenant-b/{name}" in line]
+        assert len(lines) == 1 and "refused" in lines[0], lines
 
 
 # -- one malformed line in the pod watch stream (R-A4) --------------------------------------------

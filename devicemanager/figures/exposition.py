@@ -290,7 +290,7 @@ class Extras:
     # Lines of the watch streams that were no event, skipped since the agent started, by
     # watch (pods, resourceslices); None: nothing is watched (replay, a pods file).
     skipped_lines: Mapping[str, int] | None = None
-    # Annotation grants refused this round, by reason (grants.REFUSALS: held_by_another_pod).
+    # Annotation grants refused this round, by reason (grants.REFUSALS).
     grants_refused: Mapping[str, int] = field(default_factory=dict)
     # The agent's build: (label, value) pairs of gpustack_device_manager_build_info.
     build: tuple[tuple[str, str], ...] = ()
@@ -579,7 +579,9 @@ def verdict_families(
         "Grants an allocation annotation states that this round refused, by why: "
         "held_by_another_pod (the kubelet's pod-resources answer or a DRA claim gives that card, "
         "partition or share to another pod and none of that card to this one; the log names "
-        "the pod).",
+        "the pod); contested_partition (two or more pods' annotations claim one partition the "
+        "kubelet gave each only by its card; the one whose kubelet resource is the partition's "
+        "profile is believed, else none; the log names each).",
         labels=["reason"],
     )
     if snapshot.timestamp > 0:

@@ -9,7 +9,10 @@ knows what those ids mean for each manufacturer's device plugin:
   `<index>` (the index strategy) is the card of that index.
 - `nvidia.com/gpu` (single MIG strategy) and `nvidia.com/mig-<profile>` (mixed): `MIG-<uuid>`,
   or `MIG-GPU-<uuid>/<gi>/<ci>` before R470, is Partitioned by the partition's own id;
-  `<index>:<mig index>` is a partition of that card whose id is not known.
+  `<index>:<mig index>`, and GPUStack's `GPU-<uuid>::<n>` (the parent card), are a partition
+  of that card whose id is not known.
+- `nvidia.com/gpu.sliced` (GPUStack's slices): `GPU-<uuid>`, `GPU-<uuid>::<n>`, `GPU-<uuid>-<n>`
+  or `<index>` is Sliced on the card, its quota unknown (the pod's annotation states it).
 - `amd.com/gpu` and `amd.com/<compute>_<memory>` (ROCm/k8s-device-plugin; partitions, each a
   device of its own, in its mixed naming strategy): the PCI bus id (`0000:05:00.0`) or the
   `amdgpu_xcp_<N>` platform device of a secondary compute partition is Exclusive;
@@ -136,6 +139,13 @@ def _card(manufacturer: str, given: str, aliases: Aliases) -> str:
 def _nvidia(resource: str, device_id: str, aliases: Aliases) -> PluginDevice | None:
     mig_resource = _NV_MIG_RESOURCE.fullmatch(resource)
     profile = mig_resource.group(1) if mig_resource else None
+    if resource == "nvidia.com/gpu.sliced":
+        # GPUStack's slices: a share of the card whose size only its annotation states.
+        if m := _NV_GPU.fullmatch(device_id):
+            return PluginDevice("nvidia", m.group(1), Mode.SLICED)
+        if m := _NV_INDEX.fullmatch(device_id):
+            return PluginDevice("nvidia", _card("nvidia", m.group(1), aliases), Mode.SLICED)
+        return None
     if resource not in ("nvidia.com/gpu", "nvidia.com/gpu.shared") and mig_resource is None:
         return None
     if m := _NV_MIG_OLD.fullmatch(device_id):
@@ -147,6 +157,10 @@ def _nvidia(resource: str, device_id: str, aliases: Aliases) -> PluginDevice | N
         if m := _NV_INDEX.fullmatch(device_id):  # index strategy: "<card>:<mig index>"
             parent = _card("nvidia", m.group(1), aliases)
             return PluginDevice("nvidia", parent, Mode.PARTITIONED, None, profile)
+        if m := _NV_GPU.fullmatch(device_id):
+            # GPUStack's plugin names a partition by its parent card (`GPU-<uuid>::<n>`): one
+            # partition of that profile on the card, which one only the pod's annotation says.
+            return PluginDevice("nvidia", m.group(1), Mode.PARTITIONED, None, profile)
         return None
     if m := _NV_GPU.fullmatch(device_id):
         shared = m.group(2) is not None or resource.endswith(".shared")

@@ -198,7 +198,12 @@ def resolved(grants: Iterable[Grant], identities: Identities) -> tuple[Grant, ..
 # Why an annotation's grant was refused: the kubelet's pod-resources answer (a device plugin's
 # ids or a DRA claim) gives that card, partition or share to another pod and none of it to this.
 HELD_BY_ANOTHER_POD = "held_by_another_pod"
-REFUSALS = (HELD_BY_ANOTHER_POD,)
+# Why too: two or more pods' annotations claim one partition, and the kubelet named it to
+# none of them by its own id, only its card (GPUStack's device plugin: `GPU-<uuid>::0` under
+# `nvidia.com/mig-<profile>`): the one whose kubelet resource is the profile its annotation
+# states is believed, and where none or several are, none is (`refuse_contested`).
+CONTESTED_PARTITION = "contested_partition"
+REFUSALS = (HELD_BY_ANOTHER_POD, CONTESTED_PARTITION)
 
 # How many grants one pod, and all pods together, may hold (issue 30): each grant is a score of
 # series and a snapshot record, and an annotation is the tenant's own text (64 KiB of HAMi's
@@ -210,7 +215,7 @@ MAX_GRANTS_PER_POD = 128
 MAX_GRANTS_PER_NODE = 4096
 
 
-def _empty() -> Mapping[str, Any]:
+def _empty() -> Mapping[Any, Any]:
     return MappingProxyType({})
 
 
@@ -228,6 +233,10 @@ class NodeGrants:
     annotated: frozenset[str] = frozenset()  # pods whose grants come from their annotation
     # pod UID -> the annotation's grants refused (HELD_BY_ANOTHER_POD), left out of `by_pod`
     refused: Mapping[str, tuple[Grant, ...]] = field(default_factory=_empty)
+    # pod UID -> the annotation's partitions refused as CONTESTED_PARTITION, left out too
+    contested: Mapping[str, tuple[Grant, ...]] = field(default_factory=_empty)
+    # (manufacturer, partition id) -> the pod believed of those that claimed it
+    believed: Mapping[tuple[str, str], str] = field(default_factory=_empty)
 
     def all(self) -> Iterable[Grant]:
         for grants in self.by_pod.values():
@@ -251,8 +260,13 @@ class NodeGrants:
         # Two names of one card (the annotation's alias, the plugin's UUID) are no disagreement.
         differ = {uid: d for uid, d in self.disagreements.items() if d.resolve(identities).differs}
         kept, refused = refuse_borrowed(by_pod, kubelet, self.annotated)
+        kept, contested, believed = refuse_contested(kept, kubelet, self.annotated)
         for uid, grants in self.refused.items():
             refused[uid] = (*resolved(grants, identities), *refused.get(uid, ()))
+        for uid, grants in self.contested.items():
+            contested[uid] = (*resolved(grants, identities), *contested.get(uid, ()))
+        for (m, part), uid in self.believed.items():
+            believed.setdefault((m, identities.canonical(m, part)), uid)
         return NodeGrants(
             MappingProxyType(kept),
             self.errors,
@@ -260,11 +274,16 @@ class NodeGrants:
             MappingProxyType(kubelet),
             self.annotated,
             MappingProxyType(refused),
+            MappingProxyType(contested),
+            MappingProxyType(believed),
         )
 
     def refused_count(self) -> dict[str, int]:
         """Refused grants by reason, every reason named (0 when none)."""
-        return {HELD_BY_ANOTHER_POD: sum(len(g) for g in self.refused.values())}
+        return {
+            HELD_BY_ANOTHER_POD: sum(len(g) for g in self.refused.values()),
+            CONTESTED_PARTITION: sum(len(g) for g in self.contested.values()),
+        }
 
     def request(self, manufacturer: str) -> ReadRequest:
         """Per-process queries only for carved cards (R-V3); partitions by recorded id (R-V4)."""
@@ -356,21 +375,27 @@ def refuse_borrowed(
     kubelet: Mapping[str, Sequence[Grant]],
     annotated: frozenset[str],
 ) -> tuple[dict[str, tuple[Grant, ...]], dict[str, tuple[Grant, ...]]]:
-    """An annotation's grant on a card, partition or share that the kubelet gives another pod,
-    and none of that card to this pod, is refused: a tenant who can edit its own pod's
-    annotations would otherwise read another pod's figures as its own. A pod the kubelet gave
-    any part of the card keeps what its annotation says of it (the annotation is the finer
-    word: which slice, which quota). Where the kubelet gives no pod the card, or did not
-    answer, the annotation is trusted. Returns (kept by pod, refused by pod)."""
+    """An annotation's grant on a card, partition or share that the kubelet gives another pod
+    is refused: a tenant who can edit its own pod's annotations would otherwise read another
+    pod's figures as its own. A pod the kubelet gave part of the card keeps what its
+    annotation says of it (the annotation is the finer word: which slice, which quota), but
+    for a partition the kubelet named to another pod by its own id, and for the card's own
+    figures (Exclusive, Shared: every holder's use among them) where the kubelet gave this pod
+    only a partition or a slice of a card it gave others some of. Where the kubelet gives no
+    pod the card, or did not answer, the annotation is trusted. Returns (kept by pod, refused
+    by pod)."""
     cards: dict[tuple[str, str], set[str]] = {}  # any part of the card
     whole: dict[tuple[str, str], set[str]] = {}  # the card itself, not one of its partitions
     parts: dict[tuple[str, str], set[str]] = {}
+    sees_card: set[tuple[str, str, str]] = set()  # (pod, card): given the card or a replica
     for uid, grants in kubelet.items():
         for g in grants:
             if g.device_id:
                 cards.setdefault((g.manufacturer, g.device_id), set()).add(uid)
                 if g.partition_id is None:
                     whole.setdefault((g.manufacturer, g.device_id), set()).add(uid)
+                if g.mode not in CARVED:
+                    sees_card.add((uid, g.manufacturer, g.device_id))
             if g.partition_id is not None:
                 parts.setdefault((g.manufacturer, g.partition_id), set()).add(uid)
     if not cards and not parts:
@@ -378,16 +403,20 @@ def refuse_borrowed(
 
     def borrowed(uid: str, g: Grant) -> bool:
         card = (g.manufacturer, g.device_id)
-        if uid in cards.get(card, ()):
-            return False  # the kubelet gave this pod some of the card: its annotation refines it
-        if g.partition_id is None:
-            others = cards.get(card, set())
-        else:
-            part = (g.manufacturer, g.partition_id)
-            if uid in parts.get(part, ()):
+        others = cards.get(card, set()) - {uid}
+        if g.partition_id is not None:
+            named = parts.get((g.manufacturer, g.partition_id), set())
+            if uid in named:
                 return False
-            others = parts.get(part, set()) | whole.get(card, set())
-        return bool(others - {uid})
+            if named - {uid}:
+                return True  # the kubelet named this partition to another pod
+            if uid in cards.get(card, ()):
+                return False  # one of its partitions: the annotation says which
+            return bool(whole.get(card, set()) - {uid})
+        if uid not in cards.get(card, ()):
+            return bool(others)
+        # Given part of the card: a slice refines it; the card's own figures need the card.
+        return g.mode not in CARVED and (uid, *card) not in sees_card and bool(others)
 
     kept: dict[str, tuple[Grant, ...]] = {}
     refused: dict[str, tuple[Grant, ...]] = {}
@@ -401,6 +430,70 @@ def refuse_borrowed(
         if mine := tuple(g for g in grants if not borrowed(uid, g)):
             kept[uid] = mine
     return kept, refused
+
+
+def refuse_contested(
+    by_pod: Mapping[str, tuple[Grant, ...]],
+    kubelet: Mapping[str, Sequence[Grant]],
+    annotated: frozenset[str],
+) -> tuple[dict[str, tuple[Grant, ...]], dict[str, tuple[Grant, ...]], dict[tuple[str, str], str]]:
+    """Two or more annotated pods claim one partition, and the kubelet gave each a partition of
+    its card by the card's id alone (GPUStack's plugin: `GPU-<uuid>::0` under
+    `nvidia.com/mig-3g.40gb`), naming no pod that partition by its own id: `refuse_borrowed`
+    keeps them all, since each holds some of the card. Never the first in silence: the one pod
+    whose kubelet resource is the profile its annotation states for the partition (the
+    kubelet's word on which profile it gave; the annotation alone is the tenant's) is believed;
+    where none or several are, none is, since a tenant's figures read by its neighbour are worse
+    than a pod's figures missing for a while, and both are said. A sole claimant is not judged
+    here. Returns (kept by pod, contested by pod, (manufacturer, partition) -> believed pod)."""
+    named = {
+        (g.manufacturer, g.partition_id)
+        for grants in kubelet.values()
+        for g in grants
+        if g.partition_id is not None
+    }
+    given: dict[tuple[str, str, str], set[str]] = {}  # (pod, manufacturer, card) -> profiles
+    for uid, grants in kubelet.items():
+        for g in grants:
+            if g.mode is Mode.PARTITIONED and g.partition_id is None and g.device_id:
+                profiles = given.setdefault((uid, g.manufacturer, g.device_id), set())
+                if g.profile:
+                    profiles.add(g.profile.lower())
+    if not given:
+        return dict(by_pod), {}, {}
+    claims: dict[tuple[str, str], list[tuple[str, Grant]]] = {}
+    for uid, grants in by_pod.items():
+        if uid not in annotated:
+            continue
+        for g in grants:
+            if g.partition_id is None or (g.manufacturer, g.partition_id) in named:
+                continue
+            if (uid, g.manufacturer, g.device_id) in given:
+                claims.setdefault((g.manufacturer, g.partition_id), []).append((uid, g))
+    losing: set[tuple[str, Grant]] = set()
+    believed: dict[tuple[str, str], str] = {}
+    for part, claimants in claims.items():
+        if len({uid for uid, _ in claimants}) < 2:
+            continue
+        fitting = {
+            uid
+            for uid, g in claimants
+            if g.profile and g.profile.lower() in given[(uid, g.manufacturer, g.device_id)]
+        }
+        winner = next(iter(fitting)) if len(fitting) == 1 else None
+        if winner is not None:
+            believed[part] = winner
+        losing.update((uid, g) for uid, g in claimants if uid != winner)
+    if not losing:
+        return dict(by_pod), {}, {}
+    kept: dict[str, tuple[Grant, ...]] = {}
+    contested: dict[str, tuple[Grant, ...]] = {}
+    for uid, grants in by_pod.items():
+        if out := tuple(g for g in grants if (uid, g) in losing):
+            contested[uid] = out
+        if mine := tuple(g for g in grants if (uid, g) not in losing):
+            kept[uid] = mine
+    return kept, contested, believed
 
 
 def live(pod: PodInfo) -> bool:

@@ -8,7 +8,8 @@ Pure.
    The sources the kubelet allocated through (device plugins, DRA claims) are one word, what
    the kubelet gave the pod, and come last: a pod's own annotation is the finer word.
 3. The node's bound (MAX_GRANTS_PER_NODE), the oldest pods first.
-4. The cross-pod rules, in order: `HANDED_ON` (none yet), then `refuse_borrowed`.
+4. The cross-pod rules, in order: `HANDED_ON` (none yet), then `refuse_borrowed`, then
+   `refuse_contested` (one partition two pods claim, the kubelet naming only its card).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from devicemanager.grants.grants import (
     grants_of,
     merged,
     refuse_borrowed,
+    refuse_contested,
 )
 from devicemanager.grants.sources import Found, GrantSource, NodeInput
 from devicemanager.grants.sources.annotations import Annotations
@@ -120,6 +122,7 @@ def combine(index: PodIndex, found: Sequence[tuple[GrantSource, Found]]) -> Node
     for rule in HANDED_ON:
         gathered = rule(gathered)
     kept, refused = refuse_borrowed(gathered.by_pod, gathered.kubelet, gathered.annotated)
+    kept, contested, believed = refuse_contested(kept, gathered.kubelet, gathered.annotated)
     return NodeGrants(
         MappingProxyType(kept),
         MappingProxyType(errors),
@@ -127,6 +130,8 @@ def combine(index: PodIndex, found: Sequence[tuple[GrantSource, Found]]) -> Node
         MappingProxyType(dict(gathered.kubelet)),
         gathered.annotated,
         MappingProxyType(refused),
+        MappingProxyType(contested),
+        MappingProxyType(believed),
     )
 
 

@@ -18,7 +18,12 @@ from typing import Any
 from devicemanager.figures.snapshot import BackendResult
 from devicemanager.grants.deviceplugins import KubeletAnswer
 from devicemanager.grants.dra import DraInventory
-from devicemanager.grants.grants import HELD_BY_ANOTHER_POD, Disagreement, NodeGrants
+from devicemanager.grants.grants import (
+    CONTESTED_PARTITION,
+    HELD_BY_ANOTHER_POD,
+    Disagreement,
+    NodeGrants,
+)
 from devicemanager.model import BackendState, PodFault
 from devicemanager.node.pods import PodIndex
 
@@ -54,6 +59,8 @@ class Said:
     left_out: Mapping[tuple[str, str], tuple[str, ...]] = field(default_factory=_empty)
     disagreements: Mapping[str, Disagreement] = field(default_factory=_empty)  # by pod UID
     refused: Mapping[str, tuple[str, ...]] = field(default_factory=_empty)  # by pod UID
+    # by pod UID: the partitions refused as contested, and the pods believed of them
+    contested: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=_empty)
     faults: Mapping[str, PodFault] = field(default_factory=_empty)  # by pod UID
     # faults that last, by key (pods, slices:<manufacturer>, round): the fault last logged
     persisting: Mapping[str, str] = field(default_factory=_empty)
@@ -188,7 +195,39 @@ def grants_said(
                     {"pod_uid": uid, "refused": list(ids), "reason": HELD_BY_ANOTHER_POD},
                 )
             )
-    after = replace(before, disagreements=_frozen(grants.disagreements), refused=_frozen(refused))
+    contested = {}
+    for uid, gs in grants.contested.items():
+        believed = {
+            grants.believed[(g.manufacturer, g.partition_id)]
+            for g in gs
+            if g.partition_id is not None and (g.manufacturer, g.partition_id) in grants.believed
+        }
+        names = tuple(sorted("/".join(_pod_name(index, b)) for b in believed))
+        contested[uid] = (tuple(sorted(g.entry_id for g in gs)), names)
+    for uid, (ids, names) in contested.items():
+        if before.contested.get(uid) != (ids, names):
+            who = f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} believed"
+            events.append(
+                LogEvent(
+                    MONITOR,
+                    logging.WARNING,
+                    "%s/%s: its allocation annotation claims a partition another pod's annotation"
+                    " claims too, and the kubelet named neither's partition; %s",
+                    (*_pod_name(index, uid), who if names else "neither is believed"),
+                    {
+                        "pod_uid": uid,
+                        "refused": list(ids),
+                        "believed": list(names),
+                        "reason": CONTESTED_PARTITION,
+                    },
+                )
+            )
+    after = replace(
+        before,
+        disagreements=_frozen(grants.disagreements),
+        refused=_frozen(refused),
+        contested=_frozen(contested),
+    )
     return after, events
 
 
