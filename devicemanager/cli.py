@@ -254,7 +254,8 @@ def _library(value: str) -> tuple[str, str]:
     return (name if sep else ""), path
 
 
-# Between record's two reads when partitions are asked: longer than GPM's 100 ms minimum.
+# Between record's two reads: longer than GPM's 100 ms minimum, so a card's and a partition's
+# GPM figures compare the second read's sample with the first's (issue 41).
 RECORD_PARTITION_GAP = 0.25
 
 
@@ -282,18 +283,15 @@ def record(
     backend.open()
     try:
         payload = backend.read(ReadRequest(partition_ids=frozenset(partitions)))
-        if processes or partitions:
-            if partitions:
-                # A partition's GPM compute compares this read's sample with the previous
-                # read's, at least 100 ms older (R-X5): the second read is the one kept.
-                time.sleep(RECORD_PARTITION_GAP)
-            # A second read with every card carved, so the fixture holds per-process answers.
-            ids = frozenset(c.id for c in backend.parse(payload).cards) if processes else None
-            payload = backend.read(
-                ReadRequest(
-                    carved_device_ids=ids or frozenset(), partition_ids=frozenset(partitions)
-                )
-            )
+        # GPM (a partition's compute, R-X5; a whole card's activity, issue 41) compares a read's
+        # sample with the previous read's, at least 100 ms older: the second read is the one
+        # kept, so a recording carries the figures and not only `no_baseline`.
+        time.sleep(RECORD_PARTITION_GAP)
+        # The second read with every card carved, so the fixture holds per-process answers.
+        ids = frozenset(c.id for c in backend.parse(payload).cards) if processes else None
+        payload = backend.read(
+            ReadRequest(carved_device_ids=ids or frozenset(), partition_ids=frozenset(partitions))
+        )
         reading = backend.parse(payload)
         # The manufacturer's tool, right after the read, kept beside it (`crosscheck --payload`
         # holds the recording to it); not beside a stand-in library, which no tool describes.

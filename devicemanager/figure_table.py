@@ -72,6 +72,22 @@ class HealthFigure(StrEnum):
     PCIE_NAKS = "pcie_naks"
     XID_ERRORS = "xid_errors"
     ERROR_CODES = "error_codes"
+    # Activity (issue 41): what share of the hardware worked over the round period, from
+    # NVML's and HGML's GPM; busy time (cores_utilization_percent) is another figure.
+    SM_ACTIVITY = "sm_activity_percent"
+    SM_OCCUPANCY = "sm_occupancy_percent"
+    TENSOR_ACTIVITY = "tensor_activity_percent"
+    TENSOR_ACTIVITY_DFMA = "tensor_activity_dfma_percent"
+    TENSOR_ACTIVITY_HMMA = "tensor_activity_hmma_percent"
+    TENSOR_ACTIVITY_IMMA = "tensor_activity_imma_percent"
+    MEMORY_BANDWIDTH_UTILIZATION = "memory_bandwidth_utilization_percent"
+    PIPE_FP64_ACTIVITY = "pipe_fp64_activity_percent"
+    PIPE_FP32_ACTIVITY = "pipe_fp32_activity_percent"
+    PIPE_FP16_ACTIVITY = "pipe_fp16_activity_percent"
+    PCIE_TX_BYTES_PER_SECOND = "pcie_tx_bytes_per_second"
+    PCIE_RX_BYTES_PER_SECOND = "pcie_rx_bytes_per_second"
+    NVLINK_TX_BYTES_PER_SECOND = "nvlink_tx_bytes_per_second"
+    NVLINK_RX_BYTES_PER_SECOND = "nvlink_rx_bytes_per_second"
 
 
 # The clock-throttle reasons a card can report, named as NVML's clocks-event reasons (its
@@ -212,7 +228,9 @@ CARD: tuple[FigureSpec, ...] = (
         CardFigure.CORES_UTILIZATION_PERCENT,
         "percent",
         "coresUtilization",
-        "Share of time the card's compute was busy, percent.",
+        "Busy time: the share of the sample period in which any kernel ran on the card, "
+        "percent (NVML's utilization.gpu); not how much of the card worked: see "
+        "gpustack_accelerator_sm_activity_percent.",
         "Compute used against the Instance's own allowance, percent; "
         "may exceed 100; absent when unmeasured.",
         (0.0, 100.0),
@@ -295,6 +313,70 @@ _CODES = Family(
     ("code",),
 )
 
+# Activity over the round period (issue 41): GPM's figures between this round's sample and the
+# previous round's, on NVIDIA Hopper and newer and on T-Head.
+_PERCENT = (0.0, 100.0)
+_THROUGHPUT = (0.0, 1e14)  # 100 TB/s: past any link made
+_SM_ACTIVITY = Family(
+    "sm_activity_percent",
+    Kind.GAUGE,
+    "SM activity over the round period: the share of the card's SMs that were busy, "
+    "averaged over the period, percent (GPM's SM_UTIL; one SM of 132 busy all the time "
+    "reads 0.76); not busy time.",
+)
+_SM_OCCUPANCY = Family(
+    "sm_occupancy_percent",
+    Kind.GAUGE,
+    "SM occupancy over the round period: warps resident over the most the SMs can hold, "
+    "percent (GPM's SM_OCCUPANCY).",
+)
+_TENSOR = Family(
+    "tensor_activity_percent",
+    Kind.GAUGE,
+    "Tensor-core activity over the round period, percent: kind any (GPM's ANY_TENSOR_UTIL), "
+    "or one kind of tensor instruction (dfma, hmma, imma).",
+    ("kind",),
+)
+_BANDWIDTH = Family(
+    "memory_bandwidth_utilization_percent",
+    Kind.GAUGE,
+    "Device-memory bandwidth used over the round period, percent of the peak (GPM's DRAM_BW_UTIL).",
+)
+_PIPE = Family(
+    "pipe_activity_percent",
+    Kind.GAUGE,
+    "Floating-point pipe activity over the round period, percent, by pipe: fp64, fp32, fp16 "
+    "(GPM's FP64_UTIL, FP32_UTIL, FP16_UTIL).",
+    ("pipe",),
+)
+_PCIE_THROUGHPUT = Family(
+    "pcie_throughput_bytes_per_second",
+    Kind.GAUGE,
+    "PCIe traffic over the round period, bytes per second: direction tx (from the card) or rx "
+    "(to it) (GPM's PCIE_TX_PER_SEC and PCIE_RX_PER_SEC).",
+    ("direction",),
+)
+_NVLINK_THROUGHPUT = Family(
+    "nvlink_throughput_bytes_per_second",
+    Kind.GAUGE,
+    "NVLink traffic over every link of the card over the round period, bytes per second: "
+    "direction tx or rx (GPM's NVLINK_TOTAL_TX_PER_SEC and NVLINK_TOTAL_RX_PER_SEC).",
+    ("direction",),
+)
+
+
+def _activity(
+    name: HealthFigure,
+    family: Family,
+    key: str,
+    labels: tuple[str, ...] = (),
+    bounds: tuple[float, float] = _PERCENT,
+    unit: str = "percent",
+) -> FigureSpec:
+    return FigureSpec(
+        name, unit, family, ("activity", key), labels, bounds, False, json_only_when_read=True
+    )
+
 
 def _ecc(
     name: HealthFigure, error: str, counter: str, *, only_when_read: bool = False
@@ -371,6 +453,49 @@ HEALTH: tuple[FigureSpec, ...] = (
         ("errorCodes",),
         shape=Shape.CODES,
         json_only_when_read=True,
+    ),
+    # Activity (issue 41), in the snapshot under `activity` only where read.
+    _activity(H.SM_ACTIVITY, _SM_ACTIVITY, "smActivityPercent"),
+    _activity(H.SM_OCCUPANCY, _SM_OCCUPANCY, "smOccupancyPercent"),
+    _activity(H.TENSOR_ACTIVITY, _TENSOR, "tensorActivityPercent", ("any",)),
+    _activity(H.TENSOR_ACTIVITY_DFMA, _TENSOR, "tensorDfmaActivityPercent", ("dfma",)),
+    _activity(H.TENSOR_ACTIVITY_HMMA, _TENSOR, "tensorHmmaActivityPercent", ("hmma",)),
+    _activity(H.TENSOR_ACTIVITY_IMMA, _TENSOR, "tensorImmaActivityPercent", ("imma",)),
+    _activity(H.MEMORY_BANDWIDTH_UTILIZATION, _BANDWIDTH, "memoryBandwidthUtilizationPercent"),
+    _activity(H.PIPE_FP64_ACTIVITY, _PIPE, "fp64PipeActivityPercent", ("fp64",)),
+    _activity(H.PIPE_FP32_ACTIVITY, _PIPE, "fp32PipeActivityPercent", ("fp32",)),
+    _activity(H.PIPE_FP16_ACTIVITY, _PIPE, "fp16PipeActivityPercent", ("fp16",)),
+    _activity(
+        H.PCIE_TX_BYTES_PER_SECOND,
+        _PCIE_THROUGHPUT,
+        "pcieTxBytesPerSecond",
+        ("tx",),
+        _THROUGHPUT,
+        "bytes/s",
+    ),
+    _activity(
+        H.PCIE_RX_BYTES_PER_SECOND,
+        _PCIE_THROUGHPUT,
+        "pcieRxBytesPerSecond",
+        ("rx",),
+        _THROUGHPUT,
+        "bytes/s",
+    ),
+    _activity(
+        H.NVLINK_TX_BYTES_PER_SECOND,
+        _NVLINK_THROUGHPUT,
+        "nvlinkTxBytesPerSecond",
+        ("tx",),
+        _THROUGHPUT,
+        "bytes/s",
+    ),
+    _activity(
+        H.NVLINK_RX_BYTES_PER_SECOND,
+        _NVLINK_THROUGHPUT,
+        "nvlinkRxBytesPerSecond",
+        ("rx",),
+        _THROUGHPUT,
+        "bytes/s",
     ),
 )
 del H

@@ -44,17 +44,18 @@ H = HealthFigure
 
 
 class MadeUp(StrEnum):
-    """A figure no code knows of: GPM's SM activity, as issue 40's next change would add it."""
+    """A figure no code knows of: a fan's speed (issue 41 added GPM's SM activity, the example
+    this test first used)."""
 
-    SM_ACTIVITY = "sm_activity_percent"
+    FAN_SPEED = "fan_speed_percent"
 
 
-SM_ACTIVITY = cast(HealthFigure, MadeUp.SM_ACTIVITY)
+FAN_SPEED = cast(HealthFigure, MadeUp.FAN_SPEED)
 ROW = FigureSpec(
-    MadeUp.SM_ACTIVITY,
+    MadeUp.FAN_SPEED,
     "percent",
-    Family("sm_activity_percent", Kind.GAUGE, "Share of the card's SMs busy, percent."),
-    ("smActivity",),
+    Family("fan_speed_percent", Kind.GAUGE, "The card's fan speed, percent of its maximum."),
+    ("fanSpeed",),
     bounds=(0.0, 100.0),
     integer=False,
 )
@@ -75,53 +76,53 @@ def test_a_figure_added_as_one_row_reaches_every_output() -> None:
     its family and sample, the capability gauge names it, its bounds refuse an impossible
     value, and the docs check says its family has no row in docs/metrics.md yet."""
     health = CardHealth.of(
-        {H.ENERGY_JOULES: 12.5, SM_ACTIVITY: 42.5},
+        {H.ENERGY_JOULES: 12.5, FAN_SPEED: 42.5},
         reasons=((H.PCIE_REPLAYS, Reason.UNSUPPORTED),),
         table=TABLE,
     )
-    assert health.number(SM_ACTIVITY) == 42.5
+    assert health.number(FAN_SPEED) == 42.5
     # The snapshot, both ways.
     doc = json.loads(json.dumps(snapshot.health_json(health, TABLE)))
-    assert (doc["smActivity"], doc["energyJoules"]) == (42.5, 12.5)
+    assert (doc["fanSpeed"], doc["energyJoules"]) == (42.5, 12.5)
     assert snapshot.health_from_json(doc, TABLE) == health
-    blind = CardHealth.of(reasons=((SM_ACTIVITY, Reason.UNSUPPORTED),), table=TABLE)
+    blind = CardHealth.of(reasons=((FAN_SPEED, Reason.UNSUPPORTED),), table=TABLE)
     doc = json.loads(json.dumps(snapshot.health_json(blind, TABLE)))
-    assert doc["smActivity"] is None
-    assert doc["absentReasons"] == {"sm_activity_percent": "unsupported"}
+    assert doc["fanSpeed"] is None
+    assert doc["absentReasons"] == {"fan_speed_percent": "unsupported"}
     assert snapshot.health_from_json(doc, TABLE) == blind
     # /metrics: its family, its sample, and the capability gauge.
     snap = served(Card(id="GPU-a", index=0, health=health))
     text = exposition.render(exposition.health_families(snap, TABLE)).decode()
     labels = 'id="GPU-a",index="0",manufacturer="nvidia",node="node-a"'
-    assert "# TYPE gpustack_accelerator_sm_activity_percent gauge" in text
-    assert f"gpustack_accelerator_sm_activity_percent{{{labels}}} 42.5\n" in text
+    assert "# TYPE gpustack_accelerator_fan_speed_percent gauge" in text
+    assert f"gpustack_accelerator_fan_speed_percent{{{labels}}} 42.5\n" in text
     assert (
-        'gpustack_accelerator_figure_capability{figure="sm_activity_percent",id="GPU-a",'
+        'gpustack_accelerator_figure_capability{figure="fan_speed_percent",id="GPU-a",'
         'manufacturer="nvidia",node="node-a",reason=""} 1.0\n'
     ) in text
     # Its family sits where its row is: after every family of the rows before it.
     families = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")]
-    assert families.index("gpustack_accelerator_sm_activity_percent") == (
+    assert families.index("gpustack_accelerator_fan_speed_percent") == (
         families.index("gpustack_accelerator_energy_joules_total") + 1
     )
     blind_text = exposition.render(
         exposition.health_families(served(Card(id="GPU-a", index=0, health=blind)), TABLE)
     ).decode()
-    assert "gpustack_accelerator_sm_activity_percent{" not in blind_text
-    assert 'figure="sm_activity_percent",id="GPU-a"' in blind_text
+    assert "gpustack_accelerator_fan_speed_percent{" not in blind_text
+    assert 'figure="fan_speed_percent",id="GPU-a"' in blind_text
     assert 'reason="unsupported"} 0.0' in blind_text
     # The table as shipped knows nothing of it.
-    assert "sm_activity" not in exposition.render(exposition.health_families(snap)).decode()
+    assert "fan_speed" not in exposition.render(exposition.health_families(snap)).decode()
     # Its bounds.
-    wild = CardHealth.of({SM_ACTIVITY: 150.0}, table=TABLE)
+    wild = CardHealth.of({FAN_SPEED: 150.0}, table=TABLE)
     reading = VendorReading("nvidia", cards=(Card(id="GPU-a", index=0, health=wild),))
     fixed, refused = plausible_reading(reading, TABLE)
     out = fixed.cards[0].health
-    assert out is not None and out.number(SM_ACTIVITY) is None
-    assert out.reason(SM_ACTIVITY) is Reason.INVALID_DATA
-    assert refused == ("cards[0].health.sm_activity_percent",)
+    assert out is not None and out.number(FAN_SPEED) is None
+    assert out.reason(FAN_SPEED) is Reason.INVALID_DATA
+    assert refused == ("cards[0].health.fan_speed_percent",)
     # The docs check names its family until docs/metrics.md has a row for it.
-    assert undocumented(table_families(TABLE)) == {"gpustack_accelerator_sm_activity_percent"}
+    assert undocumented(table_families(TABLE)) == {"gpustack_accelerator_fan_speed_percent"}
     assert undocumented(table_families()) == set()
 
 
@@ -134,7 +135,7 @@ def test_a_value_of_the_wrong_shape_or_a_name_with_no_row_is_refused() -> None:
     with pytest.raises(TypeError):
         CardHealth.of({H.PCIE_REPLAYS: True})  # a bool is no count
     with pytest.raises(TypeError):
-        CardHealth.of({SM_ACTIVITY: 1.0})  # not a row of the shipped table
+        CardHealth.of({FAN_SPEED: 1.0})  # not a row of the shipped table
 
 
 def test_the_rows_agree_with_what_carries_them() -> None:

@@ -18,6 +18,13 @@ is absent with `no_baseline`. The sample handles are the library's own opaque bu
 payload records what the entry points answered (each sample's monotonic time and the metric
 computed from the pair), so parse() stays pure and a recording replays whole.
 
+A whole card not in MIG mode is sampled the same way (issue 41): `…GpmSampleGet` once a round,
+kept in the same baseline under the card's UUID, and `…GpmMetricsGet` asked for every id of
+GPM_CARD_METRICS against the previous round's sample: SM activity and occupancy, tensor, DRAM
+bandwidth and pipe activity, PCIe and NVLink traffic. These are activity, not busy time
+(`…DeviceGetUtilizationRates().gpu`, the share of time any kernel ran, stays
+`cores_utilization_percent`); each is absent with its reason where GPM cannot state it.
+
 Facts: ../shared/reference/vendors.md §1 (NVML), §7 and §12.3 (HGML).
 """
 
@@ -34,6 +41,7 @@ from typing import Any, ClassVar
 from devicemanager.backend import BackendUnavailable, Library
 from devicemanager.model import (
     ERROR_CODE_OTHER,
+    FIGURES,
     MAX_ERROR_CODES,
     THROTTLE_REASONS,
     Answer,
@@ -57,6 +65,7 @@ from vendors._nvml_topology import INTERCONNECTS, parse_topology, read_topology
 
 # Return codes: NVML's nvmlReturn_t and HGML's hgmlReturn_t agree value for value.
 SUCCESS = 0
+ERROR_INVALID_ARGUMENT = 2
 ERROR_NOT_SUPPORTED = 3
 ERROR_NO_PERMISSION = 4
 ERROR_NOT_FOUND = 6
@@ -88,6 +97,25 @@ PROCESS_LIST_ATTEMPTS = 3
 # The headers' rule: two GPM samples closer than this are not comparable.
 GPM_MIN_INTERVAL = 0.1
 GPM_SM_UTIL = "GPM_METRIC_SM_UTIL"  # under the library's upper-case prefix, e.g. NVML_…
+MIB = 1 << 20
+# A whole card's GPM figures (issue 41): (metric constant, figure, scale to the figure's unit).
+# The headers' units: percent, and MiB per second for PCIe and NVLink traffic.
+GPM_CARD_METRICS: tuple[tuple[str, HealthFigure, float], ...] = (
+    (GPM_SM_UTIL, HealthFigure.SM_ACTIVITY, 1.0),
+    ("GPM_METRIC_SM_OCCUPANCY", HealthFigure.SM_OCCUPANCY, 1.0),
+    ("GPM_METRIC_ANY_TENSOR_UTIL", HealthFigure.TENSOR_ACTIVITY, 1.0),
+    ("GPM_METRIC_DFMA_TENSOR_UTIL", HealthFigure.TENSOR_ACTIVITY_DFMA, 1.0),
+    ("GPM_METRIC_HMMA_TENSOR_UTIL", HealthFigure.TENSOR_ACTIVITY_HMMA, 1.0),
+    ("GPM_METRIC_IMMA_TENSOR_UTIL", HealthFigure.TENSOR_ACTIVITY_IMMA, 1.0),
+    ("GPM_METRIC_DRAM_BW_UTIL", HealthFigure.MEMORY_BANDWIDTH_UTILIZATION, 1.0),
+    ("GPM_METRIC_FP64_UTIL", HealthFigure.PIPE_FP64_ACTIVITY, 1.0),
+    ("GPM_METRIC_FP32_UTIL", HealthFigure.PIPE_FP32_ACTIVITY, 1.0),
+    ("GPM_METRIC_FP16_UTIL", HealthFigure.PIPE_FP16_ACTIVITY, 1.0),
+    ("GPM_METRIC_PCIE_TX_PER_SEC", HealthFigure.PCIE_TX_BYTES_PER_SECOND, MIB),
+    ("GPM_METRIC_PCIE_RX_PER_SEC", HealthFigure.PCIE_RX_BYTES_PER_SECOND, MIB),
+    ("GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", HealthFigure.NVLINK_TX_BYTES_PER_SECOND, MIB),
+    ("GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", HealthFigure.NVLINK_RX_BYTES_PER_SECOND, MIB),
+)
 
 
 # -- the pure parse --------------------------------------------------------------------------
@@ -254,6 +282,7 @@ def parse_health(device: Mapping[str, Any], p: str) -> CardHealth | None:
     counts = device.get(XID_COUNTS)
     if counts is not None:
         put(H.XID_ERRORS, *parse_xid_counts(counts))
+    found.update(parse_card_gpm(device, p))
     return CardHealth.answered(found)
 
 
@@ -427,25 +456,13 @@ def parse_gpm(
     before GPM was read) is `unsupported`, as partition compute always was; no previous sample
     yet is `no_baseline`; a value outside 0..100 is `invalid_data`, never clamped.
     """
-    support = parent.get(f"{p}GpmQueryDeviceSupport")
-    if not isinstance(support, Mapping):
-        return None, Reason.UNSUPPORTED
-    if (code := _error(support)) is not None:
-        return None, reason_for(code)
-    if as_int(support.get("isSupportedDevice")) != 1:
-        return None, Reason.UNSUPPORTED
-    for step in (f"{p}GpmSampleAlloc", f"{p}GpmMigSampleGet"):
-        if (code := _error(mig.get(step))) is not None:
-            return None, reason_for(code)
-    if not isinstance(mig.get(f"{p}GpmMigSampleGet"), Mapping):
-        return None, Reason.TRANSIENT_DRIVER_ERROR  # supported, yet no sample was taken
-    metrics = mig.get(f"{p}GpmMetricsGet")
+    metrics, why = _gpm_steps(
+        parent.get(f"{p}GpmQueryDeviceSupport"),
+        (mig.get(f"{p}GpmSampleAlloc"), mig.get(f"{p}GpmMigSampleGet")),
+        mig.get(f"{p}GpmMetricsGet"),
+    )
     if metrics is None:
-        return None, Reason.NO_BASELINE  # the first sample, or the previous one too recent
-    if not isinstance(metrics, Mapping):
-        return None, Reason.INVALID_DATA
-    if (code := _error(metrics)) is not None:
-        return None, reason_for(code)
+        return None, why
     value = metrics.get(f"{p.upper()}_{GPM_SM_UTIL}")
     if (code := _error(value)) is not None:
         return None, reason_for(code)
@@ -453,6 +470,74 @@ def parse_gpm(
     if number is None or not 0.0 <= number <= 100.0:
         return None, Reason.INVALID_DATA
     return round(number, 2), None
+
+
+def _gpm_steps(
+    support: Any, steps: Iterable[Any], metrics: Any
+) -> tuple[Mapping[str, Any] | None, Reason | None]:
+    """The metrics GPM computed between two samples, or why there are none: no support asked
+    or answered is `unsupported`, a failed step its code's reason, no previous sample
+    `no_baseline`."""
+    if not isinstance(support, Mapping):
+        return None, Reason.UNSUPPORTED
+    if (code := _error(support)) is not None:
+        return None, reason_for(code)
+    if as_int(support.get("isSupportedDevice")) != 1:
+        return None, Reason.UNSUPPORTED
+    taken: Any = None
+    for taken in steps:
+        if (code := _error(taken)) is not None:
+            return None, reason_for(code)
+    if not isinstance(taken, Mapping):
+        return None, Reason.TRANSIENT_DRIVER_ERROR  # supported, yet no sample was taken
+    if metrics is None:
+        return None, Reason.NO_BASELINE  # the first sample, or the previous one too recent
+    if not isinstance(metrics, Mapping):
+        return None, Reason.INVALID_DATA
+    if (code := _error(metrics)) is not None:
+        return None, reason_for(code)
+    return metrics, None
+
+
+def parse_card_gpm(device: Mapping[str, Any], p: str) -> dict[HealthFigure, Answer]:
+    """A whole card's GPM figures over the round period (issue 41), each absent with its
+    reason: a card whose GPM was not sampled (before Hopper, in MIG mode, a payload recorded
+    before these were read) `unsupported`; the first round `no_baseline`; a metric the library
+    refused its code's reason; a value outside its row's bounds `invalid_data`, never clamped.
+    Never busy time in activity's place."""
+    if f"{p}GpmSampleAlloc" not in device and f"{p}GpmSampleGet" not in device:
+        # Not sampled: no GPM on this card, or its partitions carry the figures (MIG mode).
+        return {figure: (None, Reason.UNSUPPORTED) for _, figure, _ in GPM_CARD_METRICS}
+    metrics, why = _gpm_steps(
+        device.get(f"{p}GpmQueryDeviceSupport"),
+        (device.get(f"{p}GpmSampleAlloc"), device.get(f"{p}GpmSampleGet")),
+        device.get(f"{p}GpmMetricsGet"),
+    )
+    found: dict[HealthFigure, Answer] = {}
+    for constant, figure, scale in GPM_CARD_METRICS:
+        if metrics is None:
+            found[figure] = (None, why)
+            continue
+        value = metrics.get(f"{p.upper()}_{constant}")
+        if value is None:
+            found[figure] = (None, Reason.UNSUPPORTED)  # an id the library does not define
+        elif (code := _error(value)) is not None:
+            # A metric id the driver does not serve answers INVALID_ARGUMENT every round (the
+            # H200's answer to the ids it lacks): a property of the card, not a glitch.
+            why_not = Reason.UNSUPPORTED if code == ERROR_INVALID_ARGUMENT else reason_for(code)
+            found[figure] = (None, why_not)
+        else:
+            found[figure] = _gpm_value(value, figure, scale)
+    return found
+
+
+def _gpm_value(value: Any, figure: HealthFigure, scale: float) -> Answer:
+    spec = FIGURES.health_spec(figure)
+    low, high = spec.bounds if spec is not None and spec.bounds is not None else (0.0, 100.0)
+    number = finite(value)
+    if number is None or not low <= number * scale <= high:
+        return None, Reason.INVALID_DATA
+    return round(number * scale, 2), None
 
 
 def parse_partitions(payload: Mapping[str, Any], p: str) -> tuple[PartitionReading, ...]:
@@ -633,6 +718,8 @@ class NvmlFamilyBackend:
     # Whether the GPM support struct's version the driver accepted is recorded (HGML's binding
     # tries two: the header's and GPUStack's).
     records_gpm_support_version: ClassVar[bool] = False
+    # Whether a whole card's GPM figures are read (issue 41): NVIDIA's and T-Head's.
+    reads_card_gpm: ClassVar[bool] = False
     # Whether links and placement are read (R-X3): NVIDIA's NVLinks, HGML's ICN links.
     reads_topology: ClassVar[bool] = False
 
@@ -855,39 +942,57 @@ class NvmlFamilyBackend:
         )
         return out
 
-    def _sm_util(self, first: Any, second: Any) -> Any:
-        """The SM activity GPM computes between two samples, as the payload records it."""
+    def _gpm_metrics(self, first: Any, second: Any, constants: Iterable[str]) -> Any:
+        """The metrics GPM computes between two samples, as the payload records them: each
+        under its constant's name, its value or its own failure. An id the binding does not
+        define is not asked (parse() says `unsupported`)."""
         b = self.binding
+        ids = [(c, b.const(c)) for c in constants if hasattr(b.lib, f"{b.prefix.upper()}_{c}")]
         request = b.metrics_get()
         request.version = b.const("GPM_METRICS_GET_VERSION")
-        request.numMetrics = 1
+        request.numMetrics = len(ids)
         request.sample1, request.sample2 = first, second
-        request.metrics[0].metricId = b.const(GPM_SM_UTIL)
+        for i, (_, metric_id) in enumerate(ids):
+            request.metrics[i].metricId = metric_id
         answer = self._call("GpmMetricsGet", request)
         if _error(answer) is not None:
             return answer
-        metric = request.metrics[0]
-        code = int(getattr(metric, f"{b.prefix}Return"))
-        name = f"{b.prefix.upper()}_{GPM_SM_UTIL}"
-        if code != SUCCESS:
-            return {name: failed(b.code_name(code), code)}
-        value = float(metric.value)
-        # JSON has no NaN: a non-finite answer is written as text, which parse() refuses.
-        return {name: value if math.isfinite(value) else repr(value)}
+        out: dict[str, Any] = {}
+        for i, (constant, _) in enumerate(ids):
+            metric = request.metrics[i]
+            code = int(getattr(metric, f"{b.prefix}Return"))
+            name = f"{b.prefix.upper()}_{constant}"
+            if code != SUCCESS:
+                out[name] = failed(b.code_name(code), code)
+                continue
+            value = float(metric.value)
+            # JSON has no NaN: a non-finite answer is written as text, which parse() refuses.
+            out[name] = value if math.isfinite(value) else repr(value)
+        return out
 
-    def _gpm_sample(self, parent: Any, key: str, gpu_instance: int) -> dict[str, Any]:
-        """This round's GPM sample of one partition, and the metric since the previous one."""
+    def _sm_util(self, first: Any, second: Any) -> Any:
+        """The SM activity GPM computes between two samples, as the payload records it."""
+        return self._gpm_metrics(first, second, (GPM_SM_UTIL,))
+
+    def _gpm_sample(self, parent: Any, key: str, gpu_instance: int | None = None) -> dict[str, Any]:
+        """This round's GPM sample of one partition (or, with no GPU instance, of the whole
+        card), and the metrics since the previous one."""
         sample = self._call("GpmSampleAlloc")
         if _error(sample) is not None:
             return {self._key("GpmSampleAlloc"): sample}
-        taken = self._call("GpmMigSampleGet", parent, gpu_instance, sample)
+        if gpu_instance is None:
+            step = "GpmSampleGet"
+            taken = self._call(step, parent, sample)
+        else:
+            step = "GpmMigSampleGet"
+            taken = self._call(step, parent, gpu_instance, sample)
         at = self._clock()
         previous = self._baseline.previous(key)
         if _error(taken) is not None:
             self._free_sample(sample)  # the previous sample stays for the next round
-            return {self._key("GpmMigSampleGet"): taken}
+            return {self._key(step): taken}
         out: dict[str, Any] = {
-            self._key("GpmMigSampleGet"): {
+            self._key(step): {
                 "at": at,
                 "previousAt": None if previous is None else previous[1],
             }
@@ -897,8 +1002,32 @@ class NvmlFamilyBackend:
             self._free_sample(sample)
             return out
         if previous is not None:
-            out[self._key("GpmMetricsGet")] = self._sm_util(previous[0], sample)
+            out[self._key("GpmMetricsGet")] = (
+                self._sm_util(previous[0], sample)
+                if gpu_instance is not None
+                else self._gpm_metrics(previous[0], sample, (c for c, _, _ in GPM_CARD_METRICS))
+            )
         self._baseline.keep(key, sample, at, self._free_sample)
+        return out
+
+    def _gpm_support(self, handle: Any) -> Any:
+        """Whether the card serves GPM (Hopper and newer), as the payload records it."""
+        support = self._call("GpmQueryDeviceSupport", handle)
+        if _error(support) is None:
+            answer = {"isSupportedDevice": int(support.isSupportedDevice)}
+            if self.records_gpm_support_version:
+                answer["version"] = int(support.version)
+            support = answer
+        return support
+
+    def _card_gpm(self, handle: Any, uuid: str, sampled: set[str]) -> dict[str, Any]:
+        """A whole card's GPM support, this round's sample and the metrics since the last
+        round's (issue 41), kept by card in the baseline as a partition's is."""
+        support = self._gpm_support(handle)
+        out: dict[str, Any] = {self._key("GpmQueryDeviceSupport"): support}
+        if isinstance(support, Mapping) and support.get("isSupportedDevice") == 1:
+            sampled.add(uuid)
+            out.update(self._gpm_sample(handle, uuid))
         return out
 
     def _mig_devices(
@@ -929,12 +1058,7 @@ class NvmlFamilyBackend:
             and isinstance(e[self._key("DeviceGetGpuInstanceId")], int)
         ]
         if targets:
-            support = self._call("GpmQueryDeviceSupport", handle)
-            if _error(support) is None:
-                answer = {"isSupportedDevice": int(support.isSupportedDevice)}
-                if self.records_gpm_support_version:
-                    answer["version"] = int(support.version)
-                support = answer
+            support = self._gpm_support(handle)
             if isinstance(support, Mapping) and support.get("isSupportedDevice") == 1:
                 for entry in targets:
                     gi = entry[self._key("DeviceGetGpuInstanceId")]
@@ -1008,11 +1132,15 @@ class NvmlFamilyBackend:
             # "" asks for a partition whose card is not known (a MIG device the kubelet
             # allocated, named by its own UUID alone): every MIG card is walked for it.
             wanted = partitions.get(uuid, set()) | partitions.get("", set())
-            if wanted and isinstance(mode, dict) and mode["current"] == MIG_ENABLED:
+            mig_on = isinstance(mode, dict) and mode.get("current") == MIG_ENABLED
+            if wanted and mig_on:
                 migs, support = self._mig_devices(handle, uuid, wanted, sampled)
                 device["migDevices"] = migs
                 if support is not None:
                     device[self._key("GpmQueryDeviceSupport")] = support
+            elif not mig_on and self.reads_card_gpm:
+                # A card in MIG mode is measured by its partitions; a whole card by itself.
+                device.update(self._card_gpm(handle, uuid, sampled))
         return device
 
     def read(self, request: ReadRequest) -> Payload:

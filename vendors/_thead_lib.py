@@ -79,6 +79,24 @@ HGML_DEVICE_NAME_V2_BUFFER_SIZE = 96
 HGML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE = 80
 
 HGML_GPM_METRIC_SM_UTIL = 2
+# The card-level metric ids read (issue 41): HGML clones NVML's GPM, and these are nvml.h's
+# values; the project's header notes record only SM_UTIL, so an id a driver does not know
+# answers its own per-metric failure, which parse() publishes as the reason.
+HGML_GPM_METRIC_IDS: dict[str, int] = {
+    "SM_OCCUPANCY": 3,
+    "ANY_TENSOR_UTIL": 5,
+    "DFMA_TENSOR_UTIL": 6,
+    "HMMA_TENSOR_UTIL": 7,
+    "IMMA_TENSOR_UTIL": 9,
+    "DRAM_BW_UTIL": 10,
+    "FP64_UTIL": 11,
+    "FP32_UTIL": 12,
+    "FP16_UTIL": 13,
+    "PCIE_TX_PER_SEC": 20,
+    "PCIE_RX_PER_SEC": 21,
+    "NVLINK_TOTAL_RX_PER_SEC": 60,
+    "NVLINK_TOTAL_TX_PER_SEC": 61,
+}
 HGML_GPM_METRIC_MAX = 2052
 HGML_GPM_METRICS_GET_VERSION = 1
 HGML_GPM_SUPPORT_VERSION = 2
@@ -285,6 +303,7 @@ _PROTOTYPES: dict[str, tuple[Any, ...]] = {
     "hgmlGpmSampleAlloc": (POINTER(hgmlGpmSample_t),),
     "hgmlGpmSampleFree": (hgmlGpmSample_t,),
     "hgmlGpmMigSampleGet": (hgmlDevice_t, c_uint, hgmlGpmSample_t),
+    "hgmlGpmSampleGet": (hgmlDevice_t, hgmlGpmSample_t),
     "hgmlGpmMetricsGet": (POINTER(hgmlGpmMetricsGet_t),),
     # Links and placement (R-X3), as the header and GPUStack's pyhgml declare them.
     "hgmlDeviceGetPciInfo_v3": (hgmlDevice_t, POINTER(hgmlPciInfo_t)),
@@ -308,6 +327,19 @@ class Hgml:
     hgmlTemperature_v1 = _struct_version(hgmlTemperature_v1_t, 1)
     HGML_GPM_METRIC_SM_UTIL = HGML_GPM_METRIC_SM_UTIL
     HGML_GPM_METRICS_GET_VERSION = HGML_GPM_METRICS_GET_VERSION
+    HGML_GPM_METRIC_SM_OCCUPANCY = HGML_GPM_METRIC_IDS["SM_OCCUPANCY"]
+    HGML_GPM_METRIC_ANY_TENSOR_UTIL = HGML_GPM_METRIC_IDS["ANY_TENSOR_UTIL"]
+    HGML_GPM_METRIC_DFMA_TENSOR_UTIL = HGML_GPM_METRIC_IDS["DFMA_TENSOR_UTIL"]
+    HGML_GPM_METRIC_HMMA_TENSOR_UTIL = HGML_GPM_METRIC_IDS["HMMA_TENSOR_UTIL"]
+    HGML_GPM_METRIC_IMMA_TENSOR_UTIL = HGML_GPM_METRIC_IDS["IMMA_TENSOR_UTIL"]
+    HGML_GPM_METRIC_DRAM_BW_UTIL = HGML_GPM_METRIC_IDS["DRAM_BW_UTIL"]
+    HGML_GPM_METRIC_FP64_UTIL = HGML_GPM_METRIC_IDS["FP64_UTIL"]
+    HGML_GPM_METRIC_FP32_UTIL = HGML_GPM_METRIC_IDS["FP32_UTIL"]
+    HGML_GPM_METRIC_FP16_UTIL = HGML_GPM_METRIC_IDS["FP16_UTIL"]
+    HGML_GPM_METRIC_PCIE_TX_PER_SEC = HGML_GPM_METRIC_IDS["PCIE_TX_PER_SEC"]
+    HGML_GPM_METRIC_PCIE_RX_PER_SEC = HGML_GPM_METRIC_IDS["PCIE_RX_PER_SEC"]
+    HGML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC = HGML_GPM_METRIC_IDS["NVLINK_TOTAL_RX_PER_SEC"]
+    HGML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC = HGML_GPM_METRIC_IDS["NVLINK_TOTAL_TX_PER_SEC"]
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         self._lib = lib
@@ -579,6 +611,10 @@ class Hgml:
         self, handle: hgmlDevice_t, gpu_instance: int, sample: hgmlGpmSample_t
     ) -> hgmlGpmSample_t:
         self._check("hgmlGpmMigSampleGet", handle, gpu_instance, sample)
+        return sample
+
+    def hgmlGpmSampleGet(self, handle: hgmlDevice_t, sample: hgmlGpmSample_t) -> hgmlGpmSample_t:
+        self._check("hgmlGpmSampleGet", handle, sample)
         return sample
 
     def hgmlGpmMetricsGet(self, request: hgmlGpmMetricsGet_t) -> hgmlGpmMetricsGet_t:

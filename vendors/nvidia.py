@@ -53,6 +53,7 @@ class NvidiaBackend(NvmlFamilyBackend):
     xids_make_unhealthy = True
     newer_process_utilization = True
     reads_health = True
+    reads_card_gpm = True  # GPM over the round period (issue 41)
     reads_topology = True
     sdk: ClassVar[str] = "nvidia-ml-py"  # the distribution `record` names in its provenance
 

@@ -66,6 +66,7 @@ class TheadBackend(NvmlFamilyBackend):
     prefix = PREFIX
     libraries: ClassVar[tuple[Library, ...]] = (HGML,)
     reads_health = True
+    reads_card_gpm = True  # GPM over the round period (issue 41)
     # XIDs counted by code (R-X7); none makes the card unhealthy (see the module's notes).
     reads_xid_events = True
     reads_topology = True  # ICN links and PCIe paths (R-X3); the NUMA node from sysfs

@@ -26,7 +26,11 @@ from tests.fakelib.nvml_family import write_sysfs
 from tests.vendors import kit
 from tests.vendors.kit import series
 from tests.world import accel, gpu, pod, process
+from vendors._nvml_family import GPM_CARD_METRICS
 from vendors.nvidia import NvidiaBackend
+
+# The fake's cards here serve no GPM: their activity figures (issue 41) are absent with this.
+GPM_UNSUPPORTED = {figure: Reason.UNSUPPORTED for _, figure, _ in GPM_CARD_METRICS}
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -246,41 +250,52 @@ def test_card_health_through_real_pynvml(libnvml: Path, scenario) -> None:  # ty
         2_619_000_000,
         1_755_000_000,
     )
-    assert (full.number(H.PCIE_REPLAYS), full.reasons) == (7, ())
+    # Every health figure answered; the card serves no GPM, so its activity (issue 41) is not.
+    assert full.number(H.PCIE_REPLAYS) == 7
+    assert {why for _, why in full.reasons} == {Reason.UNSUPPORTED}
+    assert {figure for figure, _ in full.reasons} == {f for _, f, _ in GPM_CARD_METRICS}
     # Card 1: nothing but two clock domains answered; every other figure says why.
     assert (blind.number(H.CLOCK_SM_HZ), blind.number(H.CLOCK_GRAPHICS_HZ)) == (
         1_980_000_000,
         1_980_000_000,
     )
-    assert dict(blind.reasons) == {
-        name: Reason.UNSUPPORTED
-        for name in (
-            "ecc_corrected_volatile",
-            "ecc_uncorrected_volatile",
-            "ecc_corrected_aggregate",
-            "ecc_uncorrected_aggregate",
-            "remapped_rows_correctable",
-            "remapped_rows_uncorrectable",
-            "remapped_rows_pending",
-            "remapped_rows_failed",
-            "energy_joules",
-            "throttle_reasons",
-            "clock_memory_hz",
-            "pcie_replays",
-        )
-    }
+    assert (
+        dict(blind.reasons)
+        == {
+            name: Reason.UNSUPPORTED
+            for name in (
+                "ecc_corrected_volatile",
+                "ecc_uncorrected_volatile",
+                "ecc_corrected_aggregate",
+                "ecc_uncorrected_aggregate",
+                "remapped_rows_correctable",
+                "remapped_rows_uncorrectable",
+                "remapped_rows_pending",
+                "remapped_rows_failed",
+                "energy_joules",
+                "throttle_reasons",
+                "clock_memory_hz",
+                "pcie_replays",
+            )
+        }
+        | GPM_UNSUPPORTED
+    )
     assert (
         blind.number(H.ENERGY_JOULES),
         blind.throttle_reasons,
         blind.number(H.PCIE_REPLAYS),
     ) == (None, None, None)
     # Card 2: the sentinels refused, the older throttle call read.
-    assert dict(old.reasons) == {
-        "ecc_corrected_volatile": Reason.INVALID_DATA,
-        "energy_joules": Reason.INVALID_DATA,
-        "clock_sm_hz": Reason.INVALID_DATA,
-        "pcie_replays": Reason.INVALID_DATA,
-    }
+    assert (
+        dict(old.reasons)
+        == {
+            "ecc_corrected_volatile": Reason.INVALID_DATA,
+            "energy_joules": Reason.INVALID_DATA,
+            "clock_sm_hz": Reason.INVALID_DATA,
+            "pcie_replays": Reason.INVALID_DATA,
+        }
+        | GPM_UNSUPPORTED
+    )
     assert (
         old.number(H.ECC_CORRECTED_VOLATILE),
         old.number(H.ENERGY_JOULES),
@@ -364,7 +379,9 @@ def test_the_whole_agent_publishes_card_health(
         "memory": 2_619_000_000,
         "graphics": 1_755_000_000,
     }
-    assert full["clockThrottleReasons"]["sw_power_cap"] is True and full["absentReasons"] == {}
+    assert full["clockThrottleReasons"]["sw_power_cap"] is True
+    # Only the activity figures are absent (issue 41): this card serves no GPM.
+    assert full["absentReasons"] == {f.value: "unsupported" for _, f, _ in GPM_CARD_METRICS}
     assert (blind["energyJoules"], blind["clockThrottleReasons"], blind["pcieReplays"]) == (
         None,
         None,
@@ -376,7 +393,7 @@ def test_the_whole_agent_publishes_card_health(
         "energy_joules": "invalid_data",
         "clock_sm_hz": "invalid_data",
         "pcie_replays": "invalid_data",
-    }
+    } | {name: reason.value for name, reason in GPM_UNSUPPORTED.items()}
 
 
 # -- per-process --------------------------------------------------------------------------------

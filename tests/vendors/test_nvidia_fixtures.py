@@ -36,6 +36,7 @@ MIG_SMALL = ReadRequest(
 ROUNDS = {"h100-mig-gpm": 2, "a100-mig-without-gpm": 2}
 
 # name -> (scenario, what read() is asked for, the facts parse() must find)
+GPM_UNSUPPORTED = ("unsupported",) * 14
 TABLE: dict[str, tuple[Callable[[], list[dict[str, Any]]], ReadRequest, dict[str, Any]]] = {
     "h100-mig-1g10gb": (
         scenarios.h100_mig,
@@ -99,9 +100,22 @@ TABLE: dict[str, tuple[Callable[[], list[dict[str, Any]]], ReadRequest, dict[str
         {
             "cards": 3,
             "health": {
-                gpu(20): ((12, 1, 345, 2), 123_456.789, 1_755_000_000, 7, ()),
-                gpu(21): ((None,) * 4, None, 1_980_000_000, None, ("unsupported",) * 12),
-                gpu(22): ((None, 0, 0, 0), None, None, None, ("invalid_data",) * 4),
+                # The fake's cards serve no GPM: the 14 activity figures `unsupported` (issue 41).
+                gpu(20): ((12, 1, 345, 2), 123_456.789, 1_755_000_000, 7, GPM_UNSUPPORTED),
+                gpu(21): (
+                    (None,) * 4,
+                    None,
+                    1_980_000_000,
+                    None,
+                    ("unsupported",) * 12 + GPM_UNSUPPORTED,
+                ),
+                gpu(22): (
+                    (None, 0, 0, 0),
+                    None,
+                    None,
+                    None,
+                    ("invalid_data",) * 4 + GPM_UNSUPPORTED,
+                ),
             },
         },
     ),

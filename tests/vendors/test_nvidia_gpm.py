@@ -79,7 +79,9 @@ def test_a_partitions_compute_is_measured_from_the_second_round(libnvml: Path, s
     # GPM is asked only of the partitions a grant names, on the card that holds them.
     migs = {m["nvmlDeviceGetUUID"]: m for m in second["devices"][1]["migDevices"]}
     assert "nvmlGpmMigSampleGet" not in migs[BUSY]
-    assert "nvmlGpmQueryDeviceSupport" not in second["devices"][0]
+    # The whole card 0 is sampled by itself (issue 41), never through a partition's call.
+    assert "nvmlGpmMigSampleGet" not in second["devices"][0]
+    assert "nvmlGpmSampleGet" in second["devices"][0]
     assert parse(second).partitions[0].memory_total_mib == 9856
 
 
@@ -198,7 +200,8 @@ def test_a_read_takes_one_sample_per_partition_and_never_waits_for_a_second(
     finally:
         m.stop()
     assert [s.backends[0].state for s in snapshots] == [BackendState.OK] * 3
-    assert taken == [1, 1, 1]  # one sample of the one partition held, each round
+    # One sample of the one partition held and one of the whole card 0 (issue 41), each round.
+    assert taken == [2, 2, 2]
     parts = [s.slices.partitions[0] for s in snapshots if s.slices is not None]
     assert [(p.cores_percent, p.cores_reason) for p in parts] == [
         (None, Reason.NO_BASELINE),
@@ -215,9 +218,10 @@ def test_samples_are_freed_when_released_and_on_close(libnvml: Path, scenario) -
         for _ in range(3):
             backend.read(ReadRequest(partition_ids=WANTED))
             time.sleep(GAP)
-        assert live_samples(libnvml) == 2  # one previous sample per partition, no more
+        # One previous sample per partition and one for the whole card 0, no more.
+        assert live_samples(libnvml) == 3
         backend.read(ReadRequest(partition_ids=frozenset({(gpu(1), SMALL)})))
-        assert live_samples(libnvml) == 1  # the released partition let go of its sample
+        assert live_samples(libnvml) == 2  # the released partition let go of its sample
     finally:
         backend.close()
     assert live_samples(libnvml) == 0

@@ -24,7 +24,7 @@ from tests.vendors.kit import series
 from tests.world import GIB, accel, pod, process
 from tests.world import gpu as card_id
 from vendors import _thead_lib as hgml
-from vendors._nvml_family import GPM_MIN_INTERVAL
+from vendors._nvml_family import GPM_CARD_METRICS, GPM_MIN_INTERVAL
 from vendors.thead import TheadBackend
 
 pytestmark = pytest.mark.timeout(90)
@@ -214,19 +214,28 @@ def test_card_health_through_our_declarations(libhgml: Path, scenario) -> None: 
         1_600_000_000,
         1_450_000_000,
     )
-    assert (full.number(H.PCIE_REPLAYS), full.reasons) == (3, ())
+    # Every health figure answered; the card serves no GPM, so its activity (issue 41) is not.
+    assert full.number(H.PCIE_REPLAYS) == 3
+    assert {why for _, why in full.reasons} == {Reason.UNSUPPORTED}
+    assert {figure for figure, _ in full.reasons} == {f for _, f, _ in GPM_CARD_METRICS}
     assert full.xid_errors == ()  # the event set answered; the card raised none
     assert (blind.number(H.CLOCK_SM_HZ), blind.number(H.CLOCK_GRAPHICS_HZ)) == (
         1_500_000_000,
         1_500_000_000,
     )
-    assert dict(blind.reasons) == {name: Reason.UNSUPPORTED for name in NOT_ANSWERED}
-    assert dict(old.reasons) == {
-        "ecc_corrected_volatile": Reason.INVALID_DATA,
-        "energy_joules": Reason.INVALID_DATA,
-        "clock_sm_hz": Reason.INVALID_DATA,
-        "pcie_replays": Reason.INVALID_DATA,
-    }
+    # The fake's cards here serve no GPM: their activity figures (issue 41) are absent too.
+    gpm = {figure: Reason.UNSUPPORTED for _, figure, _ in GPM_CARD_METRICS}
+    assert dict(blind.reasons) == {name: Reason.UNSUPPORTED for name in NOT_ANSWERED} | gpm
+    assert (
+        dict(old.reasons)
+        == {
+            "ecc_corrected_volatile": Reason.INVALID_DATA,
+            "energy_joules": Reason.INVALID_DATA,
+            "clock_sm_hz": Reason.INVALID_DATA,
+            "pcie_replays": Reason.INVALID_DATA,
+        }
+        | gpm
+    )
     assert old.throttle_reasons is not None and dict(old.throttle_reasons)["gpu_idle"] is True
     devices = payload["devices"]
     assert "hgmlDeviceGetCurrentClocksThrottleReasons" in devices[2]

@@ -16,7 +16,9 @@
  *   - GPU_IS_LOST from every call on a lost card; each XID delivered once through the event set
  *     (a card's `xid`, then its `xids[]` in order), an event set the driver refuses (the
  *     kit's `faults.nvmlEventSetCreate`);
- *   - GPM (Hopper and newer): support per card, a sample per GPU instance stamped when taken,
+ *   - GPM (Hopper and newer): support per card, a sample per GPU instance or whole card stamped
+ *     when taken, a whole card's metrics by id from the scenario (INVALID_ARGUMENT per id it
+ *     does not serve, NOT_SUPPORTED from the card's sample before Hopper),
  *     the SM activity between two samples of one instance, a per-metric NOT_READY for samples
  *     closer than the header's 100 ms (strictness of the fake: a reader must not ask).
  *
@@ -31,7 +33,8 @@
  * remapped{corr, unc, pending, failure}, retired_pending, mig_mode{current, pending}, xid, xids[],
  * processes[]{pid, memory (bytes or "na"), gi, ci}, samples[]{pid, ts, sm, mem},
  * migs[]{slot, uuid, gi, memory{total, used}, sm (GPM SM activity, %), faults{}}, gpm (1: GPM
- * served), ecc{corrected_volatile, uncorrected_volatile, corrected_aggregate,
+ * served), gpm_metrics{<NVML_GPM_METRIC_* id>: value} (a whole card's GPM metrics; any other
+ * id answers INVALID_ARGUMENT), ecc{corrected_volatile, uncorrected_volatile, corrected_aggregate,
  * uncorrected_aggregate}, ecc_off (1: ECC answers NOT_SUPPORTED), energy (mJ), throttle (the
  * clocks-event-reason mask), clocks{graphics, sm, memory} (MHz), clock_faults{domain: code},
  * pcie_replays, bus_id (default 00000000:<0x10 + position>:00.0), gpu_numa (what
@@ -707,6 +710,17 @@ nvmlReturn_t DECLDIR nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuIn
     return NVML_SUCCESS;
 }
 
+/* A whole card's sample (issue 41): GPU instance -1 in the kit's sample. */
+nvmlReturn_t DECLDIR nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gpmSample) {
+    CARD("nvmlGpmSampleGet");
+    if (device->mig >= 0 || !gpmSample || !fl_gpm_valid(&gpmSample->s))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!fl_int(0, D "gpm", d))
+        return NVML_ERROR_NOT_SUPPORTED; /* before Hopper */
+    fl_gpm_take(&gpmSample->s, d, -1);
+    return NVML_SUCCESS;
+}
+
 nvmlReturn_t DECLDIR nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet) {
     const fl_gpm_sample_t *a, *b;
     int m;
@@ -729,7 +743,19 @@ nvmlReturn_t DECLDIR nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet) {
         nvmlGpmMetric_t *metric = &metricsGet->metrics[i];
         memset(&metric->metricInfo, 0, sizeof metric->metricInfo);
         metric->value = 0;
-        if (metric->metricId != NVML_GPM_METRIC_SM_UTIL || m < 0)
+        if (a->gi < 0) {
+            /* A whole card: the metric ids the scenario's gpm_metrics serves; any other id
+             * answers INVALID_ARGUMENT, as a real driver answers an id it does not know. */
+            const char *value = fl_get(D "gpm_metrics.%u", a->dev, metric->metricId);
+            if (!value)
+                metric->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT;
+            else if (b->at - a->at < FL_GPM_MIN_INTERVAL)
+                metric->nvmlReturn = NVML_ERROR_NOT_READY;
+            else {
+                metric->nvmlReturn = NVML_SUCCESS;
+                metric->value = strtod(value, NULL);
+            }
+        } else if (metric->metricId != NVML_GPM_METRIC_SM_UTIL || m < 0)
             metric->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
         else if (b->at - a->at < FL_GPM_MIN_INTERVAL)
             metric->nvmlReturn = NVML_ERROR_NOT_READY;

@@ -24,15 +24,49 @@ PER_PROCESS = (
 )
 
 
+# What the recorded H200's GPM answered under a quarter-duty bf16 workload (nvml.h's metric
+# ids; ../shared/recorded/nvidia-h200-2026-12-04/gpm-readings.json): the ids a whole card's
+# fake serves. Percent, and MiB/s for PCIe and NVLink.
+GPM_QUARTER_DUTY: dict[int, float] = {
+    1: 24.6582,  # GRAPHICS_UTIL
+    2: 21.1868,  # SM_UTIL
+    3: 3.0975,  # SM_OCCUPANCY
+    4: 0.3948,  # INTEGER_UTIL
+    5: 20.1394,  # ANY_TENSOR_UTIL
+    6: 0.0,  # DFMA_TENSOR_UTIL
+    7: 20.1394,  # HMMA_TENSOR_UTIL
+    9: 0.0,  # IMMA_TENSOR_UTIL
+    10: 5.3499,  # DRAM_BW_UTIL
+    11: 0.0,  # FP64_UTIL
+    12: 0.0,  # FP32_UTIL
+    13: 0.0,  # FP16_UTIL
+    20: 1.9317,  # PCIE_TX_PER_SEC
+    21: 8.2348,  # PCIE_RX_PER_SEC
+    60: 0.0,  # NVLINK_TOTAL_RX_PER_SEC
+    61: 0.0,  # NVLINK_TOTAL_TX_PER_SEC
+}
+
+
 def mig_uuid(n: int) -> str:
     return f"MIG-{gpu(100 + n)[4:]}"
 
 
 def h100_mig(gpm: bool = True) -> list[dict[str, Any]]:
     """Card 0 whole; card 1 in MIG mode: a busy 3g.40gb, a 1g.10gb of 9856 MiB, an idle one.
-    Hopper serves GPM: each GPU instance's SM activity between two samples."""
+    Hopper serves GPM: each GPU instance's SM activity between two samples, and the whole
+    card 0's metrics (issue 41: the H200's quarter-duty bf16 readings). `gpm=False`: a driver
+    without GPM on either card."""
     return [
-        device(gpu(0), **H100, used_mib=60_000, util=(80, 30), temp=55, power=500_000, gpm=1),
+        device(
+            gpu(0),
+            **H100,
+            used_mib=60_000,
+            util=(80, 30),
+            temp=55,
+            power=500_000,
+            gpm=int(gpm),
+            gpm_metrics=dict(GPM_QUARTER_DUTY),
+        ),
         device(
             gpu(1),
             **H100,

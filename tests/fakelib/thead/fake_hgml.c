@@ -31,7 +31,8 @@
  *     `xids[]`), an event set refused by the kit's `faults.hgmlEventSetCreate`.
  *
  * Scenario: the NVML-family document of tests/fakelib/nvml_family.py (driver, devices[] of
- * {uuid, name, index, memory, util, temp, power, remapped, retired_pending, mig_mode, gpm, xid, xids[], bus_id, nvlinks[]{state, remote, type, error (a gap: this link answers the code)} (its ICN links), ancestor{<position>: level},
+ * {uuid, name, index, memory, util, temp, power, remapped, retired_pending, mig_mode, gpm,
+ * gpm_metrics{<metric id>: value} (a whole card's GPM; any other id INVALID_ARGUMENT), xid, xids[], bus_id, nvlinks[]{state, remote, type, error (a gap: this link answers the code)} (its ICN links), ancestor{<position>: level},
  * ecc{corrected_volatile, …}, ecc_off, energy, throttle, clocks{graphics, sm, memory},
  * clock_faults{…}, pcie_replays, processes[], samples[], migs[]{slot, uuid, gi, memory, sm,
  * faults}}) plus the kit's keys.
@@ -500,6 +501,17 @@ hgmlReturn_t hgmlGpmMigSampleGet(hgmlDevice_t device, unsigned int gpuInstanceId
     return HGML_SUCCESS;
 }
 
+/* A whole card's sample (issue 41): GPU instance -1 in the kit's sample. */
+hgmlReturn_t hgmlGpmSampleGet(hgmlDevice_t device, hgmlGpmSample_t gpmSample) {
+    CARD("hgmlGpmSampleGet");
+    if (is_mig(device) || !gpmSample.handle || !fl_gpm_valid(&gpmSample.handle->s))
+        return HGML_ERROR_INVALID_ARGUMENT;
+    if (!fl_int(0, D "gpm", d))
+        return HGML_ERROR_NOT_SUPPORTED; /* before Hopper */
+    fl_gpm_take(&gpmSample.handle->s, d, -1);
+    return HGML_SUCCESS;
+}
+
 hgmlReturn_t hgmlGpmMetricsGet(hgmlGpmMetricsGet_t *metricsGet) {
     const fl_gpm_sample_t *a, *b;
     int m;
@@ -522,7 +534,19 @@ hgmlReturn_t hgmlGpmMetricsGet(hgmlGpmMetricsGet_t *metricsGet) {
         hgmlGpmMetric_t *metric = &metricsGet->metrics[i];
         memset(&metric->metricInfo, 0, sizeof metric->metricInfo);
         metric->value = 0;
-        if (metric->metricId != HGML_GPM_METRIC_SM_UTIL || m < 0)
+        if (a->gi < 0) {
+            /* A whole card: the metric ids the scenario's gpm_metrics serves; any other id
+             * answers INVALID_ARGUMENT, as a real driver answers an id it does not know. */
+            const char *value = fl_get(D "gpm_metrics.%u", a->dev, metric->metricId);
+            if (!value)
+                metric->hgmlReturn = HGML_ERROR_INVALID_ARGUMENT;
+            else if (b->at - a->at < FL_GPM_MIN_INTERVAL)
+                metric->hgmlReturn = HGML_ERROR_NOT_READY;
+            else {
+                metric->hgmlReturn = HGML_SUCCESS;
+                metric->value = strtod(value, NULL);
+            }
+        } else if (metric->metricId != HGML_GPM_METRIC_SM_UTIL || m < 0)
             metric->hgmlReturn = HGML_ERROR_NOT_SUPPORTED;
         else if (b->at - a->at < FL_GPM_MIN_INTERVAL)
             metric->hgmlReturn = HGML_ERROR_NOT_READY;

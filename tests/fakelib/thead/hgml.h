@@ -229,6 +229,7 @@ hgmlReturn_t hgmlGpmSampleAlloc(hgmlGpmSample_t *gpmSample);
 hgmlReturn_t hgmlGpmSampleFree(hgmlGpmSample_t gpmSample);
 hgmlReturn_t hgmlGpmMigSampleGet(hgmlDevice_t device, unsigned int gpuInstanceId,
                                  hgmlGpmSample_t gpmSample);
+hgmlReturn_t hgmlGpmSampleGet(hgmlDevice_t device, hgmlGpmSample_t gpmSample);
 hgmlReturn_t hgmlGpmMetricsGet(hgmlGpmMetricsGet_t *metricsGet);
 hgmlReturn_t hgmlDeviceGetPciInfo_v3(hgmlDevice_t device, hgmlPciInfo_t *pci);
 hgmlReturn_t hgmlDeviceGetTopologyCommonAncestor(hgmlDevice_t device1, hgmlDevice_t device2,
