@@ -197,8 +197,11 @@ def test_a_body_past_the_bound_is_413_at_once_and_never_read(launch, chunked: bo
             except OSError:
                 break
             try:
-                answer += conn.recv(65536)
-                if answer.endswith(b"\n") or not answer:
+                got = conn.recv(65536)
+                answer += got
+                # A chunked body's size is known only as it comes: the method's 405 may come
+                # first, and the client goes on sending until the 413 or the close stops it.
+                if not got or b"HTTP/1.1 413" in answer:
                     break
             except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
                 pass

@@ -257,6 +257,19 @@ def test_a_namespace_json_cannot_encode_keeps_the_node_ready(launch, tmp_path: P
     assert "monitor round failed" not in agent.logs()
 
 
+def held_by_another_pod(agent: Agent) -> list[float]:
+    """The agent's count of grants refused because another pod holds what they name."""
+    with agent.client() as client:
+        text = client.get("/metrics").text
+    return [
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "gpustack_accelerator_grants_refused"
+        and s.labels["reason"] == "held_by_another_pod"
+    ]
+
+
 def series(agent: Agent) -> set[tuple[str, tuple[tuple[str, str], ...], float]]:
     """Every gpustack_ sample but timings and round counters, from the real agent."""
     with agent.client() as client:
@@ -482,18 +495,7 @@ def test_a_tenant_naming_another_pods_card_reads_nothing_of_it(launch, tmp_path:
     )
     pods_file.write_text(json.dumps({**pods, "items": [*pods["items"], thief]}))
 
-    def refused() -> list[float]:
-        with agent.client() as client:
-            text = client.get("/metrics").text
-        return [
-            s.value
-            for f in text_string_to_metric_families(text)
-            for s in f.samples
-            if s.name == "gpustack_accelerator_grants_refused"
-            and s.labels["reason"] == "held_by_another_pod"
-        ]
-
-    wait(lambda: refused() == [1.0])
+    wait(lambda: held_by_another_pod(agent) == [1.0])
     assert series(agent) == before
     time.sleep(1.0)
     lines = [line for line in agent.logs().splitlines() if "tenant-b/thief" in line]
@@ -553,18 +555,7 @@ def test_a_forged_partition_or_slice_on_the_mixed_node_reads_nothing_of_it(
         forgers.append(forger)
     pods_file.write_text(json.dumps({**pods, "items": [*pods["items"], *forgers]}))
 
-    def refused() -> list[float]:
-        with agent.client() as client:
-            text = client.get("/metrics").text
-        return [
-            s.value
-            for f in text_string_to_metric_families(text)
-            for s in f.samples
-            if s.name == "gpustack_accelerator_grants_refused"
-            and s.labels["reason"] == "held_by_another_pod"
-        ]
-
-    wait(lambda: refused() == [2.0])
+    wait(lambda: held_by_another_pod(agent) == [2.0])
     assert series(agent) == before
     time.sleep(1.0)
     for name in forged:

@@ -7,7 +7,7 @@ round (`/metrics` and the snapshot render these fields, scaled: Hz, watts, MiB).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from devicemanager.crosscheck.model import Value
@@ -103,24 +103,19 @@ def card_keys(card: Card) -> frozenset[str]:
 
 def _health(health: CardHealth, out: dict[str, Value], why: dict[str, str]) -> None:
     reasons = dict(health.reasons)
-    for field, figure in COUNTS.items():
-        value = health.number(field)
-        if value is not None:
-            out[figure] = int(value)
-        elif field in reasons:
-            why[figure] = f"the agent's reading: {reasons[field]}"
-    for field, figure in FLAGS.items():
-        value = health.number(field)
-        if value is not None:
-            out[figure] = bool(value)
-        elif field in reasons:
-            why[figure] = f"the agent's reading: {reasons[field]}"
-    for field, figure in CLOCKS.items():
-        value = health.number(field)
-        if value is not None:
-            out[figure] = value / 1e6
-        elif field in reasons:
-            why[figure] = f"the agent's reading: {reasons[field]}"
+    # Counts as whole numbers, repair flags as yes or no, clocks from Hz to the tools' MHz.
+    read: tuple[tuple[dict[HealthFigure, str], Callable[[float], Value]], ...] = (
+        (COUNTS, int),
+        (FLAGS, bool),
+        (CLOCKS, lambda hz: hz / 1e6),
+    )
+    for figures, convert in read:
+        for field, figure in figures.items():
+            value = health.number(field)
+            if value is not None:
+                out[figure] = convert(value)
+            elif field in reasons:
+                why[figure] = f"the agent's reading: {reasons[field]}"
     if health.throttle_reasons is not None:
         for reason, active in health.throttle_reasons:
             out[f"throttle.{reason}"] = bool(active)
