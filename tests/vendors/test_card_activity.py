@@ -6,7 +6,9 @@ cannot be stated, never busy time in its place.
 
 The H200's own answers (fixtures/nodes/h200-recorded/gpm-readings.json, copied from the
 session's recording: two GPM samples 2 s apart around four known workloads) are pinned through
-the real parse: one SM of 132 kept 30% busy is 26% busy time and 0.2% SM activity."""
+the real parse: one SM of 132 kept 30% busy is 26% busy time and 0.2% SM activity. R-X10 in
+part: per card on NVIDIA and T-Head; per partition beyond SM activity, the other manufacturers,
+per Instance and idle by activity are issue 41's rest."""
 
 from __future__ import annotations
 
