@@ -167,3 +167,15 @@ def scenario_monitor(name: str, period: float = 15.0):  # type: ignore[no-untype
     return build_monitor(
         settings, resolve_node(settings), wall=lambda: FIXED_TIME, mono=lambda: 0.0
     )
+
+
+@pytest.fixture(scope="session")
+def libhgml(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fake libhgml.so, compiled once per run from our own hgml.h (a C compiler is
+    needed: without one the tests that load it are skipped, saying why)."""
+    from tests.fakelib import thead as hgml_fake
+
+    why = hgml_fake.missing()
+    if why:
+        pytest.skip(f"the fake libhgml cannot be built here: {why}")
+    return hgml_fake.build(tmp_path_factory.mktemp("hgml"))

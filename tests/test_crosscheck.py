@@ -853,7 +853,7 @@ def test_inputs_that_cannot_be_read_are_one_line_each(
 
 def test_the_cards_read_now_through_the_library_against_the_tool_run_right_after(
     capsys: pytest.CaptureFixture[str],
-    tmp_path_factory: pytest.TempPathFactory,
+    libhgml: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -864,15 +864,12 @@ def test_the_cards_read_now_through_the_library_against_the_tool_run_right_after
     from tests.fakelib.thead import scenarios
     from vendors.thead import TheadBackend
 
-    if why := fake.missing():
-        pytest.skip(f"the fake libhgml cannot be built here: {why}")
-    lib = fake.build(tmp_path_factory.mktemp("hgml"))  # with the compiler on PATH
     bare_path = tmp_path / "bin"
     bare_path.mkdir()
     monkeypatch.setenv("PATH", str(bare_path))
     path = fake.write(tmp_path / "scenario.txt", scenarios.ppu_mixed())
     monkeypatch.setenv(fake.SCENARIO_ENV, str(path))
-    backend = TheadBackend({"hgml": str(lib)})
+    backend = TheadBackend({"hgml": str(libhgml)})
     backend.open()
     try:
         first = backend.parse(backend.read(ReadRequest()))
@@ -882,7 +879,7 @@ def test_the_cards_read_now_through_the_library_against_the_tool_run_right_after
         backend.close()
     assert reading.cards and any(d.rows for d in reading.processes)
     _install(bare_path, _ppu(reading))
-    code, out, err = run(capsys, "thead", "--library", str(lib))
+    code, out, err = run(capsys, "thead", "--library", str(libhgml))
     assert code == 0, out + err
     assert "crosscheck thead against ppu-smi" in out and "note:" not in out
     assert sum(" agree " in line for line in lines(out, "memory_mib")) == sum(
@@ -892,7 +889,7 @@ def test_the_cards_read_now_through_the_library_against_the_tool_run_right_after
     assert card.memory_used_mib is not None
     wrong = replace(card, memory_used_mib=card.memory_used_mib + 1)
     _install(bare_path, _ppu(replace(reading, cards=(wrong, *reading.cards[1:]))))
-    code, out, _ = run(capsys, "thead", "--library", str(lib))
+    code, out, _ = run(capsys, "thead", "--library", str(libhgml))
     assert code == 1
     assert f"card {card.id}: memory.used_mib: agent {card.memory_used_mib}, ppu-smi" in out
 

@@ -142,18 +142,13 @@ def test_record_ascend_over_the_fake_libdcmi(
     assert pids(reading) == [[899293, 899294]]
 
 
-def test_record_thead_over_the_fake_libhgml(
-    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
-) -> None:
+def test_record_thead_over_the_fake_libhgml(libhgml: Path, tmp_path: Path) -> None:
     from tests.fakelib import thead as fake
     from tests.fakelib.thead import scenarios
 
-    if why := fake.missing():
-        pytest.skip(f"the fake libhgml cannot be built here: {why}")
-    lib = fake.build(tmp_path_factory.mktemp("hgml"))
     scenario = fake.write(tmp_path / "scenario.txt", [scenarios.slices_one_busy()])
     out = tmp_path / "thead.json"
-    doc = record("thead", str(lib), fake.SCENARIO_ENV, scenario, out)
+    doc = record("thead", str(libhgml), fake.SCENARIO_ENV, scenario, out)
     meta = doc["meta"]
     assert (meta["kind"], meta["manufacturer"], meta["driver"], meta["cards"]) == (
         "synthetic",
@@ -161,29 +156,24 @@ def test_record_thead_over_the_fake_libhgml(
         fake.DRIVER,
         ["PPU-ZW810E"],
     )
-    assert meta["source"] == f"devicemanager record thead --library {lib}"
+    assert meta["source"] == f"devicemanager record thead --library {libhgml}"
     _, payload = load_recording(out)
     reading = backend_class("thead")().parse(payload)
     # slices_one_busy: PIDs 8101 and 8201 on the one PPU.
     assert pids(reading) == [[8101, 8201]]
 
 
-def test_record_keeps_a_whole_cards_gpm_activity(
-    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
-) -> None:
+def test_record_keeps_a_whole_cards_gpm_activity(libhgml: Path, tmp_path: Path) -> None:
     """Issue 41: the recording's second read compares its GPM sample with the first's, so the
     next real node recorded keeps the card's activity, not only `no_baseline`."""
     from devicemanager.model import HealthFigure
     from tests.fakelib import thead as fake
     from tests.fakelib.thead import scenarios
 
-    if why := fake.missing():
-        pytest.skip(f"the fake libhgml cannot be built here: {why}")
-    lib = fake.build(tmp_path_factory.mktemp("hgml"))
     card = scenarios.whole(41, gpm=1, gpm_metrics={2: 21.1868, 5: 20.1394})
     scenario = fake.write(tmp_path / "scenario.txt", [card])
     out = tmp_path / "thead.json"
-    record("thead", str(lib), fake.SCENARIO_ENV, scenario, out)
+    record("thead", str(libhgml), fake.SCENARIO_ENV, scenario, out)
     _, payload = load_recording(out)
     (device,) = payload["devices"]
     assert "hgmlGpmSampleGet" in device and "hgmlGpmMetricsGet" in device

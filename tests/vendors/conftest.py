@@ -10,7 +10,6 @@ import pytest
 
 from tests.conftest import Agent
 from tests.fakelib import nvidia as fake_nvml
-from tests.fakelib import thead as fake_hgml
 
 
 @pytest.fixture(scope="session")
@@ -20,15 +19,6 @@ def libnvml(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if why:
         pytest.skip(f"the fake libnvidia-ml cannot be built here: {why}")
     return fake_nvml.build(tmp_path_factory.mktemp("nvml"))
-
-
-@pytest.fixture(scope="session")
-def libhgml(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The fake libhgml.so, compiled once per run from our own hgml.h."""
-    why = fake_hgml.missing()
-    if why:
-        pytest.skip(f"the fake libhgml cannot be built here: {why}")
-    return fake_hgml.build(tmp_path_factory.mktemp("hgml"))
 
 
 @pytest.fixture(scope="session")
