@@ -268,3 +268,47 @@ def measured(pod_uid: str, device: str, memory_used: int, cores: float) -> View:
         ),
         manufacturers=frozenset({"nvidia"}),
     )
+
+
+def test_the_driver_scenarios_place_every_claimed_device() -> None:
+    """R-X12: over the replayed nodes of HAMi's and Ascend's drivers no claimed device is left
+    unmatched (Ascend's were all `unmatched_device` before), and each pod's grant is on the card
+    its claim names: HAMi's shares Sliced on cards 3 and 7, Ascend's NPUs by physicId."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.conftest import scenario_monitor
+
+    def grants(scenario: str) -> tuple[set[tuple[str, str, str]], list[float]]:
+        monitor = scenario_monitor(scenario)
+        text = monitor.run_round().metrics.plain.decode()
+        monitor.stop()
+        samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+        held = {
+            (s.labels["instance_name"], s.labels["index"], s.labels["mode"])
+            for s in samples
+            if s.name == "gpustack_instance_accelerator_memory_total_mib"
+        }
+        unresolved = [
+            s.value for s in samples if s.name == "gpustack_accelerator_dra_unresolved_devices"
+        ]
+        return held, unresolved
+
+    held, unresolved = grants("atlas800t-a2-npu-dra")
+    assert unresolved == [] or set(unresolved) == {0.0}
+    assert held == {
+        ("qwen3-32b-0", "0", "Exclusive"),
+        ("qwen3-32b-0", "1", "Exclusive"),
+        ("llm-a-0", "2", "Shared"),
+        ("llm-b-0", "2", "Shared"),
+        ("npu-burn-in-7xk2q", "5", "Exclusive"),
+    }
+    held, unresolved = grants("h100-hami-dra")
+    assert unresolved == [] or set(unresolved) == {0.0}
+    assert held == {
+        ("llama-3-8b-0", "3", "Sliced"),
+        ("bge-m3-0", "3", "Sliced"),
+        ("phi-4-0", "7", "Sliced"),
+        ("gemma-2-2b-0", "7", "Sliced"),
+        ("mistral-small-24b-0", "4", "Partitioned"),
+        ("whisper-large-v3-0", "4", "Partitioned"),
+    }
