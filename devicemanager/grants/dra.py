@@ -24,8 +24,8 @@ the three into the core's allocations, one per device a container holds:
 A device is matched to a card by its attributes only (`uuid`, `parentUUID`, a PCI bus id, or
 Ascend's `physicId`), each looked up among the ids and aliases the vendor libraries enumerate
 (`Aliases`): a driver whose devices carry no attribute that names a known card is not guessed
-at. Each device that could
-not be resolved is left out with its reason (`Unresolved`), so the round can count it.
+at. Each device that could not be resolved is left out with its reason (`Unresolved`), so the
+round can count it.
 """
 
 from __future__ import annotations
