@@ -83,6 +83,10 @@ class Allocation:
     partition_id: str | None = None  # the id recorded at allocation, e.g. MIG-<uuid>
     profile: str | None = None  # e.g. 1g.10gb
     source: str = "gpustack"
+    # A slice of the partition itself (a DRA share of a MIG device several claims share): the
+    # grant is keyed by the partition, its quota a part of it. Any other slice's recorded
+    # partition (GPUStack's `allocatedPhysicalID`) says where it runs, not what it holds.
+    in_partition: bool = False
 
 
 def _mode(value: Any, accelerator: Mapping[str, Any]) -> Mode | None:

@@ -14,14 +14,18 @@ the three into the core's allocations, one per device a container holds:
 - a partition device (`type: mig`, its own `uuid` and the card's `parentUUID`): `Partitioned`,
   read on the partition's own handle, the profile from `profile`;
 - a share of a device with consumable capacity (`share_id`, the claim's `consumedCapacity`):
-  `Sliced`, its memory quota the memory it consumed;
+  `Sliced`, its quota what grants/dra_drivers.py says the driver's share holds (the memory it
+  consumed, or the device's memory * shares / N; HAMi's `cores` its compute cap); a share of a
+  partition (a MIG device shared by claims) is a `Sliced` grant of that partition, so the
+  sharers together hold the partition once, never a copy of it each;
 - an admin-access claim (a monitoring pod that sees every device, holding none): `Visibility`,
   no grant.
 
-A device is matched to a card by its attributes only (`uuid`, `parentUUID`, a PCI bus id), each
-looked up among the ids and aliases the vendor libraries enumerate (`Aliases`): a driver whose
-devices carry no attribute that names a known card is not guessed at. Each device that could
-not be resolved is left out with its reason (`Unresolved`), so the round can count it.
+A device is matched to a card by its attributes only (`uuid`, `parentUUID`, a PCI bus id, or
+Ascend's `physicId`), each looked up among the ids and aliases the vendor libraries enumerate
+(`Aliases`): a driver whose devices carry no attribute that names a known card is not guessed
+at. Each device that could not be resolved is left out with its reason (`Unresolved`), so the
+round can count it.
 """
 
 from __future__ import annotations
@@ -32,8 +36,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from types import MappingProxyType
 
+from devicemanager.grants import dra_drivers
 from devicemanager.grants.allocations import Allocation, Mode
-from devicemanager.model import MIB
 
 # Bounds on what the API server and the kubelet hand over for one node.
 MAX_SLICE_DEVICES = 4096  # devices across every slice of the node
@@ -47,19 +51,21 @@ MAX_NAME = 253  # a Kubernetes name; DRA device names are DNS labels
 DRIVERS = {
     "gpu.nvidia.com": "nvidia",
     "gpu.amd.com": "amd",
+    dra_drivers.HAMI: "nvidia",  # HAMi's fork of NVIDIA's driver: NVIDIA cards by `uuid`
+    dra_drivers.ASCEND: "ascend",
 }
 
 # Attributes that name a card or partition, in the order they are tried. The NVIDIA driver
 # publishes `uuid` (a `GPU-` or `MIG-` UUID) and, on a MIG device, `parentUUID`; AMD's publishes
-# the PCI bus id; a driver of another manufacturer may publish any of these.
-ID_ATTRIBUTES = ("uuid", "pciBusID", "pciAddress", "pcieRoot", "serial")
+# the PCI bus id; HAMi's spells its bus id `pcieBusID`; a driver of another manufacturer may
+# publish any of these.
+ID_ATTRIBUTES = ("uuid", "pciBusID", "pcieBusID", "pciAddress", "pcieRoot", "serial")
 PARENT_ATTRIBUTE = "parentUUID"
 TYPE_ATTRIBUTE = "type"
 PROFILE_ATTRIBUTE = "profile"
 # `amdgpu-partition`: AMD's driver names a partition's parent by its PCI bus id only, which
 # all partitions of a card share: it is not resolved to one partition (unmatched, counted).
 PARTITION_TYPES = frozenset({"mig", "partition", "xcp", "vnpu", "amdgpu-partition"})
-MEMORY_CAPACITY = "memory"
 
 # Why a claimed device has no grant (counted in /metrics, never a guess).
 NO_SLICE = "no_slice"  # no ResourceSlice of the node lists it
@@ -272,6 +278,10 @@ def resolve(device: DraDevice, aliases: Aliases) -> Resolved | None:
     known = DRIVERS.get(device.driver)
     manufacturers = [known] if known else sorted({m for m, _ in aliases})
     attrs = device.attributes
+    if names := dra_drivers.physical_names(device.driver, attrs):
+        # Ascend's devices carry nothing but `physicId`: the NPU its device-plugin name names.
+        found = {card for name in names if (card := _card(manufacturers, name, aliases))}
+        return Resolved(*found.pop()) if len(found) == 1 else None
     kind = attrs.get(TYPE_ATTRIBUTE)
     profile = attrs.get(PROFILE_ATTRIBUTE)
     profile_text = profile if isinstance(profile, str) and profile else None
@@ -361,7 +371,26 @@ def pod_allocations(
                 missed.append(Unresolved(c.container, ref_text, d.key, UNMATCHED))
                 continue
             held = partial(Allocation, c.container, what.manufacturer, what.card_id, None)
-            if what.partition_id is not None:
+            if d.share_id is not None:
+                # A share: of a card, or of a partition (a MIG device several claims share).
+                if result is None:
+                    missed.append(Unresolved(c.container, ref_text, d.key, NO_CLAIM))
+                    continue
+                quota = dra_drivers.share_quota(
+                    device.driver, device.capacity, result.consumed_capacity
+                )
+                out.append(
+                    held(
+                        Mode.SLICED,
+                        memory_mib=quota.memory_mib,
+                        cores_percent=quota.cores_percent,
+                        partition_id=what.partition_id,
+                        profile=what.profile if what.partition_id is not None else None,
+                        in_partition=what.partition_id is not None,
+                        source=SOURCE,
+                    )
+                )
+            elif what.partition_id is not None:
                 out.append(
                     held(
                         Mode.PARTITIONED,
@@ -370,12 +399,6 @@ def pod_allocations(
                         source=SOURCE,
                     )
                 )
-            elif d.share_id is not None:
-                consumed = result.consumed_capacity.get(MEMORY_CAPACITY) if result else None
-                if consumed is None:
-                    missed.append(Unresolved(c.container, ref_text, d.key, NO_CLAIM))
-                else:
-                    out.append(held(Mode.SLICED, memory_mib=consumed // MIB, source=SOURCE))
             else:
                 out.append(held(Mode.SHARED if shared else Mode.EXCLUSIVE, source=SOURCE))
     return PodClaims(tuple(out), tuple(missed))

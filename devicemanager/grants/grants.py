@@ -122,7 +122,8 @@ def _grant(pod: PodInfo, a: Allocation) -> Grant:
         if a.cores_percent is not None and a.cores_percent > 0
         else cores_cap(pod, a.container)
     )
-    partitioned = a.mode is Mode.PARTITIONED
+    # A partition's grant is keyed by it; so is a slice of the partition itself (a DRA share).
+    partitioned = a.mode is Mode.PARTITIONED or (a.mode is Mode.SLICED and a.in_partition)
     return Grant(
         pod_uid=pod.uid,
         containers=(a.container,),
