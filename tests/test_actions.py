@@ -69,7 +69,5 @@ def test_the_docs_table_is_the_codes() -> None:
     text = (REPO / "docs" / "vendors.md").read_text()
     section = text.split("### What to do per fault (R-X11)", 1)[1].split("\n### ", 1)[0]
     rows = [m.groups() for line in section.splitlines() if (m := ROW.match(line))]
-    want = [
-        (", ".join(e.manufacturers), e.reason, e.action.value, e.says, e.source) for e in TABLE
-    ]
+    want = [(", ".join(e.manufacturers), e.reason, e.action.value, e.says, e.source) for e in TABLE]
     assert rows == want
