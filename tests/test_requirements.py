@@ -31,7 +31,6 @@ END = "<!-- end of requirements -->"
 
 # Requirements of the spec that no code builds yet, with what will build them.
 NOT_BUILT: dict[str, str] = {
-    "R-X11": "issue 42",
     "R-X12": "issue 47",
 }
 

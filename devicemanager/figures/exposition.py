@@ -199,9 +199,9 @@ def health_families(snapshot: Snapshot, table: FigureTable = FIGURES) -> Iterato
     for group, card in cards:
         if card.unhealthy:
             labels = [node, group.manufacturer, card.id, str(card.index)]
-            why = card.unhealthy_reason or ""
-            action = action_for(group.manufacturer, why).value
-            reason.add_metric([*labels, why, action], 1.0)
+            said = card.unhealthy_reason or ""
+            action = action_for(group.manufacturer, said).value
+            reason.add_metric([*labels, said, action], 1.0)
         for figure in card.invalid:  # a card figure out of physical range (issue 30)
             invalid = [node, group.manufacturer, card.id, figure, Reason.INVALID_DATA.value]
             capability.add_metric(invalid, 0.0)
