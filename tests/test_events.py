@@ -269,3 +269,34 @@ def test_serve_registers_the_writer_only_where_it_can_write(tmp_path: Path) -> N
     assert event_writer(off, None, NODE) is None
     on = parse_serve(["--node-condition", "true"], env={})
     assert on.node_condition
+
+
+def test_the_monitors_rounds_go_on_while_the_api_server_holds_their_events(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    # The replayed DRA node: card 6 tainted `gpu.nvidia.com/xid=79` by its driver (NVIDIA: a
+    # reboot), and a card the slices offer that the library lost (`not_enumerated`: unknown).
+    from tests.conftest import scenario_monitor
+
+    api.holds["event"] = threading.Event()
+    writer = writer_for(client_for(api, tmp_path, timeout=60))
+    monitor = scenario_monitor("a100-dra-only")
+    monitor.outputs = (*monitor.outputs, Acting(writer, NODE))
+    monitor.run_round()
+    arrived(api, "event")
+    for _ in range(20):
+        monitor.run_round()  # each returns while the first Event is still held
+    assert monitor.rounds == 21
+    assert api.count("event") == 1
+    api.holds["event"].set()
+    writer.idle()
+    writer.stop()
+    actions = {
+        e["note"].split(" is unhealthy: ")[1]: e["action"] for e in api.events_on("Node", NODE)
+    }
+    assert actions == {
+        "gpu.nvidia.com/xid=79; action: reboot_node": "reboot_node",
+        "not_enumerated; action: unknown": "unknown",
+    }
+    for event in api.events_on("Node", NODE):
+        assert event["series"]["count"] == 21  # one Event each, seen by every round
