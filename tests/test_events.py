@@ -168,6 +168,7 @@ def test_recovery_writes_one_event_and_a_relapse_grows_the_first_one(
     recovered = [e for e in api.events_on("Node", NODE) if e["reason"] == "AcceleratorRecovered"]
     assert len(recovered) == 1
     assert recovered[0]["type"] == "Normal"
+    assert recovered[0]["action"] == "none"  # nothing more to do; the note says what it was
     assert "healthy again" in recovered[0]["note"]
     acting(round_with(lone))  # the same fault again: the first Event's series, no new Event
     writer.idle()

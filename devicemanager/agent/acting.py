@@ -8,6 +8,7 @@ it turns the round's notices (round/health.py) into notes and hands them to the 
 
 from __future__ import annotations
 
+from devicemanager.figures.actions import Action
 from devicemanager.kube.events import EventWriter, NodeCondition, Note, Regarding
 from devicemanager.round import health
 from devicemanager.round.steps import Round, UnhealthyCard
@@ -18,13 +19,15 @@ def notes(node: str, notice: health.Notice) -> list[Note]:
     what to do."""
     card = notice.card
     warning = notice.turned == health.UNHEALTHY
+    # A recovered card asks for nothing more; its note says what it was.
+    action = card.action if warning else Action.NONE.value
     text, series = notice.text(), notice.series
-    out = [Note(Regarding("Node", node), notice.turned, card.action, text, warning, series)]
+    out = [Note(Regarding("Node", node), notice.turned, action, text, warning, series)]
     out += [
         Note(
             Regarding("Pod", pod.name, pod.namespace, pod.uid),
             notice.turned,
-            card.action,
+            action,
             text,
             warning,
             series,
