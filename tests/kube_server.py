@@ -83,6 +83,13 @@ class FakeApiServer:
         self.allowed: set[tuple[str, str]] = set()
         self.reviews: list[tuple[str, dict[str, Any]]] = []  # (kind, spec) as received
         self.closers: list[Any] = []  # clients of this server, closed when it stops
+        # Events (events.k8s.io/v1) by (namespace, name) as created and patched since, the
+        # PATCHes received as (path, content type, body), each node's status conditions, and
+        # per kind a gate a request of that kind waits on until it is set (a hanging server).
+        self.events: dict[tuple[str, str], dict[str, Any]] = {}
+        self.patches: list[tuple[str, str, dict[str, Any]]] = []
+        self.conditions: dict[str, list[dict[str, Any]]] = {}
+        self.holds: dict[str, threading.Event] = {}
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(tmp / "server.crt", tmp / "server.key")
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -300,12 +307,9 @@ class FakeApiServer:
                     },
                 )
 
-            def do_POST(self) -> None:
+            def do_PATCH(self) -> None:
                 url = urlparse(self.path)
-                kind = {
-                    "/apis/authentication.k8s.io/v1/tokenreviews": "tokenreview",
-                    "/apis/authorization.k8s.io/v1/subjectaccessreviews": "subjectaccessreview",
-                }.get(url.path, "other")
+                kind = server.kind_of(url.path, {})
                 length = int(self.headers.get("Content-Length", "0") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 server.requests.append((kind, {}))
@@ -314,10 +318,50 @@ class FakeApiServer:
                     not in server.tokens
                 ):
                     return self._status(401, "Unauthorized")
+                if (hold := server.holds.get(kind)) is not None:
+                    hold.wait()
+                failures = server.failures.get(kind)
+                if failures:
+                    return self._status(failures.pop(0), f"injected failure of {kind}")
+                content_type = self.headers.get("Content-Type", "")
+                with server.lock:
+                    server.patches.append((url.path, content_type, body))
+                if kind == "event-patch":
+                    if content_type != "application/merge-patch+json":
+                        return self._status(415, f"{content_type} is not a merge patch")
+                    found = server.patch_event(url.path, body)
+                    if found is None:
+                        return self._status(404, "no such event")
+                    return self._json(200, found)
+                if kind == "node-status":
+                    if content_type != "application/strategic-merge-patch+json":
+                        return self._status(415, f"{content_type} is not a strategic merge patch")
+                    node = url.path.split("/")[4]
+                    return self._json(200, server.patch_conditions(node, body))
+                return self._status(404, f"{url.path} is not served here")
+
+            def do_POST(self) -> None:
+                url = urlparse(self.path)
+                kind = {
+                    "/apis/authentication.k8s.io/v1/tokenreviews": "tokenreview",
+                    "/apis/authorization.k8s.io/v1/subjectaccessreviews": "subjectaccessreview",
+                }.get(url.path, server.kind_of(url.path, {}))
+                length = int(self.headers.get("Content-Length", "0") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                server.requests.append((kind, {}))
+                if (
+                    self.headers.get("Authorization", "").removeprefix("Bearer ")
+                    not in server.tokens
+                ):
+                    return self._status(401, "Unauthorized")
+                if (hold := server.holds.get(kind)) is not None:
+                    hold.wait()
                 time.sleep(server.delays.get(kind, 0))
                 failures = server.failures.get(kind)
                 if failures:
                     return self._status(failures.pop(0), f"injected failure of {kind}")
+                if kind == "event":
+                    return self._json(201, server.create_event(url.path, body))
                 spec = body.get("spec") or {}
                 server.reviews.append((kind, spec))
                 if kind == "tokenreview":
@@ -508,8 +552,52 @@ class FakeApiServer:
 
         return Handler
 
+    def create_event(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """An Event as the API server makes it: named from its generateName, in the path's
+        namespace."""
+        namespace = path.split("/")[5]
+        with self.lock:
+            meta = dict(body.get("metadata") or {})
+            meta["name"] = f"{meta.get('generateName', 'event.')}{len(self.events):05x}"
+            meta["namespace"] = namespace
+            made = {**body, "metadata": meta}
+            self.events[(namespace, meta["name"])] = made
+            return copy.deepcopy(made)
+
+    def patch_event(self, path: str, patch: dict[str, Any]) -> dict[str, Any] | None:
+        parts = path.split("/")
+        with self.lock:
+            found = self.events.get((parts[5], parts[7]))
+            if found is None:
+                return None
+            for key, value in patch.items():  # a JSON merge patch, one level deep
+                found[key] = {**found.get(key, {}), **value} if isinstance(value, dict) else value
+            return copy.deepcopy(found)
+
+    def patch_conditions(self, node: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """Conditions merged by type, as the strategic merge patch of a node's status does."""
+        with self.lock:
+            held = {c["type"]: c for c in self.conditions.get(node, [])}
+            for condition in (patch.get("status") or {}).get("conditions") or ():
+                held[condition["type"]] = {**held.get(condition["type"], {}), **condition}
+            self.conditions[node] = list(held.values())
+            return {"metadata": {"name": node}, "status": {"conditions": self.conditions[node]}}
+
+    def events_on(self, kind: str, name: str) -> list[dict[str, Any]]:
+        """The Events regarding one object."""
+        with self.lock:
+            return [
+                copy.deepcopy(e)
+                for e in self.events.values()
+                if e["regarding"]["kind"] == kind and e["regarding"]["name"] == name
+            ]
+
     @staticmethod
     def kind_of(path: str, query: dict[str, list[str]]) -> str:
+        if path.startswith("/apis/events.k8s.io/v1/namespaces/"):
+            return "event-patch" if path.count("/") == 7 else "event"
+        if path.startswith("/api/v1/nodes/") and path.endswith("/status"):
+            return "node-status"
         if path == "/api/v1/pods":
             return "watch" if query.get("watch") == ["true"] else "list"
         if path.startswith("/api/v1/namespaces/") and "/proxy/" in path:

@@ -261,6 +261,8 @@ def test_rbac_is_least_privilege() -> None:
         (("",), ("nodes/stats",), ("get",)),
         (("resource.k8s.io",), ("resourceslices",), ("list", "watch")),
         (("resource.k8s.io",), ("resourceclaims",), ("get",)),
+        # Events (R-X11): created, and their series patched; never read back.
+        (("events.k8s.io",), ("events",), ("create", "patch")),
     }
     (binding,) = by_kind("ClusterRoleBinding")
     (ds,) = by_kind("DaemonSet")

@@ -313,7 +313,9 @@ def test_health_counters_are_typed_counter_in_base_units_and_an_absent_one_has_n
         ("pcie_replays", "unsupported"): 0.0,
     }
     assert got["gpustack_accelerator_unhealthy"] == [(base, 1.0)]  # `== 1` still finds it
-    assert got["gpustack_accelerator_unhealthy_reason"] == [(base | {"reason": "xid_79"}, 1.0)]
+    # The reason, and what NVIDIA says to do about it (R-X11: XID 79, reboot the node).
+    want = base | {"reason": "xid_79", "action": "reboot_node"}
+    assert got["gpustack_accelerator_unhealthy_reason"] == [(want, 1.0)]
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("promtool is not installed (Debian package prometheus; .ci/run installs it)")

@@ -10,6 +10,7 @@ checked against the code and against what each vendor needs.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -402,3 +403,47 @@ def test_the_docs_say_how_to_install_each_manufacturer() -> None:
     assert "kubectl apply -f daemonset.yaml" in text
     for manufacturer in MANUFACTURERS:
         assert f"deploy/overlays/{manufacturer}" in text, manufacturer
+
+
+# -- the rights that act (R-X11) ----------------------------------------------------------------
+
+
+def _rules(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [rule for d in docs if d["kind"] == "ClusterRole" for rule in d["rules"]]
+
+
+@pytest.mark.parametrize("manufacturer", MANUFACTURERS)
+def test_every_build_may_write_events_and_nothing_else_of_them(manufacturer: str) -> None:
+    rules = _rules(build_of(manufacturer))
+    events = [r for r in rules if "events" in r["resources"]]
+    # Create an Event, patch its series; never read back, and not the core group's events.
+    assert events == [
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}
+    ]
+    # Writing a node's status is the node-condition component's, opt-in: not in the base.
+    assert not [r for r in rules if any(x.startswith("nodes/status") for x in r["resources"])]
+
+
+def test_the_node_condition_component_turns_it_on_with_the_one_right_it_needs(
+    fresh: Path, tmp_path: Path
+) -> None:
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources: [{os.path.relpath(DEPLOY / 'overlays' / 'nvidia', overlay)}]\n"
+        f"components: [{os.path.relpath(DEPLOY / 'components' / 'node-condition', overlay)}]\n"
+    )
+    which = subprocess.run(
+        [str(REPO / "scripts" / "manifests"), "--which"], capture_output=True, text=True
+    )
+    built = subprocess.run(
+        [*which.stdout.split(), str(overlay)], capture_output=True, text=True, check=False
+    )
+    assert built.returncode == 0, built.stderr
+    docs = [d for d in yaml.safe_load_all(built.stdout) if d]
+    (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+    (agent,) = ds["spec"]["template"]["spec"]["containers"]
+    assert {"name": "DEVICEMANAGER_NODE_CONDITION", "value": "true"} in agent["env"]
+    added = [r for r in _rules(docs) if r not in _rules(build_of("nvidia"))]
+    assert added == [{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}]

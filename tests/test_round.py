@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from devicemanager.agent.monitor import BackendWorker, Monitor
+from devicemanager.figures.actions import action_for
 from devicemanager.figures.snapshot import BackendResult
 from devicemanager.grants import node as grants_node
 from devicemanager.grants.allocations import HAMI_KEY, Mode
@@ -568,7 +569,12 @@ def test_which_cards_are_unhealthy_and_the_pods_on_them(
     world = World(pods, kubelet, slices, [ok(reading(*(card(n) for n in listed)))])
     _, done, _, _ = one_round(Memory(), world)
     a = PodRef(uid("a"), "ns", "a")
-    assert done.unhealthy == tuple(UnhealthyCard("nvidia", c, why, (a,)) for c, why in expected)
+    index = {c.id: c.index for g in done.snapshot.groups for c in g.cards}
+    # each with its index and what NVIDIA says to do (R-X11: the taint's XID 79, a reboot)
+    assert done.unhealthy == tuple(
+        UnhealthyCard("nvidia", c, why, (a,), index[c], action_for("nvidia", why).value)
+        for c, why in expected
+    )
     cards = {c.id: (c.unhealthy, c.unhealthy_reason) for g in done.snapshot.groups for c in g.cards}
     for c, why in expected:
         assert cards[c] == (True, why)
@@ -577,7 +583,7 @@ def test_which_cards_are_unhealthy_and_the_pods_on_them(
 def test_a_card_listed_before_and_gone_is_unhealthy_whatever_the_kubelet_says() -> None:
     memory, _, _, _ = one_round(Memory(), World(results=[ok(reading(card(0), card(1)))]))
     _, done, _, _ = one_round(memory, World(results=[ok(reading(card(0)))]))
-    assert done.unhealthy == (UnhealthyCard("nvidia", gpu(1), NOT_ENUMERATED, ()),)
+    assert done.unhealthy == (UnhealthyCard("nvidia", gpu(1), NOT_ENUMERATED, (), 1),)
 
 
 def many(n: int, prefix: str) -> dict[str, Card]:
@@ -702,6 +708,7 @@ def test_a_second_output_sees_the_unhealthy_cards_with_their_pods(tmp_path: Path
     m.stop()
     (done,) = seen
     assert done.snapshot is published.snapshot is m.current.snapshot  # the same round
+    # never enumerated: offered by the kubelet only, so no index (-1)
     assert done.unhealthy == (UnhealthyCard("nvidia", gpu(2), NOT_ENUMERATED, ()),)
     # the card a pod holds turns unhealthy: the output names the pod
     m, backend = monitor(tmp_path, [seen.append])

@@ -153,6 +153,20 @@ SERVE_FLAGS: tuple[Flag, ...] = (
         "false",
     ),
     Flag(
+        "--events",
+        ("DEVICEMANAGER_EVENTS",),
+        "true: write a Kubernetes Event on the Node and on each holder pod when a card turns "
+        "unhealthy or recovers (RBAC: events create and patch)",
+        "true",
+    ),
+    Flag(
+        "--node-condition",
+        ("DEVICEMANAGER_NODE_CONDITION",),
+        "true: set the node condition AcceleratorsHealthy, False naming the unhealthy cards "
+        "(RBAC: nodes/status patch, the node-condition overlay)",
+        "false",
+    ),
+    Flag(
         "--access-control",
         ("DEVICEMANAGER_ACCESS_CONTROL",),
         "off, or kubernetes: /metrics and /monitor/snapshot need a bearer token that "
@@ -228,6 +242,8 @@ class Settings:
     kubelet_port: int = KUBELET_PORT
     kubelet_ca: Path | None = None
     kubelet_insecure_tls: bool = False
+    events: bool = True
+    node_condition: bool = False
     access_control: str = "off"
     access_review_ttl: float = 30.0
     http_max_connections: int = 128
@@ -358,6 +374,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         kubelet_port=_port("--kubelet-port", args.kubelet_port),
         kubelet_ca=Path(args.kubelet_ca) if args.kubelet_ca else None,
         kubelet_insecure_tls=_bool("--kubelet-insecure-tls", args.kubelet_insecure_tls),
+        events=_bool("--events", args.events),
+        node_condition=_bool("--node-condition", args.node_condition),
         access_control=args.access_control,
         access_review_ttl=_seconds("--access-review-ttl", args.access_review_ttl, 30.0),
         http_max_connections=_count("--http-max-connections", args.http_max_connections, 2),

@@ -14,6 +14,7 @@ keeps them (they describe the process, not the round).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 
 from prometheus_client.process_collector import ProcessCollector
 
@@ -28,10 +29,17 @@ PREFIX = "gpustack_device_manager_"
 class SelfMetrics:
     """Reads the process and the HTTP counters; one instance per running agent."""
 
-    def __init__(self, counters: HttpCounters, proc_root: str = "/proc") -> None:
+    def __init__(
+        self,
+        counters: HttpCounters,
+        proc_root: str = "/proc",
+        events: Callable[[], Mapping[str, int]] | None = None,
+    ) -> None:
         # The agent's own /proc, not --proc-root (the host's, or a replay's recorded tree):
         # /proc/self is this process wherever the host's processes are read from.
         self.counters = counters
+        # The Event writer's counts by outcome (kube/events.py), where Events are written.
+        self.events = events
         # registry=None: read by us at the round's end, never registered for a scrape to run.
         self._process = ProcessCollector(registry=None, proc=proc_root)
 
@@ -42,6 +50,7 @@ class SelfMetrics:
             *self._process_families(),
             *http_families(self.counters),
             *round_families(rounds, failed),
+            *(event_families(self.events()) if self.events is not None else ()),
         )
 
     def _process_families(self) -> list[GaugeFamily]:
@@ -98,3 +107,26 @@ def round_families(rounds: int, failed: int) -> tuple[GaugeFamily, GaugeFamily]:
     )
     broke.add_metric([], float(failed))
     return done, broke
+
+
+# What each outcome of an Event or node-condition write means (kube/events.py).
+EVENT_OUTCOMES = {
+    "posted": "a new Event written",
+    "patched": "an Event's series count written, or the node condition",
+    "dropped": "a new Event dropped: the writer's queue was full",
+    "limited": "a write left out by the node's bound on writes",
+    "failed": "a write the API server did not take",
+}
+
+
+def event_families(counts: Mapping[str, int]) -> tuple[GaugeFamily]:
+    written = GaugeFamily(
+        PREFIX + "events_total",
+        "Kubernetes Events for unhealthy and recovered cards since the agent started, by "
+        "outcome: " + "; ".join(f"{k}: {v}" for k, v in EVENT_OUTCOMES.items()) + " (R-X11).",
+        labels=["outcome"],
+        kind="counter",
+    )
+    for outcome in EVENT_OUTCOMES:
+        written.add_metric([outcome], float(counts.get(outcome, 0)))
+    return (written,)

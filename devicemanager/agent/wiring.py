@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from devicemanager.kube.cluster import ClusterRound
     from devicemanager.kube.config import KubeConfig
     from devicemanager.kube.dra import DraSource, RecordedDra
+    from devicemanager.kube.events import EventWriter
     from devicemanager.kube.informer import PodInformer
     from devicemanager.kube.kubelet import KubeletClient, Reading, SummaryPoller
     from devicemanager.kube.podresources import PodResourcesPoller, RecordedPodResources
@@ -381,11 +382,30 @@ def build_monitor(
     )
 
 
-def round_outputs(settings: Settings, cluster: Cluster | None) -> tuple[Output, ...]:
+def round_outputs(
+    settings: Settings, writer: EventWriter | None, node: str | None
+) -> tuple[Output, ...]:
     """What each round is handed to after the published snapshot and /metrics (the monitor's
-    own first output): where a Kubernetes Event or node-condition writer for unhealthy cards
-    (`Round.unhealthy`, each with the pods on it) is registered. None yet."""
-    return ()
+    own first output): the Events and node condition of unhealthy cards (`Round.unhealthy`,
+    each with the pods on it; R-X11), where a cluster and the node's name are known."""
+    if writer is None or node is None:
+        return ()
+    from devicemanager.agent.acting import Acting
+
+    return (Acting(writer, node, events=settings.events, condition=settings.node_condition),)
+
+
+def event_writer(
+    settings: Settings, cluster: Cluster | None, node: str | None
+) -> EventWriter | None:
+    """The writer of Events and the node condition, on the cluster's client (each request on a
+    connection of its own, never behind the pods' watch), or None: no cluster, no node name, or
+    neither asked for."""
+    if cluster is None or node is None or not (settings.events or settings.node_condition):
+        return None
+    from devicemanager.kube.events import EventWriter
+
+    return EventWriter(cluster.client, node)
 
 
 def build_labels(node: Node) -> tuple[tuple[str, str], ...]:
@@ -407,6 +427,7 @@ class Stoppable:
     cluster: Cluster | None = None
     access_client: KubeClient | None = None
     podresources: PodResourcesPoller | RecordedPodResources | None = None
+    events: EventWriter | None = None
     _done: threading.Event = field(default_factory=threading.Event)
 
     def stop(self, timeout: float) -> None:
@@ -423,6 +444,8 @@ class Stoppable:
         closed = self.monitor.stop(timeout=timeout)
         if self.certs is not None:  # the self-signed key directory goes first after the monitor
             self.certs.close()
+        if self.events is not None:  # what the last rounds saw, written before the client closes
+            self.events.stop(min(timeout, 2.0))
         if self.cluster is not None:
             self.cluster.client.close()
             if self.cluster.kubelet_client is not None:
@@ -612,16 +635,19 @@ def _serve(settings: Settings, signals: Signals, minting: Minting | None = None)
     review = access_reviewer(settings, counters)
     cluster = connect(settings, node)
     kubelet = pod_resources(settings, node, cluster)
+    writer = event_writer(settings, cluster, node.name)
     monitor = build_monitor(
         settings,
         node,
         cluster=cluster,
         kubelet=kubelet,
         build=build,
-        own=SelfMetrics(counters),
-        outputs=round_outputs(settings, cluster),
+        own=SelfMetrics(counters, events=writer.counts if writer is not None else None),
+        outputs=round_outputs(settings, writer, node.name),
     )
-    stoppable = Stoppable(monitor, None, cluster, review[1] if review else None, kubelet)
+    stoppable = Stoppable(monitor, None, cluster, review[1] if review else None, kubelet, writer)
+    if writer is not None:
+        writer.start()
     # The first round starts as soon as what it reads is there: it runs while the rest of the
     # start (the self-signed certificate, minted by a child process; the server) goes on.
     if cluster is not None:

@@ -21,6 +21,7 @@ from typing import cast
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.utils import floatToGoString
 
+from devicemanager.figures.actions import action_for
 from devicemanager.figures.figures import AcceleratorEntry, InstanceEntries, PodLevel
 from devicemanager.grants.grants import REFUSALS
 from devicemanager.model import (
@@ -193,12 +194,14 @@ def health_families(snapshot: Snapshot, table: FigureTable = FIGURES) -> Iterato
             "unhealthyReason); gpustack_accelerator_unhealthy is unchanged.",
             snapshot.period_seconds,
         ),
-        labels=[*CARD_LABELS, "reason"],
+        labels=[*CARD_LABELS, "reason", "action"],
     )
     for group, card in cards:
         if card.unhealthy:
             labels = [node, group.manufacturer, card.id, str(card.index)]
-            reason.add_metric([*labels, card.unhealthy_reason or ""], 1.0)
+            said = card.unhealthy_reason or ""
+            action = action_for(group.manufacturer, said).value
+            reason.add_metric([*labels, said, action], 1.0)
         for figure in card.invalid:  # a card figure out of physical range (issue 30)
             invalid = [node, group.manufacturer, card.id, figure, Reason.INVALID_DATA.value]
             capability.add_metric(invalid, 0.0)

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from devicemanager.figures import slices as slice_section
+from devicemanager.figures.actions import action_for
 from devicemanager.model import (
     FIGURES,
     LINK_KINDS,
@@ -176,7 +177,7 @@ def health_from_json(doc: Any, table: FigureTable = FIGURES) -> CardHealth | Non
     return CardHealth.of(values, reasons, table)
 
 
-def card_json(card: Card) -> dict[str, Any]:
+def card_json(card: Card, manufacturer: str = "") -> dict[str, Any]:
     # Field names follow the reference implementation's AcceleratorMetrics, so its worker reads
     # ours unchanged; units: MiB, percent, °C, W. Identity beyond the id is added only where a
     # card has it (omitempty, as the reference marshals optional fields).
@@ -203,6 +204,9 @@ def card_json(card: Card) -> dict[str, Any]:
         ]
     if card.numa_node is not None:
         extra["numaNode"] = card.numa_node
+    if card.unhealthy:
+        # What the manufacturer says to do about it (R-X11, figures/actions.py).
+        extra["unhealthyAction"] = action_for(manufacturer, card.unhealthy_reason).value
     return {
         "id": card.id,
         "index": card.index,
@@ -237,7 +241,7 @@ def to_json(snapshot: Snapshot) -> dict[str, Any]:
                 "manufacturer": g.manufacturer,
                 "timestamp": rfc3339(g.timestamp),
                 "driverVersion": g.driver_version,
-                "accelerators": [card_json(c) for c in g.cards],
+                "accelerators": [card_json(c, g.manufacturer) for c in g.cards],
             }
             for g in snapshot.groups
         ],

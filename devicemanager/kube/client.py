@@ -79,10 +79,11 @@ class KubeClient:
         body: dict[str, Any] | None,
         timeout: float | None,
         ok: tuple[int, ...],
+        headers: dict[str, str] | None = None,
     ) -> Any:
         try:
             with self._http.stream(
-                method, path, params, body, read=timeout or self.timeout
+                method, path, params, body, read=timeout or self.timeout, headers=headers
             ) as response:
                 status, text = response.status_code, response.read(MAX_ANSWER_BYTES)
         except HttpError as exc:
@@ -97,8 +98,20 @@ class KubeClient:
             raise KubeError(f"{method} {path}: the answer is not JSON") from exc
 
     def create(self, path: str, body: dict[str, Any], timeout: float | None = None) -> Any:
-        """POST an object and return what the server made of it (a review's `status`)."""
+        """POST an object and return what the server made of it (a review's `status`, an
+        Event's name)."""
         return self._json("POST", path, None, body, timeout, (200, 201))
+
+    def patch(
+        self,
+        path: str,
+        body: dict[str, Any],
+        kind: str = "application/merge-patch+json",
+        timeout: float | None = None,
+    ) -> Any:
+        """PATCH an object (`kind`: a JSON merge patch, or a strategic merge patch for a node's
+        status conditions) and return what the server made of it."""
+        return self._json("PATCH", path, None, body, timeout, (200, 201), {"Content-Type": kind})
 
     def list_all(
         self, path: str, params: dict[str, str] | None = None, chunk: int = 500

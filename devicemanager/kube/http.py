@@ -251,8 +251,8 @@ class Http:
         target = self.prefix + path + (f"?{urlencode(params)}" if params else "")
         body = None if json_body is None else json.dumps(json_body).encode()
         sent = {"Accept": "application/json", "Host": _host_header(self), **(headers or {})}
-        if body is not None:
-            sent["Content-Type"] = "application/json"
+        if body is not None:  # a PATCH names its own kind of patch
+            sent.setdefault("Content-Type", "application/json")
         for attempt in (0, 1):
             if self.credentials is not None and (auth := self.credentials.header()):
                 sent["Authorization"] = auth

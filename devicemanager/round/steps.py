@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from devicemanager.figures import slices, snapshot
+from devicemanager.figures.actions import Action, action_for
 from devicemanager.figures.exposition import Extras, GaugeFamily
 from devicemanager.figures.figures import View, exported
 from devicemanager.figures.snapshot import BackendResult
@@ -228,6 +229,9 @@ class UnhealthyCard:
     card_id: str
     reason: str | None
     pods: tuple[PodRef, ...]
+    index: int = -1  # the card's ordinal, as nvidia-smi shows it; -1 when never seen
+    # what its manufacturer documents to do about the reason (figures/actions.py, R-X11)
+    action: str = Action.UNKNOWN.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,8 +414,16 @@ def unhealthy_cards(
                 pod = index.get(uid) if index is not None else None
                 refs.append(PodRef(uid, pod.namespace if pod else "", pod.name if pod else ""))
             refs.sort(key=lambda r: (r.namespace, r.name, r.uid))
+            why = card.unhealthy_reason
             out.append(
-                UnhealthyCard(group.manufacturer, card.id, card.unhealthy_reason, tuple(refs))
+                UnhealthyCard(
+                    group.manufacturer,
+                    card.id,
+                    why,
+                    tuple(refs),
+                    card.index,
+                    action_for(group.manufacturer, why).value,
+                )
             )
     return tuple(out)
 
