@@ -313,3 +313,39 @@ def test_the_volcano_scenario_reads_memory_and_cores_as_volcano_wrote_them() -> 
     cores = samples(scenario, "gpustack_instance_accelerator_cores_utilization_percent")
     assert total == {"cuda-job-0": 3000, "llm-infer-0": 20000, "trainer-0": 10240}
     assert cores == {"cuda-job-0": 88, "llm-infer-0": 68, "trainer-0": 35}
+
+
+def test_labelling_oneself_into_a_group_reads_no_neighbours_figures() -> None:
+    """R-X12: a pod may label itself into another's GPU group (labels are its namespace's to
+    edit); it is handed a slice at most, its own processes' figures. Its own allocation
+    annotation naming the card whole wins over KAI's labels, and is refused as any annotation
+    naming a card the kubelet gave another pod."""
+    whole = json.dumps(
+        {
+            "main": {
+                "devices": {
+                    "groups": [
+                        {
+                            "manufacturer": "nvidia",
+                            "accelerators": [{"id": G0, "index": 0, "mode": 1, "allocated": 1}],
+                        }
+                    ]
+                }
+            }
+        }
+    )
+    objects = [
+        reservation("res", "g-0", G0),
+        tenant("qwen", "g-0", gpu_fraction="0.5"),
+        pod(
+            "team-x",
+            "nosy",
+            labels={"runai-gpu-group": "g-0"},
+            annotations={"gpu-fraction": "0.1", "device.gpustack.ai/accelerator.allocated": whole},
+        ),
+    ]
+    grants = grants_on(objects, KubeletAnswer(pods=(held("res", G0),)))
+    assert "nosy" not in grants.by_pod
+    assert [(g.device_id, g.mode) for g in grants.refused["nosy"]] == [(G0, Mode.EXCLUSIVE)]
+    assert all(g.mode is Mode.SLICED for g in grants.kubelet["qwen"])
+    assert [g.source for g in grants.by_pod["qwen"]] == ["kai"]

@@ -180,10 +180,13 @@ def hand_on(
     index: PodIndex,
 ) -> tuple[dict[str, tuple[Grant, ...]], dict[str, tuple[Grant, ...]]]:
     """Every reservation pod holds no figures (it runs nothing on its card: its use is its
-    tenants'), and what the kubelet gave it is recorded as given to the fractional pods of its
-    group that hold a grant, so that `refuse_borrowed` finds the card theirs. A reservation pod
-    none of whose tenants holds a grant keeps the kubelet's record: no other pod's annotation
-    may claim its card. Returns (grants by pod, the kubelet's record by pod)."""
+    tenants'), and what the kubelet gave it is recorded as given, a slice each, to the
+    fractional pods of its group whose grants are KAI's word (this source's), so that
+    `refuse_borrowed` finds the card theirs. A slice, never the card: a tenant whose own
+    allocation annotation names the card whole (which would win over KAI's labels) is refused
+    it as before, so no one reads its neighbours' use by labelling itself into a group. A
+    reservation pod none of whose tenants holds a grant keeps the kubelet's record: no other
+    pod's annotation may claim its card. Returns (grants by pod, the kubelet's record by pod)."""
     reservers = [p for p in index.pods.values() if is_reservation_pod(p)]
     if not reservers:
         return dict(by_pod), {uid: tuple(g) for uid, g in kubelet.items()}
@@ -191,7 +194,7 @@ def hand_on(
     kept = {uid: grants for uid, grants in by_pod.items() if uid not in gone}
     tenants: dict[str, list[str]] = {}
     for pod in index.pods.values():
-        if is_fractional(pod) and pod.uid in kept:
+        if is_fractional(pod) and any(g.source == SOURCE for g in kept.get(pod.uid, ())):
             for group in gpu_groups(pod):
                 tenants.setdefault(group, []).append(pod.uid)
     record = {uid: tuple(g) for uid, g in kubelet.items()}
@@ -202,7 +205,7 @@ def hand_on(
             continue
         del record[reserver.uid]
         for uid in holders:
-            given = (replace(g, pod_uid=uid) for g in held)
+            given = (replace(g, pod_uid=uid, mode=Mode.SLICED) for g in held)
             record[uid] = merged((*record.get(uid, ()), *given))
     return kept, record
 
