@@ -349,3 +349,22 @@ def test_labelling_oneself_into_a_group_reads_no_neighbours_figures() -> None:
     assert [(g.device_id, g.mode) for g in grants.refused["nosy"]] == [(G0, Mode.EXCLUSIVE)]
     assert all(g.mode is Mode.SLICED for g in grants.kubelet["qwen"])
     assert [g.source for g in grants.by_pod["qwen"]] == ["kai"]
+
+
+def test_an_empty_volcano_annotation_leaves_the_kubelets_word() -> None:
+    """R-X12: `volcano.sh/vgpu-ids-new` with no device allocates nothing, so a pod's device-plugin
+    card is still its grant; with a device it is the pod's own word."""
+    from devicemanager.grants.allocations import has_allocation_annotation
+
+    assert not has_allocation_annotation({VOLCANO_KEY: ""})
+    assert has_allocation_annotation({VOLCANO_KEY: f"{G0},NVIDIA,1,0:"})
+    objects = [
+        pod(
+            "team-a",
+            "plain",
+            annotations={VOLCANO_KEY: ""},
+            containers=(("main", {"nvidia.com/gpu": "1"}),),
+        )
+    ]
+    grants = grants_on(objects, KubeletAnswer(pods=(held("plain", G0, namespace="team-a"),)))
+    assert [(g.device_id, g.source) for g in grants.by_pod["plain"]] == [(G0, "kubelet")]

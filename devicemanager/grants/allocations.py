@@ -352,11 +352,14 @@ def parse_hami_mig(text: str, slots: Sequence[str]) -> tuple[Allocation, ...]:
 
 
 def has_allocation_annotation(annotations: Mapping[str, str]) -> bool:
-    """Whether an allocator's annotation describes the pod (GPUStack's, HAMi's, Volcano's)."""
+    """Whether an allocator's annotation describes the pod (GPUStack's, HAMi's, Volcano's). An
+    empty Volcano annotation names no device: it is no word on the pod, and the kubelet's
+    stands."""
     return any(
-        key in (GPUSTACK_KEY, HAMI_KEY, HAMI_MIG_KEY, VOLCANO_KEY)
+        key in (GPUSTACK_KEY, HAMI_KEY, HAMI_MIG_KEY)
+        or (key == VOLCANO_KEY and value.strip() != "")
         or _HAMI_VENDOR_KEY.fullmatch(key)
-        for key in annotations
+        for key, value in annotations.items()
     )
 
 
