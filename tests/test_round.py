@@ -30,6 +30,7 @@ from devicemanager.grants.grants import CONTESTED_PARTITION, HELD_BY_ANOTHER_POD
 from devicemanager.grants.sources.annotations import Annotations
 from devicemanager.grants.sources.claims import Claims
 from devicemanager.grants.sources.device_plugins import DevicePlugins
+from devicemanager.grants.sources.reservations import Reservations
 from devicemanager.model import BackendState, BackendStatus, Card, PartitionReading, VendorReading
 from devicemanager.node.pods import PodIndex
 from devicemanager.round import said as says
@@ -168,10 +169,12 @@ def test_the_sources_are_listed_in_precedence_order_each_one_module() -> None:
     kinds = [(type(s), s.name, s.allocated) for s in grants_node.SOURCES]
     assert kinds == [
         (Annotations, "annotation", False),
+        (Reservations, "kai", False),
         (DevicePlugins, "kubelet", True),
         (Claims, "dra", True),
     ]
-    assert grants_node.HANDED_ON == ()  # the named place for a reservation pod's rule
+    # A reservation pod's card handed to the pods that run on it, before the refusals.
+    assert (grants_node.reserved_for_others,) == grants_node.HANDED_ON
 
 
 def test_device_plugins_and_dra_claims_are_one_word_what_the_kubelet_gave() -> None:

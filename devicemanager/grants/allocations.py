@@ -8,6 +8,10 @@ HAMi: `hami.io/vgpu-devices-allocated`, `UUID,Type,MemMiB,Cores` per device ende
 same encoding under `hami.io/<word>-devices-allocated` (`dcu` Hygon, `amd`, `metax-gpu` and
 `metax-sgpu` MetaX, `Ascend910B`, `Ascend310P`, … Ascend), with the device ids each of them uses
 (`DCU-<index>` or `HCU-<serial>` for Hygon); backends list those forms as card aliases.
+Volcano: `volcano.sh/vgpu-ids-new`, written by Volcano's scheduler for its vGPU device plugin
+(`volcano-vgpu-device-plugin`), in HAMi's encoding, but one `;`-separated slot per container
+that asks for `volcano.sh/vgpu-number` or `volcano.sh/vgpu-memory` (regular containers only,
+in the pod's order), and a MIG placement written `<card UUID>[<geometry group>-<position>]`.
 
 Each parser raises AllocationError and nothing else on any input: a malformed annotation
 yields no grants for its pod and never touches another pod. A string decoded from an
@@ -29,6 +33,10 @@ from devicemanager.model import utf8_text
 GPUSTACK_KEY = "device.gpustack.ai/accelerator.allocated"
 HAMI_KEY = "hami.io/vgpu-devices-allocated"
 HAMI_MIG_KEY = "hami.io/vgpu-mig-allocations"
+VOLCANO_KEY = "volcano.sh/vgpu-ids-new"
+# The resources that give a container a slot of VOLCANO_KEY (Volcano's `resourcereqs`: a
+# container limiting either one, in pod.spec.containers order).
+VOLCANO_RESOURCES = ("volcano.sh/vgpu-number", "volcano.sh/vgpu-memory")
 UNITS_PER_CARD = 1_600_000
 # HAMi's per-vendor keys: hami.io/<common word>-devices-allocated (pkg/device/*/device.go).
 _HAMI_VENDOR_KEY = re.compile(r"hami\.io/([A-Za-z0-9][A-Za-z0-9.-]{0,62})-devices-allocated")
@@ -189,6 +197,28 @@ def _hami_int(field: str, what: str) -> int:
     return int(field)
 
 
+def _hami_device(device: str) -> tuple[str, str, int, int]:
+    """One device of HAMi's encoding: (UUID, Type, MemMiB, Cores)."""
+    fields = device.split(",")
+    if len(fields) != 4 or not fields[0]:
+        raise AllocationError(f"device {device!r} is not UUID,Type,MemMiB,Cores")
+    uuid, kind, mem, cores = fields
+    return uuid, kind, _hami_int(mem, "MemMiB"), _hami_int(cores, "Cores")
+
+
+def _hami_slots(text: str, slots: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """(container, its devices) per `;`-separated slot, the terminator after the last kept."""
+    parts = text.split(";")
+    if parts and parts[-1].strip() == "":
+        parts = parts[:-1]  # the terminator after the last slot
+    if len(parts) > len(slots):
+        raise AllocationError(f"{len(parts)} container slots for {len(slots)} containers")
+    return [
+        (container, [d for d in (d.strip() for d in slot.split(":")) if d])
+        for container, slot in zip(slots, parts, strict=False)
+    ]
+
+
 def hami_manufacturer(word: str, kind: str) -> str:
     """Our manufacturer name for a device of HAMi's `word` key with Type `kind`."""
     if word == "vgpu":
@@ -206,19 +236,10 @@ def parse_hami(
     _bounded(HAMI_KEY if word == "vgpu" else f"hami.io/{word}-devices-allocated", text)
     migs = parse_hami_mig(mig_text, slots) if mig_text else ()
     claimed = {(m.container, m.device_id) for m in migs}
-    parts = text.split(";")
-    if parts and parts[-1].strip() == "":
-        parts = parts[:-1]  # the terminator after the last slot
-    if len(parts) > len(slots):
-        raise AllocationError(f"{len(parts)} container slots for {len(slots)} containers")
     out: list[Allocation] = list(migs)
-    for container, slot in zip(slots, parts, strict=False):
-        for device in filter(None, (d.strip() for d in slot.split(":"))):
-            fields = device.split(",")
-            if len(fields) != 4 or not fields[0]:
-                raise AllocationError(f"device {device!r} is not UUID,Type,MemMiB,Cores")
-            uuid, kind, mem, cores = fields
-            memory, cap = _hami_int(mem, "MemMiB"), _hami_int(cores, "Cores")
+    for container, devices in _hami_slots(text, slots):
+        for device in devices:
+            uuid, kind, memory, cap = _hami_device(device)
             manufacturer = hami_manufacturer(word, kind)
             if word in _HAMI_WHOLE:
                 out.append(
@@ -248,6 +269,57 @@ def parse_hami(
                 )
             )
     return tuple(out)
+
+
+# Volcano's MIG placement: the card's UUID, then [<geometry group>-<position in the group>]
+# (volcano-sh/volcano pkg/scheduler/api/devices/nvidia/vgpu/mig.go, encodeMIGID). Which
+# partition that is, only the device plugin's config knows: no partition id is read from it.
+_VOLCANO_MIG = re.compile(r"(.+)\[([^\[\]]+)-([0-9]+)\]")
+
+
+def parse_volcano(text: str, slots: Sequence[str]) -> tuple[Allocation, ...]:
+    """`volcano.sh/vgpu-ids-new`. `slots` are the containers Volcano gave a slot to, in order
+    (`volcano_slots`): HAMi's encoding without init containers or containers asking for no
+    vGPU. A device is a Sliced grant with its memory quota and cap as written (`Usedmem` in
+    MiB, Volcano's default `gpuMemoryFactor` of 1; `Usedcores` 0 is no cap); a MIG placement
+    is a partition of the card, which one not known."""
+    _bounded(VOLCANO_KEY, text)
+    out: list[Allocation] = []
+    for container, devices in _hami_slots(text, slots):
+        for device in devices:
+            uuid, kind, memory, cap = _hami_device(device)
+            manufacturer = hami_manufacturer("vgpu", kind)
+            if mig := _VOLCANO_MIG.fullmatch(uuid):
+                out.append(
+                    Allocation(
+                        container,
+                        manufacturer,
+                        mig.group(1),
+                        None,
+                        Mode.PARTITIONED,
+                        source="volcano",
+                    )
+                )
+                continue
+            out.append(
+                Allocation(
+                    container,
+                    manufacturer,
+                    uuid,
+                    None,
+                    Mode.SLICED,
+                    memory_mib=memory,
+                    cores_percent=cap,
+                    source="volcano",
+                )
+            )
+    return tuple(out)
+
+
+def volcano_slots(limits: Mapping[str, Mapping[str, str]]) -> tuple[str, ...]:
+    """The containers Volcano's scheduler gives a slot of VOLCANO_KEY, in the pod's order:
+    those whose limits name one of VOLCANO_RESOURCES (`limits`: regular containers only)."""
+    return tuple(c for c, held in limits.items() if any(r in held for r in VOLCANO_RESOURCES))
 
 
 def parse_hami_mig(text: str, slots: Sequence[str]) -> tuple[Allocation, ...]:
@@ -284,16 +356,28 @@ def parse_hami_mig(text: str, slots: Sequence[str]) -> tuple[Allocation, ...]:
 
 
 def has_allocation_annotation(annotations: Mapping[str, str]) -> bool:
-    """Whether an allocator's annotation describes the pod (GPUStack's, or any of HAMi's)."""
+    """Whether an allocator's annotation describes the pod (GPUStack's, HAMi's, Volcano's). An
+    empty Volcano annotation names no device: it is no word on the pod, and the kubelet's
+    stands."""
     return any(
-        key in (GPUSTACK_KEY, HAMI_KEY, HAMI_MIG_KEY) or _HAMI_VENDOR_KEY.fullmatch(key)
-        for key in annotations
+        key in (GPUSTACK_KEY, HAMI_KEY, HAMI_MIG_KEY)
+        or (key == VOLCANO_KEY and value.strip() != "")
+        or _HAMI_VENDOR_KEY.fullmatch(key)
+        for key, value in annotations.items()
     )
 
 
-def allocations_of(annotations: Mapping[str, str], slots: Sequence[str]) -> tuple[Allocation, ...]:
-    """Every allocation a pod's annotations state; raises AllocationError if one is malformed."""
+def allocations_of(
+    annotations: Mapping[str, str], slots: Sequence[str], volcano: Sequence[str] = ()
+) -> tuple[Allocation, ...]:
+    """Every allocation a pod's annotations state; raises AllocationError if one is malformed.
+    `slots` are HAMi's container slots, `volcano` Volcano's (`volcano_slots`)."""
     out: list[Allocation] = []
+    if VOLCANO_KEY in annotations:
+        try:
+            out.extend(parse_volcano(annotations[VOLCANO_KEY], volcano))
+        except AllocationError as exc:
+            raise AllocationError(f"{VOLCANO_KEY}: {exc}") from None
     if GPUSTACK_KEY in annotations:
         out.extend(parse_gpustack(annotations[GPUSTACK_KEY]))
     if HAMI_KEY in annotations or HAMI_MIG_KEY in annotations:

@@ -21,6 +21,7 @@ from devicemanager.grants.allocations import (
     Mode,
     allocations_of,
     has_allocation_annotation,
+    volcano_slots,
 )
 from devicemanager.model import Identities, ReadRequest
 from devicemanager.node.pods import PodIndex, PodInfo
@@ -54,7 +55,7 @@ class Grant:
     partition_id: str | None = None
     profile: str | None = None
     # Where it was read (provenance, not identity: the same card from two sources is one grant):
-    # the allocation's source, "gpustack", "hami", "kubelet" or "dra".
+    # the allocation's source, "gpustack", "hami", "volcano", "kai", "kubelet" or "dra".
     source: str = field(default="", compare=False)
 
     @property
@@ -168,7 +169,7 @@ def merged(grants: Iterable[Grant]) -> tuple[Grant, ...]:
 
 def grants_of(pod: PodInfo) -> tuple[Grant, ...]:
     """A pod's grants; raises AllocationError when an annotation is malformed."""
-    return grants_from(pod, allocations_of(pod.annotations, pod.slots))
+    return grants_from(pod, allocations_of(pod.annotations, pod.slots, volcano_slots(pod.limits)))
 
 
 def grants_from(pod: PodInfo, allocations: Iterable[Allocation]) -> tuple[Grant, ...]:

@@ -6,10 +6,13 @@ Pure.
    in for a malformed annotation, which it cannot tell from a whole card.
 2. Precedence: a pod's grants are the word of the first source in `SOURCES` that speaks for it.
    The sources the kubelet allocated through (device plugins, DRA claims) are one word, what
-   the kubelet gave the pod, and come last: a pod's own annotation is the finer word.
+   the kubelet gave the pod, and come last: a pod's own annotation is the finer word. An
+   allocator's annotation (GPUStack, HAMi, Volcano) comes before a reservation-pod scheduler's
+   labels (KAI): it names the card and the quota itself, where KAI's names a group.
 3. The node's bound (MAX_GRANTS_PER_NODE), the oldest pods first.
-4. The cross-pod rules, in order: `HANDED_ON` (none yet), then `refuse_borrowed`, then
-   `refuse_contested` (one partition two pods claim, the kubelet naming only its card).
+4. The cross-pod rules, in order: `HANDED_ON` (a reservation pod's card to the pods that run
+   on it), then `refuse_borrowed`, then `refuse_contested` (one partition two pods claim, the
+   kubelet naming only its card).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from devicemanager.grants import reservations
 from devicemanager.grants.grants import (
     MAX_GRANTS_PER_NODE,
     Disagreement,
@@ -34,6 +38,7 @@ from devicemanager.grants.sources import Found, GrantSource, NodeInput
 from devicemanager.grants.sources.annotations import Annotations
 from devicemanager.grants.sources.claims import Claims
 from devicemanager.grants.sources.device_plugins import DevicePlugins
+from devicemanager.grants.sources.reservations import Reservations
 from devicemanager.model import PodFault
 from devicemanager.node.isolation import GRANTS, per_pod
 from devicemanager.node.pods import PodIndex, PodInfo
@@ -44,7 +49,7 @@ def sources(
 ) -> tuple[GrantSource, ...]:
     """The grant sources in precedence order; `parse` reads a pod's annotations (`grants_of`,
     or the shell's RememberedGrants)."""
-    return (Annotations(parse), DevicePlugins(), Claims())
+    return (Annotations(parse), Reservations(), DevicePlugins(), Claims())
 
 
 SOURCES = sources()
@@ -66,9 +71,18 @@ class Gathered:
 # that run on it (KAI's GPU fractions, issue 47). It runs before `refuse_borrowed` and rewrites
 # both the grants and the kubelet's record of who holds the card (the reservation pod's grant
 # to the pods it reserved for), so the refusal sees the card as theirs rather than fighting
-# the rule. None yet.
+# the rule.
 CrossPodRule = Callable[[Gathered], Gathered]
-HANDED_ON: tuple[CrossPodRule, ...] = ()
+
+
+def reserved_for_others(gathered: Gathered) -> Gathered:
+    """KAI's reservation pods hold no figures; the kubelet's record of their cards goes to the
+    fractional pods of their GPU group (grants/reservations.py)."""
+    by_pod, kubelet = reservations.hand_on(gathered.by_pod, gathered.kubelet, gathered.index)
+    return Gathered(gathered.index, by_pod, kubelet, gathered.annotated)
+
+
+HANDED_ON: tuple[CrossPodRule, ...] = (reserved_for_others,)
 
 
 def gather(node: NodeInput, ranked: Sequence[GrantSource] = SOURCES) -> NodeGrants:
