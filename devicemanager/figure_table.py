@@ -376,7 +376,8 @@ _MEMORY_BUSY = Family(
     "memory_busy_percent",
     Kind.GAUGE,
     "Memory busy time: the share of the sample period in which the card's memory controller "
-    "was reading or writing device memory, percent (AMD's UMC activity); not bandwidth: see "
+    "was reading or writing device memory, percent (NVML's utilization.memory, AMD's UMC "
+    "activity); not bandwidth: see "
     "gpustack_accelerator_memory_bandwidth_utilization_percent.",
 )
 _VECTOR_CORE_BUSY = Family(

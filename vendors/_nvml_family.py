@@ -61,7 +61,7 @@ from devicemanager.model import (
     as_int,
     mib_from_bytes,
 )
-from vendors._common import TOPOLOGY_PERIOD, failed, finite, listing, reasons
+from vendors._common import TOPOLOGY_PERIOD, failed, finite, listing, percent_answer, reasons
 from vendors._common import error_code as _error
 from vendors._nvml_topology import INTERCONNECTS, parse_topology, read_topology
 
@@ -285,6 +285,16 @@ def parse_health(device: Mapping[str, Any], p: str) -> CardHealth | None:
     if counts is not None:
         put(H.XID_ERRORS, *parse_xid_counts(counts))
     found.update(parse_card_gpm(device, p))
+    rates = device.get(f"{p}DeviceGetUtilizationRates")
+    if rates is not None:
+        # "Percent of time over the past sample period during which global (device) memory was
+        # being read or written" (nvml.h): the memory's busy time, not bandwidth (issue 41).
+        memory = (
+            rates
+            if _error(rates) is not None or not isinstance(rates, Mapping)
+            else rates.get("memory")
+        )
+        put(H.MEMORY_BUSY, *percent_answer(memory, reason_for))
     return CardHealth.answered(found)
 
 

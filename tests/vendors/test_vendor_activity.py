@@ -7,6 +7,8 @@ busy time in its place.
   `memory_busy_percent` (not bandwidth); nothing GPM states has an amdsmi counterpart.
 - Ascend: `dcmi_get_device_utilization_rate` input type 10 (HBM bandwidth) is
   `memory_bandwidth_utilization_percent`, input type 12 (AI Vector) `vector_core_busy_percent`.
+- NVIDIA and T-Head beside GPM: `…DeviceGetUtilizationRates().memory`, the time global memory
+  was read or written, is `memory_busy_percent`; no vector unit.
 - Hygon and MetaX: no activity figure at all.
 
 The values are the scenarios' own, written by hand."""
@@ -30,6 +32,7 @@ from vendors.amd import AmdBackend
 from vendors.ascend import HBM_BANDWIDTH, VECTOR_CORE, AscendBackend, parse_activity
 from vendors.hygon import HygonBackend
 from vendors.metax import MetaxBackend
+from vendors.nvidia import NvidiaBackend
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -44,6 +47,26 @@ def replayed(scenario: str, manufacturer: str, backend: Any) -> dict[str, Card]:
 def health(card: Card) -> CardHealth:
     assert card.health is not None, card.id
     return card.health
+
+
+# -- NVIDIA ---------------------------------------------------------------------------------------
+
+
+def test_nvml_memory_busy_time_from_the_recorded_h200_and_the_mig_card() -> None:
+    (h200,) = replayed("h200-recorded", "nvidia", NvidiaBackend()).values()
+    # The H200's nvmlDeviceGetUtilizationRates answered gpu 99, memory 24 (vendors/nvidia.json).
+    assert h200.cores_utilization_percent == 99
+    assert health(h200).number(H.MEMORY_BUSY) == 24
+    # Nothing to state for a vector unit apart from the SMs: not read, so no row at all.
+    assert H.VECTOR_CORE_BUSY not in health(h200).held()
+    assert health(h200).reason(H.VECTOR_CORE_BUSY) is None
+    cards = sorted(
+        replayed("h100-mig-gpm", "nvidia", NvidiaBackend()).values(), key=lambda c: c.index
+    )
+    assert health(cards[0]).number(H.MEMORY_BUSY) == 51
+    # Card 1 is in MIG mode: NVML answers NOT_SUPPORTED for the whole card's rates.
+    assert health(cards[1]).number(H.MEMORY_BUSY) is None
+    assert health(cards[1]).reason(H.MEMORY_BUSY) is Reason.UNSUPPORTED
 
 
 # -- AMD ------------------------------------------------------------------------------------------
