@@ -88,6 +88,10 @@ class HealthFigure(StrEnum):
     PCIE_RX_BYTES_PER_SECOND = "pcie_rx_bytes_per_second"
     NVLINK_TX_BYTES_PER_SECOND = "nvlink_tx_bytes_per_second"
     NVLINK_RX_BYTES_PER_SECOND = "nvlink_rx_bytes_per_second"
+    # Busy times beside the cores' (issue 41): a vendor figure that is busy time, published as
+    # busy time under a family of its own.
+    MEMORY_BUSY = "memory_busy_percent"
+    VECTOR_CORE_BUSY = "vector_core_busy_percent"
 
 
 # The clock-throttle reasons a card can report, named as NVML's clocks-event reasons (its
@@ -340,7 +344,9 @@ _TENSOR = Family(
 _BANDWIDTH = Family(
     "memory_bandwidth_utilization_percent",
     Kind.GAUGE,
-    "Device-memory bandwidth used over the round period, percent of the peak (GPM's DRAM_BW_UTIL).",
+    "Device-memory bandwidth used, percent of the peak: over the round period from GPM's "
+    "DRAM_BW_UTIL (NVIDIA, T-Head), over the driver's own sample period from DCMI's HBM "
+    "bandwidth utilization (Ascend).",
 )
 _PIPE = Family(
     "pipe_activity_percent",
@@ -362,6 +368,24 @@ _NVLINK_THROUGHPUT = Family(
     "NVLink traffic over every link of the card over the round period, bytes per second: "
     "direction tx or rx (GPM's NVLINK_TOTAL_TX_PER_SEC and NVLINK_TOTAL_RX_PER_SEC).",
     ("direction",),
+)
+
+# Busy times other manufacturers state beside the cores' (issue 41): the share of the period in
+# which a unit did anything, not how much of it worked.
+_MEMORY_BUSY = Family(
+    "memory_busy_percent",
+    Kind.GAUGE,
+    "Memory busy time: the share of the sample period in which the card's memory controller "
+    "was reading or writing device memory, percent (NVML's utilization.memory, AMD's UMC "
+    "activity); not bandwidth: see "
+    "gpustack_accelerator_memory_bandwidth_utilization_percent.",
+)
+_VECTOR_CORE_BUSY = Family(
+    "vector_core_busy_percent",
+    Kind.GAUGE,
+    "Vector-core busy time: the share of the sample period in which the card's vector cores "
+    "ran, percent (Ascend's AI Vector utilization); the AI Cores' is "
+    "gpustack_accelerator_cores_utilization_percent.",
 )
 
 
@@ -497,6 +521,8 @@ HEALTH: tuple[FigureSpec, ...] = (
         _THROUGHPUT,
         "bytes/s",
     ),
+    _activity(H.MEMORY_BUSY, _MEMORY_BUSY, "memoryBusyPercent"),
+    _activity(H.VECTOR_CORE_BUSY, _VECTOR_CORE_BUSY, "vectorCoreBusyPercent"),
 )
 del H
 

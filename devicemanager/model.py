@@ -338,6 +338,10 @@ class PartitionReading:
     # the partition's own compute (a MIG instance's SM activity): only then may it stand for a
     # slice's processes on the card.
     cores_of_card: bool = False
+    # The partition's own activity figures (issue 41: every GPM figure a MIG GPU instance
+    # answers, an AMD XCP's GFX and memory-controller activity), each absent with its reason,
+    # keyed by the table's activity rows as a card's are; None where the backend reads none.
+    activity: CardHealth | None = None
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -479,6 +483,8 @@ class SlicePartition:
     cores_percent: float | None = None
     memory_reason: Reason | None = None
     cores_reason: Reason | None = None
+    # The partition's own activity figures (issue 41), where its backend reads them.
+    activity: CardHealth | None = None
 
 
 @dataclass(frozen=True, slots=True)

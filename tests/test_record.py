@@ -125,7 +125,9 @@ def test_record_ascend_over_the_fake_libdcmi(
     if why := fake.missing():
         pytest.skip(f"the fake libdcmi cannot be built here: {why}")
     lib = fake.build(tmp_path_factory.mktemp("dcmi"))
-    scenario = fake.write(tmp_path / "scenario.txt", scenarios.busy_worker(processes=2))
+    devices = scenarios.busy_worker(processes=2)
+    devices[0].update(hbm_bandwidth=61, vector_core=14)  # issue 41's utilization input types
+    scenario = fake.write(tmp_path / "scenario.txt", devices)
     out = tmp_path / "ascend.json"
     doc = record("ascend", str(lib), fake.SCENARIO_ENV, scenario, out)
     meta = doc["meta"]
@@ -140,6 +142,13 @@ def test_record_ascend_over_the_fake_libdcmi(
     reading = backend_class("ascend")().parse(payload)
     # busy_worker(2): one 910B2 with workers 899293 and 899294.
     assert pids(reading) == [[899293, 899294]]
+    # The recording keeps the HBM bandwidth and vector-core answers (issue 41).
+    from devicemanager.model import HealthFigure
+
+    (card,) = reading.cards
+    assert card.health is not None
+    assert card.health.number(HealthFigure.MEMORY_BANDWIDTH_UTILIZATION) == 61
+    assert card.health.number(HealthFigure.VECTOR_CORE_BUSY) == 14
 
 
 def test_record_thead_over_the_fake_libhgml(libhgml: Path, tmp_path: Path) -> None:

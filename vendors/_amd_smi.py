@@ -29,7 +29,7 @@ from devicemanager.model import (
     as_int,
     unsupported,
 )
-from vendors._common import error_code, finite, rate_percent
+from vendors._common import GPM_ACTIVITY, error_code, finite, percent_answer, rate_percent
 from vendors._rocm_smi_lib import CU_OCCUPANCY_INVALID
 
 # amdsmi_status_t (amdsmi.h).
@@ -450,7 +450,28 @@ def health(device: Mapping[str, Any]) -> CardHealth | None:
     # (amdsmi.h): NAKs, not NVML's replays (issue 43).
     found[H.PCIE_NAKS] = _counted(device.get("amdsmi_get_gpu_pci_replay_counter"), UINT64_MAX)
     found.update(unsupported(AMD_UNSUPPORTED))
+    found.update(activity(device))
     return CardHealth.answered(found)
+
+
+# amdsmi states no SM-level activity, tensor, pipe or link-throughput counter, and no vector
+# unit apart from its compute units (issue 41).
+AMD_ACTIVITY_UNSTATED = GPM_ACTIVITY | {H.VECTOR_CORE_BUSY}
+
+
+def activity(device: Mapping[str, Any]) -> dict[HealthFigure, Answer]:
+    """What amdsmi states of a card's activity (issue 41), each under the family whose meaning
+    it has: `amdsmi_get_gpu_activity`'s `umc_activity` is the memory controller's busy time
+    (the GPU metrics table's `average_umc_activity`, which rocm-smi shows as memory busy
+    percent), not bandwidth; `gfx_activity`, the GFX engine's busy time, is the card's
+    cores figure. Every GPM figure is `unsupported`."""
+    found: dict[HealthFigure, Answer] = {}
+    if "amdsmi_get_gpu_activity" in device:
+        answer = device["amdsmi_get_gpu_activity"]
+        umc = answer if error_code(answer) is not None else mapping(answer).get("umc_activity")
+        found[H.MEMORY_BUSY] = percent_answer(umc, reason_for)
+    found.update(unsupported(AMD_ACTIVITY_UNSTATED))
+    return found
 
 
 def _address(socket: int, device: Mapping[str, Any] | None) -> Address:

@@ -55,6 +55,11 @@ DRIVER_VERSION_LEN = 64
 NPU_TYPE = 0  # enum dcmi_unit_type: NPU 0, MCU 1, CPU 2
 VDIE = 1  # enum dcmi_die_type: NDIE 0, VDIE 1 (the chip's own identity)
 INPUT_TYPE_AICORE = 2  # dcmi_get_device_utilization_rate's input_type for AI cores
+# The same call's input types for the HBM's bandwidth and the vector cores (issue 41; the
+# header's input types: DDR 1, AICORE 2, AICPU 3, CTRLCPU 4, DDR_BANDWIDTH 5, HBM 6,
+# HBM_BANDWIDTH 10, VECTORCORE 12).
+INPUT_TYPE_HBM_BANDWIDTH = 10
+INPUT_TYPE_VECTORCORE = 12
 # enum dcmi_device_type of dcmi_get_device_ecc_info: which memory's ECC.
 ECC_DDR = 0
 ECC_HBM = 2
@@ -407,8 +412,11 @@ class Dcmi:
         }
 
     def aicore_utilization(self, card: int, device: int) -> tuple[int, int | None]:
+        return self.utilization(card, device, INPUT_TYPE_AICORE)
+
+    def utilization(self, card: int, device: int, input_type: int) -> tuple[int, int | None]:
         return self._int_out(
-            "dcmi_get_device_utilization_rate", card, device, INPUT_TYPE_AICORE, unsigned=True
+            "dcmi_get_device_utilization_rate", card, device, input_type, unsigned=True
         )
 
     def temperature(self, card: int, device: int) -> tuple[int, int | None]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from devicemanager.backend import BackendUnavailable, Library
-from devicemanager.model import Reason
+from devicemanager.model import HealthFigure, Reason
 
 
 class PayloadShapeError(ValueError):
@@ -58,6 +58,51 @@ def finite(value: Any) -> float | None:
         return None
     number = float(value)
     return number if math.isfinite(number) else None
+
+
+# The activity figures GPM states (issue 41): a library with no such counter says `unsupported`
+# for each one it cannot state, never its busy time in their place.
+GPM_ACTIVITY: frozenset[HealthFigure] = frozenset(
+    {
+        HealthFigure.SM_ACTIVITY,
+        HealthFigure.SM_OCCUPANCY,
+        HealthFigure.TENSOR_ACTIVITY,
+        HealthFigure.TENSOR_ACTIVITY_DFMA,
+        HealthFigure.TENSOR_ACTIVITY_HMMA,
+        HealthFigure.TENSOR_ACTIVITY_IMMA,
+        HealthFigure.MEMORY_BANDWIDTH_UTILIZATION,
+        HealthFigure.PIPE_FP64_ACTIVITY,
+        HealthFigure.PIPE_FP32_ACTIVITY,
+        HealthFigure.PIPE_FP16_ACTIVITY,
+        HealthFigure.PCIE_TX_BYTES_PER_SECOND,
+        HealthFigure.PCIE_RX_BYTES_PER_SECOND,
+        HealthFigure.NVLINK_TX_BYTES_PER_SECOND,
+        HealthFigure.NVLINK_RX_BYTES_PER_SECOND,
+    }
+)
+
+# Every activity figure and the busy times beside the cores' (issue 41): what a library with
+# none of them says `unsupported` for.
+EVERY_ACTIVITY: frozenset[HealthFigure] = GPM_ACTIVITY | {
+    HealthFigure.MEMORY_BUSY,
+    HealthFigure.VECTOR_CORE_BUSY,
+}
+
+
+def percent_answer(
+    value: Any, reason_for: Callable[[int], Reason]
+) -> tuple[float | None, Reason | None]:
+    """A library's percent figure as an answer: a failed call its code's reason, the wheel's or
+    the library's "N/A" `unsupported`, a number outside 0..100 `invalid_data`, never clamped."""
+    code = error_code(value)
+    if code is not None:
+        return None, reason_for(code)
+    if value == "N/A":
+        return None, Reason.UNSUPPORTED
+    number = finite(value)
+    if number is None or not 0.0 <= number <= 100.0:
+        return None, Reason.INVALID_DATA
+    return number, None
 
 
 def reasons(

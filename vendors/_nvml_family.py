@@ -23,7 +23,9 @@ kept in the same baseline under the card's UUID, and `…GpmMetricsGet` asked fo
 GPM_CARD_METRICS against the previous round's sample: SM activity and occupancy, tensor, DRAM
 bandwidth and pipe activity, PCIe and NVLink traffic. These are activity, not busy time
 (`…DeviceGetUtilizationRates().gpu`, the share of time any kernel ran, stays
-`cores_utilization_percent`); each is absent with its reason where GPM cannot state it.
+`cores_utilization_percent`); each is absent with its reason where GPM cannot state it. A
+partition's GPU instance is asked for the same ids (its `activity`): SM activity stays its
+compute as well, and every other id it answers is a figure of the partition's own.
 
 Facts: ../shared/reference/vendors.md §1 (NVML), §7 and §12.3 (HGML).
 """
@@ -59,7 +61,7 @@ from devicemanager.model import (
     as_int,
     mib_from_bytes,
 )
-from vendors._common import TOPOLOGY_PERIOD, failed, finite, listing, reasons
+from vendors._common import TOPOLOGY_PERIOD, failed, finite, listing, percent_answer, reasons
 from vendors._common import error_code as _error
 from vendors._nvml_topology import INTERCONNECTS, parse_topology, read_topology
 
@@ -283,6 +285,16 @@ def parse_health(device: Mapping[str, Any], p: str) -> CardHealth | None:
     if counts is not None:
         put(H.XID_ERRORS, *parse_xid_counts(counts))
     found.update(parse_card_gpm(device, p))
+    rates = device.get(f"{p}DeviceGetUtilizationRates")
+    if rates is not None:
+        # "Percent of time over the past sample period during which global (device) memory was
+        # being read or written" (nvml.h): the memory's busy time, not bandwidth (issue 41).
+        memory = (
+            rates
+            if _error(rates) is not None or not isinstance(rates, Mapping)
+            else rates.get("memory")
+        )
+        put(H.MEMORY_BUSY, *percent_answer(memory, reason_for))
     return CardHealth.answered(found)
 
 
@@ -513,6 +525,28 @@ def parse_card_gpm(device: Mapping[str, Any], p: str) -> dict[HealthFigure, Answ
         (device.get(f"{p}GpmSampleAlloc"), device.get(f"{p}GpmSampleGet")),
         device.get(f"{p}GpmMetricsGet"),
     )
+    return _gpm_answers(metrics, why, p)
+
+
+def parse_partition_gpm(
+    parent: Mapping[str, Any], mig: Mapping[str, Any], p: str
+) -> dict[HealthFigure, Answer]:
+    """Every GPM figure a partition's GPU instance answered over the round period (issue 41),
+    each absent with its reason as a whole card's are. A payload recorded when only SM
+    activity was asked of a partition holds no other id: those are `unsupported`, as an id
+    the library does not define is."""
+    metrics, why = _gpm_steps(
+        parent.get(f"{p}GpmQueryDeviceSupport"),
+        (mig.get(f"{p}GpmSampleAlloc"), mig.get(f"{p}GpmMigSampleGet")),
+        mig.get(f"{p}GpmMetricsGet"),
+    )
+    return _gpm_answers(metrics, why, p)
+
+
+def _gpm_answers(
+    metrics: Mapping[str, Any] | None, why: Reason | None, p: str
+) -> dict[HealthFigure, Answer]:
+    """Each GPM figure from the metrics one pair of samples gave, or why it is absent."""
     found: dict[HealthFigure, Answer] = {}
     for constant, figure, scale in GPM_CARD_METRICS:
         if metrics is None:
@@ -523,7 +557,8 @@ def parse_card_gpm(device: Mapping[str, Any], p: str) -> dict[HealthFigure, Answ
             found[figure] = (None, Reason.UNSUPPORTED)  # an id the library does not define
         elif (code := _error(value)) is not None:
             # A metric id the driver does not serve answers INVALID_ARGUMENT every round (the
-            # H200's answer to the ids it lacks): a property of the card, not a glitch.
+            # H200's answer to the ids it lacks), and one a GPU instance cannot state
+            # NOT_SUPPORTED: a property of the card, not a glitch.
             why_not = Reason.UNSUPPORTED if code == ERROR_INVALID_ARGUMENT else reason_for(code)
             found[figure] = (None, why_not)
         else:
@@ -596,12 +631,19 @@ def parse_partitions(payload: Mapping[str, Any], p: str) -> tuple[PartitionReadi
                     memory_reason=memory_reason,
                     cores_percent=cores,
                     cores_reason=cores_reason,
+                    activity=CardHealth.answered(parse_partition_gpm(parent, found[0], p)),
                 )
             )
             continue
         out.append(
             PartitionReading(
-                id=partition_id, parent_id=parent_id, memory_reason=reason, cores_reason=reason
+                id=partition_id,
+                parent_id=parent_id,
+                memory_reason=reason,
+                cores_reason=reason,
+                activity=CardHealth.answered(
+                    {figure: (None, reason) for _, figure, _ in GPM_CARD_METRICS}
+                ),
             )
         )
     return tuple(out)
@@ -970,10 +1012,6 @@ class NvmlFamilyBackend:
             out[name] = value if math.isfinite(value) else repr(value)
         return out
 
-    def _sm_util(self, first: Any, second: Any) -> Any:
-        """The SM activity GPM computes between two samples, as the payload records it."""
-        return self._gpm_metrics(first, second, (GPM_SM_UTIL,))
-
     def _gpm_sample(self, parent: Any, key: str, gpu_instance: int | None = None) -> dict[str, Any]:
         """This round's GPM sample of one partition (or, with no GPU instance, of the whole
         card), and the metrics since the previous one."""
@@ -1002,10 +1040,10 @@ class NvmlFamilyBackend:
             self._free_sample(sample)
             return out
         if previous is not None:
-            out[self._key("GpmMetricsGet")] = (
-                self._sm_util(previous[0], sample)
-                if gpu_instance is not None
-                else self._gpm_metrics(previous[0], sample, (c for c, _, _ in GPM_CARD_METRICS))
+            # Every id, of a whole card and of a GPU instance alike (issue 41): an id the
+            # instance cannot state answers for itself, and parse() says why it is absent.
+            out[self._key("GpmMetricsGet")] = self._gpm_metrics(
+                previous[0], sample, (c for c, _, _ in GPM_CARD_METRICS)
             )
         self._baseline.keep(key, sample, at, self._free_sample)
         return out

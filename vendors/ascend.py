@@ -61,11 +61,13 @@ from vendors._ascend_lib import (
     FREQ_AICORE_CURRENT,
     FREQ_DDR,
     FREQ_HBM,
+    INPUT_TYPE_HBM_BANDWIDTH,
+    INPUT_TYPE_VECTORCORE,
     MAX_ERROR_CODE_COUNT,
     Dcmi,
 )
+from vendors._common import GPM_ACTIVITY, failed, listing, percent_answer, reasons
 from vendors._common import error_code as _error
-from vendors._common import failed, listing, reasons
 from vendors._placement import SYSFS_NUMA, due, numa_node, parse_pairs, sysfs_name, sysfs_numa
 
 MANUFACTURER = "ascend"
@@ -341,6 +343,16 @@ def _unhealthy(device: Mapping[str, Any]) -> str | None:
 ECC = "dcmi_get_device_ecc_info"
 FREQUENCY = "dcmi_get_device_frequency"
 ERROR_CODES = "dcmi_get_device_errorcode_v2"
+# dcmi_get_device_utilization_rate asked for the HBM's bandwidth and the vector cores (issue 41),
+# each answer under its own key as the VDEV_MNG sub-commands are.
+HBM_BANDWIDTH = "dcmi_get_device_utilization_rate/hbm_bandwidth"
+VECTOR_CORE = "dcmi_get_device_utilization_rate/vector_core"
+# DCMI states the AI Cores' busy time (the cores figure), the vector cores' busy time and the
+# HBM's bandwidth utilization; no SM-level activity, tensor, pipe or link throughput, and no
+# memory busy time apart from bandwidth (issue 41).
+ASCEND_ACTIVITY_UNSTATED = (GPM_ACTIVITY - {HealthFigure.MEMORY_BANDWIDTH_UTILIZATION}) | {
+    HealthFigure.MEMORY_BUSY
+}
 UINT32_MAX = 0xFFFFFFFF
 MAX_CLOCK_MHZ = 100_000  # 100 GHz: no clock is near it
 # struct dcmi_ecc_info's fields by CardHealth figure: the error counts now and in total, the
@@ -446,7 +458,23 @@ def parse_health(device: Mapping[str, Any]) -> CardHealth | None:
                 mhz, reason = None, Reason.INVALID_DATA
             found[figure] = (None if mhz is None else mhz * 1_000_000, reason)
     found.update(unsupported(ASCEND_UNSUPPORTED))
+    found.update(parse_activity(device))
     return CardHealth.answered(found)
+
+
+def parse_activity(device: Mapping[str, Any]) -> dict[HealthFigure, Answer]:
+    """What DCMI states of an NPU's activity (issue 41), each under the family whose meaning it
+    has: the HBM bandwidth utilization (input type 10) is bandwidth used over the peak, as
+    GPM's DRAM_BW_UTIL; the vector cores' utilization (input type 12) is their busy time,
+    as the AI Cores' (input type 2, the cores figure) is. A payload recorded before these
+    were asked states neither; every other activity figure is `unsupported`."""
+    found: dict[HealthFigure, Answer] = {}
+    if HBM_BANDWIDTH in device:
+        found[H.MEMORY_BANDWIDTH_UTILIZATION] = percent_answer(device[HBM_BANDWIDTH], reason_for)
+    if VECTOR_CORE in device:
+        found[H.VECTOR_CORE_BUSY] = percent_answer(device[VECTOR_CORE], reason_for)
+    found.update(unsupported(ASCEND_ACTIVITY_UNSTATED))
+    return found
 
 
 def parse_card(device: Mapping[str, Any]) -> Card | None:
@@ -891,6 +919,12 @@ class AscendBackend:
             ECC: ecc,
             FREQUENCY: freq,  # MHz
             ERROR_CODES: self._answer(ERROR_CODES, *dcmi.error_codes(card, dev)),
+            HBM_BANDWIDTH: self._answer(
+                HBM_BANDWIDTH, *dcmi.utilization(card, dev, INPUT_TYPE_HBM_BANDWIDTH)
+            ),
+            VECTOR_CORE: self._answer(
+                VECTOR_CORE, *dcmi.utilization(card, dev, INPUT_TYPE_VECTORCORE)
+            ),
         }
 
     def _device(self, card: int, dev: int, request: ReadRequest) -> dict[str, Any]:

@@ -54,8 +54,8 @@ from devicemanager.model import (
     unsupported,
 )
 from vendors import _hygon_lib as lib
+from vendors._common import EVERY_ACTIVITY, failed, finite, listing, load, reasons
 from vendors._common import error_code as _error
-from vendors._common import failed, finite, listing, load, reasons
 from vendors._hygon_mig import MIG_CONFIG as MIG_CONFIG
 from vendors._hygon_mig import MIG_CONFIG_ENV as MIG_CONFIG_ENV
 from vendors._hygon_mig import Instance, instance_reading, mig_instances, mig_reading, read_mig
@@ -342,6 +342,9 @@ def parse_health(device: Mapping[str, Any]) -> CardHealth | None:
         # NAKs received plus generated (rocm_smi.h), not NVML's replays (issue 43).
         found[H.PCIE_NAKS] = _count(device["rsmi_dev_pci_replay_counter_get"])
     found.update(unsupported(HYGON_UNSUPPORTED))
+    # Hygon's ROCm SMI fork states the cores' busy time (`rsmi_dev_busy_percent_get`) and no
+    # activity figure, memory or vector-unit busy time beside it (issue 41).
+    found.update(unsupported(EVERY_ACTIVITY))
     return CardHealth.answered(found)
 
 

@@ -51,7 +51,7 @@ from devicemanager.model import (
     unsupported,
 )
 from vendors import _metax_lib as mx
-from vendors._common import error_code, failed, finite, listing, load, reasons
+from vendors._common import EVERY_ACTIVITY, error_code, failed, finite, listing, load, reasons
 from vendors._placement import (
     SYSFS_NUMA,
     bus_name,
@@ -291,6 +291,9 @@ def parse_health(device: Mapping[str, Any]) -> CardHealth | None:
                 mhz, reason = None, Reason.INVALID_DATA
             found[figure] = (None if mhz is None else mhz * 1_000_000, reason)
     found.update(unsupported(METAX_UNSUPPORTED))
+    # MXSML states the cores' busy time (`mxSmlGetDeviceIpUsage`) and no activity
+    # figure, memory or vector-unit busy time beside it (issue 41).
+    found.update(unsupported(EVERY_ACTIVITY))
     return CardHealth.answered(found)
 
 

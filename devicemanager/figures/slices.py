@@ -21,10 +21,14 @@ from typing import Any
 
 from devicemanager.grants.allocations import Mode
 from devicemanager.grants.grants import Grant
+from devicemanager.model import FIGURES as TABLE
 from devicemanager.model import (
     MIB,
     SCHEMA_VERSION,
     Card,
+    CardHealth,
+    FigureSpec,
+    HealthFigure,
     PartitionReading,
     PodFault,
     ProcessRow,
@@ -196,6 +200,7 @@ def _partition_entry(
         cores_percent=found.cores_percent if found.cores_reason is None else None,
         memory_reason=memory_reason,
         cores_reason=found.cores_reason,
+        activity=found.activity,
     )
 
 
@@ -431,10 +436,46 @@ def to_json(section: SliceSection) -> dict[str, Any]:
                 "memoryUsedMiB": p.memory_used_mib,
                 "coresPercent": p.cores_percent,
                 **reasons(p.memory_reason, p.cores_reason),
+                **_activity_json(p.activity),
             }
             for p in section.partitions
         ]
     return doc
+
+
+# A partition's activity rows (issue 41): the figure table's rows under a card's `activity`.
+_ACTIVITY: tuple[FigureSpec, ...] = tuple(s for s in TABLE.health if s.json[0] == "activity")
+
+
+def _activity_json(activity: CardHealth | None) -> dict[str, Any]:
+    """A partition's activity as a card's is written (each figure held under its key, why each
+    absent one is absent), only where its backend reads it: every other partition's record
+    is the one it was before."""
+    if activity is None:
+        return {}
+    held = activity.held()
+    return {
+        "activity": {s.json[-1]: held[HealthFigure(s.name)] for s in _ACTIVITY if s.name in held},
+        "activityAbsentReasons": {name.value: why.value for name, why in activity.reasons},
+    }
+
+
+def _activity_from_json(p: Mapping[str, Any]) -> CardHealth | None:
+    values, absent = p.get("activity"), p.get("activityAbsentReasons")
+    if not isinstance(values, dict) and not isinstance(absent, dict):
+        return None
+    held = {
+        HealthFigure(s.name): as_number(values.get(s.json[-1]))
+        for s in _ACTIVITY
+        if isinstance(values, dict)
+    }
+    names = {s.name.value: HealthFigure(s.name) for s in _ACTIVITY}
+    reasons = [
+        (names[name], why)
+        for name, value in (absent.items() if isinstance(absent, dict) else ())
+        if name in names and (why := _reason_of(value)) is not None
+    ]
+    return CardHealth.of(held, reasons)
 
 
 def _reason_of(value: Any) -> Reason | None:
@@ -508,6 +549,7 @@ def from_json(doc: Any) -> SliceSection | None:
             as_number(p.get("coresPercent")),
             _reason_of(p.get("memoryReason")),
             _reason_of(p.get("coresReason")),
+            _activity_from_json(p),
         )
         for p in items("partitions")
     )

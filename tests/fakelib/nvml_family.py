@@ -23,7 +23,8 @@ def device(
     """A card of a scenario. Options: util=(gpu, mem), temp, power (mW), reserved (bytes),
     mig_mode=(cur, pend), processes=[(pid, bytes | "na"[, gi, ci])], samples=[(pid, ts, sm,
     mem)], grow=(n, "once" | "always"), errors={entry point: code}, migs=[{slot, uuid, gi,
-    total_mib, used_mib, sm (GPM SM activity, %), errors}], gpm (1: the card serves GPM), lost,
+    total_mib, used_mib, sm (GPM SM activity, %), gpm_metrics {id: value} (the instance's other
+    GPM ids), errors}], gpm (1: the card serves GPM), lost,
     lose_after (identity reads), gone_after (enumerations), xid, remapped=(corr, unc, pending,
     failure), retired_pending, index."""
     doc: dict[str, Any] = {
@@ -66,6 +67,7 @@ def device(
             "memory": {"total": m["total_mib"] * MIB, "used": m.get("used_mib", 0) * MIB},
             "faults": dict(m.get("errors", {})),
             **({"sm": m["sm"]} if "sm" in m else {}),
+            **({"gpm_metrics": dict(m["gpm_metrics"])} if "gpm_metrics" in m else {}),
         }
         for m in options.pop("migs", ())
     ]

@@ -24,6 +24,7 @@ from tests.fakelib import amd as fake
 from tests.fakelib.amd import GIB, scenarios
 from tests.vendors import kit
 from tests.vendors.conftest import links_of, serve_fake_library
+from vendors._amd_smi import AMD_ACTIVITY_UNSTATED
 from vendors.amd import VIA_AMDSMI, VIA_ROCM_SMI, VIA_WITHHELD, AmdBackend
 
 pytestmark = pytest.mark.timeout(90)
@@ -107,6 +108,8 @@ NO_AMD_CALL = dict.fromkeys(
         "ecc_uncorrected_aggregate",
         "remapped_rows_correctable",
         "pcie_replays",  # amdsmi's replay counter counts NAKs: pcie_naks (issue 43)
+        # No SM-level, tensor, pipe, bandwidth or link counter and no vector unit (issue 41).
+        *AMD_ACTIVITY_UNSTATED,
     ),
     Reason.UNSUPPORTED,
 )

@@ -560,7 +560,11 @@ def test_recorded_times_come_from_the_backends_clock(libhgml: Path, scenario) ->
         backend.close()
     (mig, _) = payload["devices"][0]["migDevices"]
     assert mig["hgmlGpmMigSampleGet"] == {"at": 115.0, "previousAt": 100.0}
-    assert mig["hgmlGpmMetricsGet"] == {"HGML_GPM_METRIC_SM_UTIL": 64.5}
+    metrics = mig["hgmlGpmMetricsGet"]
+    assert metrics.pop("HGML_GPM_METRIC_SM_UTIL") == 64.5
+    # Every other id is asked of the GPU instance too (issue 41); this one serves none of them.
+    assert len(metrics) == len(GPM_CARD_METRICS) - 1
+    assert {m["error"] for m in metrics.values()} == {"HGML_ERROR_NOT_SUPPORTED"}
 
 
 # -- the whole agent -----------------------------------------------------------------------------

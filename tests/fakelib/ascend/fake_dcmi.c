@@ -234,10 +234,15 @@ int dcmi_get_device_memory_info_v3(int card_id, int device_id,
 
 int dcmi_get_device_utilization_rate(int card_id, int device_id, int input_type,
                                      unsigned int *utilization_rate) {
+    const char *key;
     ENTRY("dcmi_get_device_utilization_rate");
-    if (input_type != 2) /* only the AI cores are in a scenario */
+    /* The AI cores (2), the HBM's bandwidth (10) and the vector cores (12) where the scenario
+     * has them (issue 41); any other input type, or one the scenario leaves out, answers
+     * NOT_SUPPORT, as a driver does for a unit the chip lacks. */
+    key = input_type == 2 ? "aicore" : input_type == 10 ? "hbm_bandwidth" : input_type == 12 ? "vector_core" : NULL;
+    if (!key || (input_type != 2 && !fl_get(D "%s", d, key)))
         return DCMI_ERR_NOT_SUPPORT;
-    *utilization_rate = (unsigned int)fl_u64(0, D "aicore", d);
+    *utilization_rate = (unsigned int)fl_u64(0, D "%s", d, key);
     return DCMI_OK;
 }
 

@@ -107,6 +107,19 @@ NPUS: dict[int, tuple[int, int, int, int, dict[str, Any]]] = {
     7: (3426, 0, 47, 999, {"health": 2, "error_codes": [0x80E01801]}),
 }
 
+# NPU n -> (HBM bandwidth utilization %, vector-core busy %), dcmi_get_device_utilization_rate's
+# input types 10 and 12 (issue 41): the Qwen pair moving weights through HBM with the vector
+# cores a fifth as busy as the AI Cores, the idle NPUs at 0; NPU 7 (the alarm) answers neither.
+ACTIVITY: dict[int, tuple[int, int]] = {
+    0: (64, 17),
+    1: (66, 18),
+    2: (41, 9),
+    3: (22, 5),
+    4: (12, 3),
+    5: (88, 35),
+    6: (0, 0),
+}
+
 
 def scenario_devices() -> list[dict[str, Any]]:
     return eight_910b2_hccs(
@@ -120,11 +133,19 @@ def scenario_devices() -> list[dict[str, Any]]:
                 aicore=aicore,
                 temp=temp,
                 power=power,
+                **activity(n),
                 **extra,
             )
             for n, (used, aicore, temp, power, extra) in NPUS.items()
         ]
     )
+
+
+def activity(n: int) -> dict[str, int]:
+    if n not in ACTIVITY:
+        return {}
+    hbm_bandwidth, vector_core = ACTIVITY[n]
+    return {"hbm_bandwidth": hbm_bandwidth, "vector_core": vector_core}
 
 
 def numa_sysfs(root: Path) -> Path:

@@ -32,7 +32,8 @@
  * index, memory{total, used, reserved} (bytes), util{gpu, memory}, temp, power (mW),
  * remapped{corr, unc, pending, failure}, retired_pending, mig_mode{current, pending}, xid, xids[],
  * processes[]{pid, memory (bytes or "na"), gi, ci}, samples[]{pid, ts, sm, mem},
- * migs[]{slot, uuid, gi, memory{total, used}, sm (GPM SM activity, %), faults{}}, gpm (1: GPM
+ * migs[]{slot, uuid, gi, memory{total, used}, sm (GPM SM activity, %), gpm_metrics{<id>: value}
+ * (the GPU instance's other GPM ids; any other NOT_SUPPORTED), faults{}}, gpm (1: GPM
  * served), gpm_metrics{<NVML_GPM_METRIC_* id>: value} (a whole card's GPM metrics; any other
  * id answers INVALID_ARGUMENT), ecc{corrected_volatile, uncorrected_volatile, corrected_aggregate,
  * uncorrected_aggregate}, ecc_off (1: ECC answers NOT_SUPPORTED), energy (mJ), throttle (the
@@ -755,13 +756,21 @@ nvmlReturn_t DECLDIR nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet) {
                 metric->nvmlReturn = NVML_SUCCESS;
                 metric->value = strtod(value, NULL);
             }
-        } else if (metric->metricId != NVML_GPM_METRIC_SM_UTIL || m < 0)
-            metric->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
-        else if (b->at - a->at < FL_GPM_MIN_INTERVAL)
-            metric->nvmlReturn = NVML_ERROR_NOT_READY;
-        else {
-            metric->nvmlReturn = NVML_SUCCESS;
-            metric->value = fl_double(0, "devices.%d.migs.%d.sm", a->dev, m);
+        } else {
+            /* A GPU instance: the ids its migs[].gpm_metrics serves (issue 41), and SM
+             * activity from its `sm`; any other id NOT_SUPPORTED, what an instance answers
+             * for a figure it cannot state. */
+            const char *value =
+                m < 0 ? NULL : fl_get("devices.%d.migs.%d.gpm_metrics.%u", a->dev, m, metric->metricId);
+            if (m < 0 || (!value && metric->metricId != NVML_GPM_METRIC_SM_UTIL))
+                metric->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+            else if (b->at - a->at < FL_GPM_MIN_INTERVAL)
+                metric->nvmlReturn = NVML_ERROR_NOT_READY;
+            else {
+                metric->nvmlReturn = NVML_SUCCESS;
+                metric->value = value ? strtod(value, NULL)
+                                      : fl_double(0, "devices.%d.migs.%d.sm", a->dev, m);
+            }
         }
     }
     return NVML_SUCCESS;

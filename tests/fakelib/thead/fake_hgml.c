@@ -34,7 +34,7 @@
  * {uuid, name, index, memory, util, temp, power, remapped, retired_pending, mig_mode, gpm,
  * gpm_metrics{<metric id>: value} (a whole card's GPM; any other id INVALID_ARGUMENT), xid, xids[], bus_id, nvlinks[]{state, remote, type, error (a gap: this link answers the code)} (its ICN links), ancestor{<position>: level},
  * ecc{corrected_volatile, …}, ecc_off, energy, throttle, clocks{graphics, sm, memory},
- * clock_faults{…}, pcie_replays, processes[], samples[], migs[]{slot, uuid, gi, memory, sm,
+ * clock_faults{…}, pcie_replays, processes[], samples[], migs[]{slot, uuid, gi, memory, sm, gpm_metrics{<id>: value},
  * faults}}) plus the kit's keys.
  */
 #include "fakelib.h"
@@ -546,13 +546,21 @@ hgmlReturn_t hgmlGpmMetricsGet(hgmlGpmMetricsGet_t *metricsGet) {
                 metric->hgmlReturn = HGML_SUCCESS;
                 metric->value = strtod(value, NULL);
             }
-        } else if (metric->metricId != HGML_GPM_METRIC_SM_UTIL || m < 0)
-            metric->hgmlReturn = HGML_ERROR_NOT_SUPPORTED;
-        else if (b->at - a->at < FL_GPM_MIN_INTERVAL)
-            metric->hgmlReturn = HGML_ERROR_NOT_READY;
-        else {
-            metric->hgmlReturn = HGML_SUCCESS;
-            metric->value = fl_double(0, "devices.%d.migs.%d.sm", a->dev, m);
+        } else {
+            /* A GPU instance: the ids its migs[].gpm_metrics serves (issue 41), and SM
+             * activity from its `sm`; any other id NOT_SUPPORTED, what an instance answers
+             * for a figure it cannot state. */
+            const char *value =
+                m < 0 ? NULL : fl_get("devices.%d.migs.%d.gpm_metrics.%u", a->dev, m, metric->metricId);
+            if (m < 0 || (!value && metric->metricId != HGML_GPM_METRIC_SM_UTIL))
+                metric->hgmlReturn = HGML_ERROR_NOT_SUPPORTED;
+            else if (b->at - a->at < FL_GPM_MIN_INTERVAL)
+                metric->hgmlReturn = HGML_ERROR_NOT_READY;
+            else {
+                metric->hgmlReturn = HGML_SUCCESS;
+                metric->value = value ? strtod(value, NULL)
+                                      : fl_double(0, "devices.%d.migs.%d.sm", a->dev, m);
+            }
         }
     }
     return HGML_SUCCESS;
