@@ -252,6 +252,16 @@ class CardLink:
 
 
 @dataclass(frozen=True, slots=True)
+class CardTaint:
+    """A taint on one of a card's DRA devices (KEP-5055), from its driver's ResourceSlice or an
+    admin's DeviceTaintRule: key, value (may be empty) and effect as Kubernetes spells it."""
+
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True, slots=True)
 class Card:
     """One accelerator's own figures (R-V2), as its library enumerates it.
 
@@ -288,6 +298,12 @@ class Card:
     # node the card is attached to (None: not read, or no affinity).
     links: tuple[CardLink, ...] | None = None
     numa_node: int | None = None
+    # What Kubernetes says of the card beside `unhealthy` (issue 42): every taint on its DRA
+    # devices, whatever the effect (a `NoSchedule`/`NoExecute` one also makes it unhealthy; a
+    # `None` one is information only), and the kubelet's word on its devices where it is not
+    # `Healthy`: `Unhealthy` (also in unhealthy_reason) or `Unknown` (the driver does not say).
+    device_taints: tuple[CardTaint, ...] = ()
+    kubelet_health: str | None = None
 
     @property
     def memory_utilization_percent(self) -> float | None:

@@ -251,7 +251,9 @@ def test_the_source_watches_this_nodes_slices_and_those_for_every_node(
         assert len(inventory.devices) == 6
         # the driver taints a device: the watch carries it
         tainted = nvidia_slice()
-        tainted["spec"]["devices"][0]["taints"] = [{"key": "gpu.nvidia.com/gpu-lost"}]
+        tainted["spec"]["devices"][0]["taints"] = [
+            {"key": "gpu.nvidia.com/gpu-lost", "effect": "NoSchedule"}
+        ]
         api.put_slice(tainted, "MODIFIED")
 
         def lost() -> bool:
@@ -429,6 +431,7 @@ def test_the_kubelets_allocated_resources_status_marks_the_card_it_names() -> No
                                 {
                                     "resourceID": f"gpu.nvidia.com/{NODE}/gpu-0",
                                     "health": "Unhealthy",
+                                    "message": "XID 79: fallen off the bus",
                                 },
                                 {"resourceID": f"gpu.nvidia.com/{NODE}/gpu-1", "health": "Healthy"},
                             ],
@@ -446,18 +449,19 @@ def test_the_kubelets_allocated_resources_status_marks_the_card_it_names() -> No
     info = pod_info(pod)
     assert info is not None
     assert info.device_health == (
-        (f"gpu.nvidia.com/{NODE}/gpu-0", "Unhealthy"),
-        (UUID3, "Unknown"),
+        (f"gpu.nvidia.com/{NODE}/gpu-0", "Unhealthy", "XID 79: fallen off the bus"),
+        (UUID3, "Unknown", None),
     )
     entry = parse_slice(nvidia_slice(), NODE)
     assert isinstance(entry, SliceEntry)
     inventory = dra.inventory_of(entry.devices)
+    # R-X11: the message rides in the reason; Unknown is said, not a reason
     assert dra.kubelet_health(info.device_health, inventory, ALIASES) == {
-        ("nvidia", UUID0): "kubelet:Unhealthy",
-        ("nvidia", UUID3): "kubelet:Unknown",
+        ("nvidia", UUID0): dra.KubeletSays("kubelet:Unhealthy:XID 79: fallen off the bus"),
+        ("nvidia", UUID3): dra.KubeletSays(None, True),
     }
     # an id that names no card the libraries enumerate is not placed
-    assert dra.kubelet_health([("GPU-nope", "Unhealthy")], inventory, ALIASES) == {}
+    assert dra.kubelet_health([("GPU-nope", "Unhealthy", None)], inventory, ALIASES) == {}
 
 
 # -- a node whose GPUs are all granted through DRA (R-X6) ----------------------------------------

@@ -31,7 +31,7 @@ from devicemanager.figures.figures import View, exported
 from devicemanager.figures.snapshot import BackendResult
 from devicemanager.grants import deviceplugins, dra
 from devicemanager.grants.deviceplugins import KubeletAnswer
-from devicemanager.grants.dra import DraInventory
+from devicemanager.grants.dra import DraInventory, KubeletSays
 from devicemanager.grants.grants import NodeGrants
 from devicemanager.grants.ids import Ids
 from devicemanager.grants.node import SOURCES, gather
@@ -70,8 +70,8 @@ class Plan:
     index: PodIndex | None
     kubelet: KubeletAnswer | None
     dra: DraInventory | None
-    # The kubelet's word on unhealthy devices its pods hold (KEP-4680), by card.
-    kubelet_health: Mapping[tuple[str, str], str]
+    # The kubelet's word on devices its pods hold that are not healthy (KEP-4680), by card.
+    kubelet_health: Mapping[tuple[str, str], KubeletSays]
     recorded: NodeGrants | None  # as the sources named them
     grants: NodeGrants | None  # named by canonical ids (memory.ids)
     requests: Mapping[str, ReadRequest]  # by manufacturer; absent: nothing beyond the cards
@@ -86,9 +86,14 @@ def plan(
     sources: Sequence[GrantSource] = SOURCES,
 ) -> Plan:
     aliases = memory.ids.cards
+    # The kubelet names a DRA device's health by its first CDI device name where the driver
+    # gave any: pod-resources says which device each name is.
+    cdi = dra.cdi_index(
+        c for pod in (kubelet.pods or () if kubelet is not None else ()) for c in pod.claims
+    )
     health = (
         dra.kubelet_health(
-            (r for pod in index.pods.values() for r in pod.device_health), inventory, aliases
+            (r for pod in index.pods.values() for r in pod.device_health), inventory, aliases, cdi
         )
         if index is not None
         else {}
