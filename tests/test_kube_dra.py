@@ -31,6 +31,7 @@ from devicemanager.kube.dra import (
     SliceEntry,
     current_devices,
     parse_claim,
+    parse_rule,
     parse_slice,
 )
 from tests.conftest import FIXTURES
@@ -664,6 +665,151 @@ def test_a_slice_past_its_bounds_is_refused_and_counted_never_decoded(
         assert inventory is not None and len(inventory.devices) == 5
         reasons = [getattr(r, "reason", None) for r in caplog.records]
         assert reasons.count(TOO_LARGE) == 1 and reasons.count(TOO_MANY_SLICES) == 1
+    finally:
+        source.stop()
+        api.cut()
+
+
+# -- admins' DeviceTaintRules (R-X11) -------------------------------------------------------------
+
+
+def taint_rule(
+    name: str,
+    selector: dict[str, Any] | None,
+    taint: dict[str, Any],
+    version: str = "v1",
+) -> dict[str, Any]:
+    """A DeviceTaintRule as the API server serves it (KEP-5055): cluster-scoped, one taint,
+    a selector by driver, pool and device, the time the taint was added, a status."""
+    spec: dict[str, Any] = {"taint": {**taint, "timeAdded": "2026-11-30T08:14:02Z"}}
+    if selector is not None:
+        spec["deviceSelector"] = selector
+    return {
+        "apiVersion": f"resource.k8s.io/{version}",
+        "kind": "DeviceTaintRule",
+        "metadata": {
+            "name": name,
+            "uid": "5d1c7a0e-0b8e-4c43-9b1e-2f0c3f5a6b7c",
+            "generation": 1,
+            "creationTimestamp": "2026-11-30T08:14:02Z",
+        },
+        "spec": spec,
+        "status": {
+            "conditions": [
+                {
+                    "type": "EvictionInProgress",
+                    "status": "False",
+                    "reason": "Completed",
+                    "lastTransitionTime": "2026-11-30T08:14:09Z",
+                    "observedGeneration": 1,
+                }
+            ]
+        },
+    }
+
+
+RMA = {"key": "example.com/maintenance", "value": "hbm-rma", "effect": "NoExecute"}
+
+
+def test_a_device_taint_rule_is_read_as_its_selector_and_taint() -> None:
+    """R-X11: driver, pool and device select; an unset field matches any. A rule without a
+    selector matches no device (Kubernetes' rule), and one selecting by a device class or CEL
+    (v1alpha3) is one the agent cannot evaluate: neither is applied."""
+    got = parse_rule(taint_rule("rma", {"driver": "gpu.nvidia.com", "device": "gpu-0"}, RMA))
+    assert got == dra.DeviceTaintRule(
+        "rma",
+        dra.DeviceTaint("example.com/maintenance", "hbm-rma", "NoExecute"),
+        "gpu.nvidia.com",
+        None,
+        "gpu-0",
+    )
+    assert parse_rule(taint_rule("none", None, RMA)) is None
+    cel = {"selectors": [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].index == 0"}}]}
+    assert parse_rule(taint_rule("cel", cel, RMA, "v1alpha3")) is None
+    assert parse_rule(taint_rule("cls", {"deviceClassName": "gpu.nvidia.com"}, RMA)) is None
+    assert parse_rule(taint_rule("bad", {"pool": 7}, RMA)) is None
+    assert parse_rule(taint_rule("nokey", {}, {"effect": "NoSchedule"})) is None
+    assert parse_rule({"spec": {}}) is None
+
+
+def test_device_taint_rules_are_listed_watched_and_applied_with_the_slices_taints(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    """R-X11: the agent lists and watches the cluster's DeviceTaintRules (the newest version
+    that serves them: here v1beta2 of a cluster whose slices are v1) and applies each to the
+    devices it selects, cumulatively with the slices' own taints; a deleted rule stops
+    counting."""
+    api.dra_versions = ["v1", "v1beta2"]
+    api.rule_versions = ["v1beta2"]
+    api.put_slice(nvidia_slice())
+    api.put_rule(
+        taint_rule(
+            "rma-gpu-0",
+            {"driver": "gpu.nvidia.com", "pool": NODE, "device": "gpu-0"},
+            RMA,
+            "v1beta2",
+        )
+    )
+    source = DraSource(client_of(api, tmp_path), NODE, backoff=(0.05, 0.2))
+    source.start()
+    try:
+        until(lambda: all(r.synced for r in source.reflectors) and source.rules.synced)
+        inventory = source(frozenset())
+        assert inventory is not None
+        # the slice's own NoSchedule taint on gpu-3 still counts beside the rule's
+        assert dra.tainted(inventory, ALIASES) == {
+            ("nvidia", UUID0): "example.com/maintenance=hbm-rma",
+            ("nvidia", UUID3): "gpu.nvidia.com/xid=79",
+        }
+        # a rule added while the agent runs reaches it through the watch
+        note = {"key": "example.com/audit", "value": "q4", "effect": "None"}
+        api.put_rule(taint_rule("audit-all", {"driver": "gpu.nvidia.com"}, note, "v1beta2"))
+        until(lambda: len(source.rules.rules()) == 2)
+        inventory = source(frozenset())
+        assert inventory is not None
+        taints = dra.card_taints(inventory, ALIASES)
+        assert taints[("nvidia", UUID3)] == (
+            dra.DeviceTaint("example.com/audit", "q4", "None"),
+            dra.DeviceTaint("gpu.nvidia.com/xid", "79", "NoSchedule"),
+        )
+        assert dra.tainted(inventory, ALIASES) == {
+            ("nvidia", UUID0): "example.com/maintenance=hbm-rma",
+            ("nvidia", UUID3): "gpu.nvidia.com/xid=79",
+        }
+        api.put_rule(taint_rule("rma-gpu-0", {}, RMA), "DELETED")
+        until(lambda: [r.name for r in source.rules.rules()] == ["audit-all"])
+        inventory = source(frozenset())
+        assert inventory is not None
+        assert dra.tainted(inventory, ALIASES) == {("nvidia", UUID3): "gpu.nvidia.com/xid=79"}
+        rule_paths = {k for k, _ in api.requests if k.startswith("rule")}
+        assert rule_paths == {"rules", "rule-watch"}
+    finally:
+        source.stop()
+        api.cut()
+
+
+def test_a_cluster_that_serves_no_device_taint_rules_still_has_its_slices_taints(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    """R-X11: without the DeviceTaintRule API (a cluster before 1.33, or the gate off) the rule
+    reader holds none and waits to ask again; the slices are read as before."""
+    api.rule_versions = []
+    tainted = nvidia_slice()
+    tainted["spec"]["devices"][0]["taints"] = [
+        {"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}
+    ]
+    api.put_slice(tainted)
+    source = DraSource(client_of(api, tmp_path), NODE, backoff=(0.05, 0.2))
+    source.start()
+    try:
+        until(lambda: all(r.synced for r in source.reflectors) and source.rules.synced)
+        assert source.rules.absent and source.rules.rules() == ()
+        inventory = source(frozenset())
+        assert inventory is not None
+        assert dra.tainted(inventory, ALIASES) == {
+            ("nvidia", UUID0): "gpu.nvidia.com/xid=79",
+            ("nvidia", UUID3): "gpu.nvidia.com/xid=79",
+        }
     finally:
         source.stop()
         api.cut()

@@ -10,6 +10,7 @@ A scenario is a directory, `fixtures/nodes/<scenario>/`:
     dra/resourceslices.json   optional: the node's ResourceSlices, a ResourceSliceList as
                          the API server answers it (R-X6)
     dra/resourceclaims.json   optional: the ResourceClaims its pods hold, a ResourceClaimList
+    dra/devicetaintrules.json optional: the cluster's DeviceTaintRules, a DeviceTaintRuleList
     proc/<pid>/...       a /proc tree for the processes the payloads name
 
 Each payload goes through its own vendor's pure `parse`, the very code the live agent runs.
@@ -45,6 +46,7 @@ class Scenario:
     podresources_file: Path | None = None
     slices_file: Path | None = None
     claims_file: Path | None = None
+    rules_file: Path | None = None
 
 
 def _json(path: Path) -> Any:
@@ -67,6 +69,7 @@ def load_scenario(root: Path) -> Scenario:
     pods = root / "pods.json"
     podresources = root / "podresources.json"
     slices, claims = root / "dra" / "resourceslices.json", root / "dra" / "resourceclaims.json"
+    rules = root / "dra" / "devicetaintrules.json"
     return Scenario(
         root=root,
         provenance=provenance,
@@ -78,6 +81,7 @@ def load_scenario(root: Path) -> Scenario:
         podresources_file=podresources if podresources.exists() else None,
         slices_file=slices if slices.exists() else None,
         claims_file=claims if claims.exists() else None,
+        rules_file=rules if rules.exists() else None,
     )
 
 

@@ -354,7 +354,9 @@ def build_monitor(
     if scenario is not None and scenario.slices_file is not None:
         from devicemanager.kube.dra import RecordedDra
 
-        dra = RecordedDra(node.name, scenario.slices_file, scenario.claims_file)
+        dra = RecordedDra(
+            node.name, scenario.slices_file, scenario.claims_file, scenario.rules_file
+        )
     return Monitor(
         [BackendWorker(b) for b in node.backends],
         period=settings.monitor_period,
