@@ -513,6 +513,29 @@ def test_the_dra_only_node_shows_what_its_expected_list_says() -> None:
         if c["unhealthy"]
     }
     assert reasons == expected["cards_unhealthy"]
+    # R-X11: every taint is published with its effect, the None ones (card 2's XID 43, card 5's
+    # dry-run rule) on healthy cards; the kubelet's Unknown is said, its Unhealthy is a reason.
+    taints = {
+        c["id"]: [[t["key"], t["value"], t["effect"]] for t in c["deviceTaints"]]
+        for g in doc["groups"]
+        for c in g["accelerators"]
+        if "deviceTaints" in c
+    }
+    assert taints == expected["device_taints"]
+    kubelet = {
+        c["id"]: c["kubeletHealth"]
+        for g in doc["groups"]
+        for c in g["accelerators"]
+        if "kubeletHealth" in c
+    }
+    assert kubelet == expected["kubelet_health"]
+    info = {
+        (s.labels["id"], s.labels["key"], s.labels["value"], s.labels["effect"])
+        for family in text_string_to_metric_families(published.metrics.plain.decode())
+        for s in family.samples
+        if s.name == "gpustack_accelerator_device_taint_info" and s.value == 1.0
+    }
+    assert info == {(c, *t) for c, ts in expected["device_taints"].items() for t in ts}
 
 
 def test_a_claim_deleted_while_its_pod_runs_keeps_the_status_last_read(
