@@ -372,6 +372,10 @@ class VendorReading:
     # Which of a backend's libraries or entry-point paths answered, where it has more than one
     # (AMD: "amdsmi", or "rocm_smi" where amdsmi's process list is known broken).
     via: str | None = None
+    # card id -> the PCI bus id the backend read for it, where no alias or address carries it
+    # (NVML's and HGML's, from the topology read once a minute): how the lost-card rule finds
+    # each card on the bus (node/pcibus.py). Not shown in the snapshot.
+    bus_ids: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True)

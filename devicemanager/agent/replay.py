@@ -12,6 +12,8 @@ A scenario is a directory, `fixtures/nodes/<scenario>/`:
     dra/resourceclaims.json   optional: the ResourceClaims its pods hold, a ResourceClaimList
     dra/devicetaintrules.json optional: the cluster's DeviceTaintRules, a DeviceTaintRuleList
     proc/<pid>/...       a /proc tree for the processes the payloads name
+    sys/bus/pci/devices/<bus id>/{vendor,class}   optional: the node's PCI bus, which the
+                         lost-card rule compares with what each library enumerates
 
 Each payload goes through its own vendor's pure `parse`, the very code the live agent runs.
 """
@@ -47,6 +49,7 @@ class Scenario:
     slices_file: Path | None = None
     claims_file: Path | None = None
     rules_file: Path | None = None
+    sys_root: Path | None = None
 
 
 def _json(path: Path) -> Any:
@@ -82,6 +85,7 @@ def load_scenario(root: Path) -> Scenario:
         slices_file=slices if slices.exists() else None,
         claims_file=claims if claims.exists() else None,
         rules_file=rules if rules.exists() else None,
+        sys_root=root / "sys" if (root / "sys").is_dir() else None,
     )
 
 
