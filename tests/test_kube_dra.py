@@ -799,6 +799,11 @@ def test_device_taint_rules_are_listed_watched_and_applied_with_the_slices_taint
             ("nvidia", UUID0): "example.com/maintenance=hbm-rma",
             ("nvidia", UUID3): "gpu.nvidia.com/xid=79",
         }
+        # a rule that selects by CEL is not applied: counted, the others stand
+        cel = {"selectors": [{"cel": {"expression": "true"}}]}
+        api.put_rule(taint_rule("by-cel", cel, RMA, "v1beta2"))
+        until(lambda: source.rules.refused == 1)
+        assert [r.name for r in source.rules.rules()] == ["audit-all", "rma-gpu-0"]
         api.put_rule(taint_rule("rma-gpu-0", {}, RMA), "DELETED")
         until(lambda: [r.name for r in source.rules.rules()] == ["audit-all"])
         inventory = source(frozenset())

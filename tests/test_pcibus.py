@@ -207,3 +207,18 @@ def test_the_lost_from_bus_node_shows_its_fifth_card_lost() -> None:
         'manufacturer="nvidia",node="gpu-h100-12",reason="lost:0000:14:00.0"} 1.0'
     )
     assert line in text.splitlines()
+
+
+def test_the_sysfs_root_is_a_parameter_and_replay_reads_the_scenarios() -> None:
+    """R-X11: `--sysfs-root` (or DEVICEMANAGER_SYSFS_ROOT) names the sysfs whose bus is read;
+    in replay a scenario's `sys/` is, and a scenario without one reads no bus."""
+    from devicemanager.agent.config import parse_serve
+    from devicemanager.agent.wiring import resolve_node
+
+    assert parse_serve(["--sysfs-root", "/host/sys"], env={}).sysfs_root == Path("/host/sys")
+    assert parse_serve([], env={"DEVICEMANAGER_SYSFS_ROOT": "/s"}).sysfs_root == Path("/s")
+    assert parse_serve([], env={}).sysfs_root is None
+    lost = resolve_node(parse_serve(["--replay", str(NODES / "h100-lost-from-bus")], env={}))
+    assert lost.sysfs_root == NODES / "h100-lost-from-bus" / "sys"
+    other = resolve_node(parse_serve(["--replay", str(NODES / "h100-mig-gpm")], env={}))
+    assert other.sysfs_root is None

@@ -569,6 +569,7 @@ class RuleReflector(Reflector):
         self._rules: dict[str, dra.DeviceTaintRule] = {}
         self._served: str | None = None  # the version read, once one answered
         self.refused = 0  # rules not applied since start (unreadable, or not evaluable)
+        self._refused_names: set[str] = set()
         self.synced = False
         self.absent = False
 
@@ -580,13 +581,22 @@ class RuleReflector(Reflector):
         key = _slice_name(obj)
         rule = parse_rule(obj)
         if key is None or rule is None:
-            self.refused += 1
+            self._refuse(key, "it selects by device class or CEL, or is not a rule's shape")
             if key is not None:
                 rules.pop(key, None)
         elif key in rules or len(rules) < dra.MAX_RULES:
             rules[key] = rule
         else:
-            self.refused += 1
+            self._refuse(key, f"over {dra.MAX_RULES} rules")
+
+    def _refuse(self, key: str | None, why: str) -> None:
+        """A rule not applied: counted, and logged the first time for its name (a rule the
+        watch delivers again and again is not logged each time). Under the lock."""
+        self.refused += 1
+        if key is None or key in self._refused_names or len(self._refused_names) >= dra.MAX_RULES:
+            return
+        self._refused_names.add(key)
+        log.info("a device taint rule is not applied", extra={"rule": key, "reason": why})
 
     def replace_all(self, objects: Iterable[Any], version: str, refused: int = 0) -> None:
         with self._lock:
