@@ -252,6 +252,16 @@ class CardLink:
 
 
 @dataclass(frozen=True, slots=True)
+class CardTaint:
+    """A taint on one of a card's DRA devices (KEP-5055), from its driver's ResourceSlice or an
+    admin's DeviceTaintRule: key, value (may be empty) and effect as Kubernetes spells it."""
+
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True, slots=True)
 class Card:
     """One accelerator's own figures (R-V2), as its library enumerates it.
 
@@ -288,6 +298,12 @@ class Card:
     # node the card is attached to (None: not read, or no affinity).
     links: tuple[CardLink, ...] | None = None
     numa_node: int | None = None
+    # What Kubernetes says of the card beside `unhealthy` (issue 42): every taint on its DRA
+    # devices, whatever the effect (a `NoSchedule`/`NoExecute` one also makes it unhealthy; a
+    # `None` one is information only), and the kubelet's word on its devices where it is not
+    # `Healthy`: `Unhealthy` (also in unhealthy_reason) or `Unknown` (the driver does not say).
+    device_taints: tuple[CardTaint, ...] = ()
+    kubelet_health: str | None = None
 
     @property
     def memory_utilization_percent(self) -> float | None:
@@ -360,6 +376,10 @@ class VendorReading:
     # Which of a backend's libraries or entry-point paths answered, where it has more than one
     # (AMD: "amdsmi", or "rocm_smi" where amdsmi's process list is known broken).
     via: str | None = None
+    # card id -> the PCI bus id the backend read for it, where no alias or address carries it
+    # (NVML's and HGML's, from the topology read once a minute): how the lost-card rule finds
+    # each card on the bus (node/pcibus.py). Not shown in the snapshot.
+    bus_ids: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True)

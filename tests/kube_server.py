@@ -66,6 +66,13 @@ class FakeApiServer:
         self.slice_history: list[tuple[int, dict[str, Any]]] = []
         self.slice_watchers: list[tuple[queue.Queue[Any], str | None]] = []
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}
+        # DeviceTaintRules (KEP-5055, cluster-scoped): the versions of resource.k8s.io that
+        # serve them (a version listed by the group that is not here 404s them, as a cluster
+        # without the feature does), the rules by name and their event history.
+        self.rule_versions: list[str] = ["v1"]
+        self.rules: dict[str, dict[str, Any]] = {}
+        self.rule_history: list[tuple[int, dict[str, Any]]] = []
+        self.rule_watchers: list[queue.Queue[Any]] = []
         self.pod_metrics: dict[tuple[str, str], Any] = {}
         self.failures: dict[str, list[int]] = {}  # kind -> statuses to answer next
         self.delays: dict[str, float] = {}  # kind -> seconds before answering
@@ -181,6 +188,23 @@ class FakeApiServer:
             if node is None or _slice_node(obj) == node:
                 inbox.put(event)
 
+    def put_rule(self, obj: dict[str, Any], kind: str = "ADDED") -> None:
+        """Add or change a DeviceTaintRule (kind MODIFIED), or remove it (DELETED)."""
+        name = obj["metadata"]["name"]
+        with self.lock:
+            self.version += 1
+            obj = copy.deepcopy(obj)
+            obj["metadata"]["resourceVersion"] = str(self.version)
+            if kind == "DELETED":
+                self.rules.pop(name, None)
+            else:
+                self.rules[name] = obj
+            event = {"type": kind, "object": obj}
+            self.rule_history.append((self.version, event))
+            watchers = list(self.rule_watchers)
+        for inbox in watchers:
+            inbox.put(event)
+
     def add(self, pod: dict[str, Any]) -> None:
         self.pods[pod["metadata"]["uid"]] = pod
         self._event("ADDED", pod)
@@ -226,7 +250,7 @@ class FakeApiServer:
 
     def cut(self) -> None:
         with self.lock:
-            watchers = list(self.watchers)
+            watchers = [*self.watchers, *self.rule_watchers]
         for w in watchers:
             w.put(CUT)
 
@@ -417,10 +441,22 @@ class FakeApiServer:
                             "preferredVersion": versions[0],
                         },
                     )
-                if kind in ("slices", "slice-watch", "claim"):
+                if kind in ("slices", "slice-watch", "claim", "rules", "rule-watch"):
                     version = url.path.split("/")[3]
-                    if version not in server.dra_versions:
+                    served = server.rule_versions if kind.startswith("rule") else []
+                    if version not in server.dra_versions or (
+                        kind.startswith("rule") and version not in served
+                    ):
                         return self._status(404, f"{url.path} is not served here")
+                if kind == "rules":
+                    with server.lock:
+                        items = [copy.deepcopy(o) for o in server.rules.values()]
+                        meta = {"resourceVersion": str(server.version)}
+                    return self._json(
+                        200, {"kind": "DeviceTaintRuleList", "metadata": meta, "items": items}
+                    )
+                if kind == "rule-watch":
+                    return self._watch(query, rules=True)
                 if kind == "slices":
                     return self._json(200, server.slice_list(query))
                 if kind == "slice-watch":
@@ -494,13 +530,18 @@ class FakeApiServer:
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 self.wfile.flush()
 
-            def _watch(self, query: dict[str, list[str]], slices: bool = False) -> None:
+            def _watch(
+                self, query: dict[str, list[str]], slices: bool = False, rules: bool = False
+            ) -> None:
                 since = int(query.get("resourceVersion", ["0"])[0] or 0)
                 timeout = float(query.get("timeoutSeconds", ["300"])[0])
                 inbox: queue.Queue[Any] = queue.Queue()
                 node = _selected_node(query)
                 with server.lock:
-                    if slices:
+                    if rules:
+                        backlog = [e for rv, e in server.rule_history if rv > since]
+                        server.rule_watchers.append(inbox)
+                    elif slices:
                         backlog = [
                             e
                             for rv, e in server.slice_history
@@ -545,7 +586,9 @@ class FakeApiServer:
                     pass
                 finally:
                     with server.lock:
-                        if slices:
+                        if rules:
+                            server.rule_watchers.remove(inbox)
+                        elif slices:
                             server.slice_watchers.remove((inbox, node))
                         else:
                             server.watchers.remove(inbox)
@@ -614,6 +657,8 @@ class FakeApiServer:
             return "slice-watch" if query.get("watch") == ["true"] else "slices"
         if path.startswith("/apis/resource.k8s.io/") and "/resourceclaims/" in path:
             return "claim"
+        if path.startswith("/apis/resource.k8s.io/") and path.endswith("/devicetaintrules"):
+            return "rule-watch" if query.get("watch") == ["true"] else "rules"
         return "other"
 
     def slice_list(self, query: dict[str, list[str]]) -> dict[str, Any]:

@@ -255,12 +255,14 @@ def test_rbac_is_least_privilege() -> None:
     }
     # Pods are listed and watched, never fetched one by one; the kubelet is read as nodes/stats
     # on its own port, never through nodes/proxy (which would also allow exec). DRA (R-X6):
-    # slices listed and watched, claims read one by one, nothing written.
+    # slices listed and watched, claims read one by one, nothing written. R-X11: admins'
+    # DeviceTaintRules listed and watched.
     assert rules == {
         (("",), ("pods",), ("list", "watch")),
         (("",), ("nodes/stats",), ("get",)),
         (("resource.k8s.io",), ("resourceslices",), ("list", "watch")),
         (("resource.k8s.io",), ("resourceclaims",), ("get",)),
+        (("resource.k8s.io",), ("devicetaintrules",), ("list", "watch")),
         # Events (R-X11): created, and their series patched; never read back.
         (("events.k8s.io",), ("events",), ("create", "patch")),
     }

@@ -122,8 +122,14 @@ def test_every_family_the_agent_can_publish_is_a_row_of_the_metrics_table() -> N
     rows = metrics_rows()
     names = table_families()
     # h100-mig-gpm's cards carry the health families and XID counts, a100-device-plugin-only an
-    # unhealthy card, the Atlas node an NPU's active error code.
-    for other in ("h100-mig-gpm", "a100-device-plugin-only", "atlas800t-a2-8npu-vnpu-mixed"):
+    # unhealthy card, the Atlas node an NPU's active error code, a100-dra-only DRA device
+    # taints and the kubelet's health word (R-X11).
+    for other in (
+        "h100-mig-gpm",
+        "a100-device-plugin-only",
+        "atlas800t-a2-8npu-vnpu-mixed",
+        "a100-dra-only",
+    ):
         monitor = scenario_monitor(other)
         text = exposition.render(exposition.families(monitor.run_round().snapshot)).decode()
         monitor.stop()

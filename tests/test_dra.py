@@ -20,7 +20,7 @@ from devicemanager.grants.dra import (
     inventory_of,
 )
 from devicemanager.grants.node import node_grants
-from devicemanager.model import Card, VendorReading
+from devicemanager.model import Card, CardTaint, VendorReading
 from devicemanager.node.pods import PodIndex
 from tests.world import gpu, pod, uid
 
@@ -201,13 +201,151 @@ def test_a_tainted_device_marks_its_card_unhealthy_with_the_taint() -> None:
         (gpu(1), True, "gpu.nvidia.com/xid=79"),
     ]
     assert deviceplugins.with_dra_health(READING, inventory_of([]), ALIASES) is READING
-    # the kubelet's word (allocatedResourcesStatus) joins the taint's on the same card
-    said = {("nvidia", gpu(1)): "kubelet:Unhealthy", ("nvidia", gpu(2)): "kubelet:Unknown"}
+    # the kubelet's word (allocatedResourcesStatus) joins the taint's on the same card; its
+    # `Unknown` (the driver does not say) is published, never unhealthy (R-X11)
+    said = {
+        ("nvidia", gpu(1)): dra.KubeletSays("kubelet:Unhealthy"),
+        ("nvidia", gpu(2)): dra.KubeletSays(unknown=True),
+    }
     got = deviceplugins.with_dra_health(READING, inventory, ALIASES, said)
-    assert [(c.id, c.unhealthy, c.unhealthy_reason) for c in got.cards[:3]] == [
-        (gpu(0), False, None),
-        (gpu(1), True, "gpu.nvidia.com/xid=79,kubelet:Unhealthy"),
-        (gpu(2), True, "kubelet:Unknown"),
+    assert [(c.id, c.unhealthy, c.unhealthy_reason, c.kubelet_health) for c in got.cards[:3]] == [
+        (gpu(0), False, None, None),
+        (gpu(1), True, "gpu.nvidia.com/xid=79,kubelet:Unhealthy", "Unhealthy"),
+        (gpu(2), False, None, "Unknown"),
+    ]
+
+
+# -- DRA health as Kubernetes means it (R-X11) ---------------------------------------------------
+
+
+def tainted_gpu(n: int, *taints: DeviceTaint) -> DraDevice:
+    return DraDevice(NV, POOL, f"gpu-{n}", MappingProxyType({"uuid": gpu(n)}), taints=taints)
+
+
+def health(reading: VendorReading) -> list[tuple[bool, str | None, tuple[CardTaint, ...]]]:
+    return [(c.unhealthy, c.unhealthy_reason, c.device_taints) for c in reading.cards]
+
+
+def test_a_taints_effect_decides_whether_it_marks_the_card() -> None:
+    """R-X11: NoSchedule and NoExecute keep pods off the device, so its card is unhealthy with
+    key=value as reason; None is information (NVIDIA's non-fatal XID 43, `unmonitored`), and an
+    effect Kubernetes does not define is treated like None, as its API says consumers must."""
+    xid43 = DeviceTaint("gpu.nvidia.com/xid", "43", "None")
+    unmonitored = DeviceTaint("gpu.nvidia.com/unmonitored", "", "None")
+    future = DeviceTaint("example.com/drain-soon", "yes", "PreferNoSchedule")
+    inventory = inventory_of(
+        [
+            tainted_gpu(0, xid43, unmonitored),
+            tainted_gpu(1, DeviceTaint("gpu.nvidia.com/gpu-lost", "", "NoSchedule"), xid43),
+            tainted_gpu(2, DeviceTaint("example.com/hbm", "rma", "NoExecute")),
+            tainted_gpu(3, future),
+        ]
+    )
+    got = deviceplugins.with_dra_health(READING, inventory, ALIASES)
+    assert health(got) == [
+        (
+            False,
+            None,
+            (
+                CardTaint("gpu.nvidia.com/unmonitored", "", "None"),
+                CardTaint("gpu.nvidia.com/xid", "43", "None"),
+            ),
+        ),
+        (
+            True,
+            "gpu.nvidia.com/gpu-lost",
+            (
+                CardTaint("gpu.nvidia.com/gpu-lost", "", "NoSchedule"),
+                CardTaint("gpu.nvidia.com/xid", "43", "None"),
+            ),
+        ),
+        (True, "example.com/hbm=rma", (CardTaint("example.com/hbm", "rma", "NoExecute"),)),
+        (False, None, (CardTaint("example.com/drain-soon", "yes", "PreferNoSchedule"),)),
+    ]
+    assert dra.tainted(inventory, ALIASES) == {
+        ("nvidia", gpu(1)): "gpu.nvidia.com/gpu-lost",
+        ("nvidia", gpu(2)): "example.com/hbm=rma",
+    }
+
+
+def test_a_taint_value_enters_the_reason_printable_and_bounded() -> None:
+    """R-X11: a value is the cluster's text: what the reason keeps of it is printable, holds no
+    `,` (which separates reasons) and is at most 128 characters."""
+    odd = DeviceTaint("example.com/why", "a,b\nc\x00" + "x" * 300, "NoSchedule")
+    (reason,) = dra.tainted(inventory_of([tainted_gpu(0, odd)]), ALIASES).values()
+    assert reason == "example.com/why=a?b?c?" + "x" * 122
+    assert len(reason) == len("example.com/why=") + 128
+
+
+def test_a_device_taint_rule_adds_its_taint_to_the_devices_it_selects() -> None:
+    """R-X11: an admin's DeviceTaintRule (KEP-5055) taints every device its selector names by
+    driver, pool and device (an unset field matches any), cumulatively with the slice's own
+    taints; a rule naming another driver or pool selects nothing here."""
+    own = DeviceTaint("gpu.nvidia.com/xid", "43", "None")
+    maintenance = DeviceTaint("example.com/maintenance", "hbm-rma", "NoExecute")
+    rules = [
+        dra.DeviceTaintRule("rma-gpu-1", maintenance, NV, POOL, "gpu-1"),
+        dra.DeviceTaintRule("other-pool", DeviceTaint("x/y", "", "NoSchedule"), NV, "elsewhere"),
+        dra.DeviceTaintRule("other-driver", DeviceTaint("x/z", "", "NoSchedule"), "gpu.amd.com"),
+        dra.DeviceTaintRule("all-note", DeviceTaint("example.com/audit", "q4", "None")),
+    ]
+    inventory = inventory_of([tainted_gpu(0), tainted_gpu(1, own)], rules=rules)
+    got = deviceplugins.with_dra_health(READING, inventory, ALIASES)
+    audit = CardTaint("example.com/audit", "q4", "None")
+    assert health(got)[:2] == [
+        (False, None, (audit,)),
+        (
+            True,
+            "example.com/maintenance=hbm-rma",
+            (
+                audit,
+                CardTaint("example.com/maintenance", "hbm-rma", "NoExecute"),
+                CardTaint("gpu.nvidia.com/xid", "43", "None"),
+            ),
+        ),
+    ]
+    assert dra.DeviceTaintRule("any", own).selects((NV, POOL, "gpu-9"))
+    assert not dra.DeviceTaintRule("d", own, device="gpu-1").selects((NV, POOL, "gpu-0"))
+
+
+def test_the_kubelets_cdi_device_name_reaches_its_card_and_unknown_marks_nothing() -> None:
+    """R-X11: the kubelet names a DRA device's health by its first CDI device name
+    (`k8s.gpu.nvidia.com/claim=<uid>-<device>`), which pod-resources gives per claim device;
+    the triple form still resolves. `Unhealthy` marks the card with the kubelet's message
+    (bounded, printable); `Unknown` is "the driver does not say", published, not unhealthy."""
+    inventory = inventory_of([nv_gpu(f"gpu-{n}", n) for n in range(4)])
+    cdi0 = "k8s.gpu.nvidia.com/claim=0b9a3c1e-0000-4000-8000-000000000001-gpu-0"
+    cdi1 = "k8s.gpu.nvidia.com/claim=0b9a3c1e-0000-4000-8000-000000000001-gpu-1"
+    claims = [
+        claim(
+            "main",
+            "c1",
+            ClaimDevice(NV, POOL, "gpu-0", cdi_devices=(cdi0,)),
+            ClaimDevice(NV, POOL, "gpu-1", cdi_devices=(cdi1, "k8s.gpu.nvidia.com/extra=1")),
+        ),
+        claim("other", "c2", ClaimDevice(NV, POOL, "gpu-2", cdi_devices=(cdi0,))),  # reused
+    ]
+    cdi = dra.cdi_index(claims)
+    assert cdi == {cdi1: (NV, POOL, "gpu-1"), "k8s.gpu.nvidia.com/extra=1": (NV, POOL, "gpu-1")}
+    reports = [
+        (cdi1, "Unhealthy", "XID 48, double-bit ECC\n"),
+        (cdi1, "Unknown", None),
+        (f"{NV}/{POOL}/gpu-3", "Unknown", None),
+        (cdi0, "Unhealthy", None),  # two devices gave that name: it names neither
+        ("k8s.gpu.nvidia.com/claim=never-given", "Unhealthy", None),
+        (f"{NV}/{POOL}/gpu-2", "Healthy", None),
+    ]
+    said = dra.kubelet_health(reports, inventory, ALIASES, cdi)
+    assert said == {
+        ("nvidia", gpu(1)): dra.KubeletSays("kubelet:Unhealthy:XID 48? double-bit ECC", True),
+        ("nvidia", gpu(3)): dra.KubeletSays(None, True),
+    }
+    got = deviceplugins.with_dra_health(READING, inventory, ALIASES, said)
+    assert [(c.unhealthy, c.unhealthy_reason, c.kubelet_health) for c in got.cards] == [
+        (False, None, None),
+        (True, "kubelet:Unhealthy:XID 48? double-bit ECC", "Unhealthy"),
+        (False, None, None),
+        (False, None, "Unknown"),
     ]
 
 

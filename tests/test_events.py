@@ -276,7 +276,9 @@ def test_the_monitors_rounds_go_on_while_the_api_server_holds_their_events(
     api: FakeApiServer, tmp_path: Path
 ) -> None:
     # The replayed DRA node: card 6 tainted `gpu.nvidia.com/xid=79` by its driver (NVIDIA: a
-    # reboot), and a card the slices offer that the library lost (`not_enumerated`: unknown).
+    # reboot), a card the slices offer that the library lost (`not_enumerated`: unknown), card 3
+    # under an admin's NoExecute DeviceTaintRule and card 0 the kubelet calls Unhealthy (neither
+    # names a code the manufacturer documents: unknown).
     from tests.conftest import scenario_monitor
 
     api.holds["event"] = threading.Event()
@@ -298,6 +300,8 @@ def test_the_monitors_rounds_go_on_while_the_api_server_holds_their_events(
     assert actions == {
         "gpu.nvidia.com/xid=79; action: reboot_node": "reboot_node",
         "not_enumerated; action: unknown": "unknown",
+        "example.com/maintenance=hbm-rma; action: unknown": "unknown",
+        "kubelet:Unhealthy:XID 48: double-bit ECC error; action: unknown": "unknown",
     }
     for event in api.events_on("Node", NODE):
         assert event["series"]["count"] == 21  # one Event each, seen by every round

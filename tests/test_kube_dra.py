@@ -31,6 +31,7 @@ from devicemanager.kube.dra import (
     SliceEntry,
     current_devices,
     parse_claim,
+    parse_rule,
     parse_slice,
 )
 from tests.conftest import FIXTURES
@@ -251,7 +252,9 @@ def test_the_source_watches_this_nodes_slices_and_those_for_every_node(
         assert len(inventory.devices) == 6
         # the driver taints a device: the watch carries it
         tainted = nvidia_slice()
-        tainted["spec"]["devices"][0]["taints"] = [{"key": "gpu.nvidia.com/gpu-lost"}]
+        tainted["spec"]["devices"][0]["taints"] = [
+            {"key": "gpu.nvidia.com/gpu-lost", "effect": "NoSchedule"}
+        ]
         api.put_slice(tainted, "MODIFIED")
 
         def lost() -> bool:
@@ -429,6 +432,7 @@ def test_the_kubelets_allocated_resources_status_marks_the_card_it_names() -> No
                                 {
                                     "resourceID": f"gpu.nvidia.com/{NODE}/gpu-0",
                                     "health": "Unhealthy",
+                                    "message": "XID 79: fallen off the bus",
                                 },
                                 {"resourceID": f"gpu.nvidia.com/{NODE}/gpu-1", "health": "Healthy"},
                             ],
@@ -446,18 +450,19 @@ def test_the_kubelets_allocated_resources_status_marks_the_card_it_names() -> No
     info = pod_info(pod)
     assert info is not None
     assert info.device_health == (
-        (f"gpu.nvidia.com/{NODE}/gpu-0", "Unhealthy"),
-        (UUID3, "Unknown"),
+        (f"gpu.nvidia.com/{NODE}/gpu-0", "Unhealthy", "XID 79: fallen off the bus"),
+        (UUID3, "Unknown", None),
     )
     entry = parse_slice(nvidia_slice(), NODE)
     assert isinstance(entry, SliceEntry)
     inventory = dra.inventory_of(entry.devices)
+    # R-X11: the message rides in the reason; Unknown is said, not a reason
     assert dra.kubelet_health(info.device_health, inventory, ALIASES) == {
-        ("nvidia", UUID0): "kubelet:Unhealthy",
-        ("nvidia", UUID3): "kubelet:Unknown",
+        ("nvidia", UUID0): dra.KubeletSays("kubelet:Unhealthy:XID 79: fallen off the bus"),
+        ("nvidia", UUID3): dra.KubeletSays(None, True),
     }
     # an id that names no card the libraries enumerate is not placed
-    assert dra.kubelet_health([("GPU-nope", "Unhealthy")], inventory, ALIASES) == {}
+    assert dra.kubelet_health([("GPU-nope", "Unhealthy", None)], inventory, ALIASES) == {}
 
 
 # -- a node whose GPUs are all granted through DRA (R-X6) ----------------------------------------
@@ -508,6 +513,29 @@ def test_the_dra_only_node_shows_what_its_expected_list_says() -> None:
         if c["unhealthy"]
     }
     assert reasons == expected["cards_unhealthy"]
+    # R-X11: every taint is published with its effect, the None ones (card 2's XID 43, card 5's
+    # dry-run rule) on healthy cards; the kubelet's Unknown is said, its Unhealthy is a reason.
+    taints = {
+        c["id"]: [[t["key"], t["value"], t["effect"]] for t in c["deviceTaints"]]
+        for g in doc["groups"]
+        for c in g["accelerators"]
+        if "deviceTaints" in c
+    }
+    assert taints == expected["device_taints"]
+    kubelet = {
+        c["id"]: c["kubeletHealth"]
+        for g in doc["groups"]
+        for c in g["accelerators"]
+        if "kubeletHealth" in c
+    }
+    assert kubelet == expected["kubelet_health"]
+    info = {
+        (s.labels["id"], s.labels["key"], s.labels["value"], s.labels["effect"])
+        for family in text_string_to_metric_families(published.metrics.plain.decode())
+        for s in family.samples
+        if s.name == "gpustack_accelerator_device_taint_info" and s.value == 1.0
+    }
+    assert info == {(c, *t) for c, ts in expected["device_taints"].items() for t in ts}
 
 
 def test_a_claim_deleted_while_its_pod_runs_keeps_the_status_last_read(
@@ -660,6 +688,156 @@ def test_a_slice_past_its_bounds_is_refused_and_counted_never_decoded(
         assert inventory is not None and len(inventory.devices) == 5
         reasons = [getattr(r, "reason", None) for r in caplog.records]
         assert reasons.count(TOO_LARGE) == 1 and reasons.count(TOO_MANY_SLICES) == 1
+    finally:
+        source.stop()
+        api.cut()
+
+
+# -- admins' DeviceTaintRules (R-X11) -------------------------------------------------------------
+
+
+def taint_rule(
+    name: str,
+    selector: dict[str, Any] | None,
+    taint: dict[str, Any],
+    version: str = "v1",
+) -> dict[str, Any]:
+    """A DeviceTaintRule as the API server serves it (KEP-5055): cluster-scoped, one taint,
+    a selector by driver, pool and device, the time the taint was added, a status."""
+    spec: dict[str, Any] = {"taint": {**taint, "timeAdded": "2026-11-30T08:14:02Z"}}
+    if selector is not None:
+        spec["deviceSelector"] = selector
+    return {
+        "apiVersion": f"resource.k8s.io/{version}",
+        "kind": "DeviceTaintRule",
+        "metadata": {
+            "name": name,
+            "uid": "5d1c7a0e-0b8e-4c43-9b1e-2f0c3f5a6b7c",
+            "generation": 1,
+            "creationTimestamp": "2026-11-30T08:14:02Z",
+        },
+        "spec": spec,
+        "status": {
+            "conditions": [
+                {
+                    "type": "EvictionInProgress",
+                    "status": "False",
+                    "reason": "Completed",
+                    "lastTransitionTime": "2026-11-30T08:14:09Z",
+                    "observedGeneration": 1,
+                }
+            ]
+        },
+    }
+
+
+RMA = {"key": "example.com/maintenance", "value": "hbm-rma", "effect": "NoExecute"}
+
+
+def test_a_device_taint_rule_is_read_as_its_selector_and_taint() -> None:
+    """R-X11: driver, pool and device select; an unset field matches any. A rule without a
+    selector matches no device (Kubernetes' rule), and one selecting by a device class or CEL
+    (v1alpha3) is one the agent cannot evaluate: neither is applied."""
+    got = parse_rule(taint_rule("rma", {"driver": "gpu.nvidia.com", "device": "gpu-0"}, RMA))
+    assert got == dra.DeviceTaintRule(
+        "rma",
+        dra.DeviceTaint("example.com/maintenance", "hbm-rma", "NoExecute"),
+        "gpu.nvidia.com",
+        None,
+        "gpu-0",
+    )
+    assert parse_rule(taint_rule("none", None, RMA)) is None
+    cel = {"selectors": [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].index == 0"}}]}
+    assert parse_rule(taint_rule("cel", cel, RMA, "v1alpha3")) is None
+    assert parse_rule(taint_rule("cls", {"deviceClassName": "gpu.nvidia.com"}, RMA)) is None
+    assert parse_rule(taint_rule("bad", {"pool": 7}, RMA)) is None
+    assert parse_rule(taint_rule("nokey", {}, {"effect": "NoSchedule"})) is None
+    assert parse_rule({"spec": {}}) is None
+
+
+def test_device_taint_rules_are_listed_watched_and_applied_with_the_slices_taints(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    """R-X11: the agent lists and watches the cluster's DeviceTaintRules (the newest version
+    that serves them: here v1beta2 of a cluster whose slices are v1) and applies each to the
+    devices it selects, cumulatively with the slices' own taints; a deleted rule stops
+    counting."""
+    api.dra_versions = ["v1", "v1beta2"]
+    api.rule_versions = ["v1beta2"]
+    api.put_slice(nvidia_slice())
+    api.put_rule(
+        taint_rule(
+            "rma-gpu-0",
+            {"driver": "gpu.nvidia.com", "pool": NODE, "device": "gpu-0"},
+            RMA,
+            "v1beta2",
+        )
+    )
+    source = DraSource(client_of(api, tmp_path), NODE, backoff=(0.05, 0.2))
+    source.start()
+    try:
+        until(lambda: all(r.synced for r in source.reflectors) and source.rules.synced)
+        inventory = source(frozenset())
+        assert inventory is not None
+        # the slice's own NoSchedule taint on gpu-3 still counts beside the rule's
+        assert dra.tainted(inventory, ALIASES) == {
+            ("nvidia", UUID0): "example.com/maintenance=hbm-rma",
+            ("nvidia", UUID3): "gpu.nvidia.com/xid=79",
+        }
+        # a rule added while the agent runs reaches it through the watch
+        note = {"key": "example.com/audit", "value": "q4", "effect": "None"}
+        api.put_rule(taint_rule("audit-all", {"driver": "gpu.nvidia.com"}, note, "v1beta2"))
+        until(lambda: len(source.rules.rules()) == 2)
+        inventory = source(frozenset())
+        assert inventory is not None
+        taints = dra.card_taints(inventory, ALIASES)
+        assert taints[("nvidia", UUID3)] == (
+            dra.DeviceTaint("example.com/audit", "q4", "None"),
+            dra.DeviceTaint("gpu.nvidia.com/xid", "79", "NoSchedule"),
+        )
+        assert dra.tainted(inventory, ALIASES) == {
+            ("nvidia", UUID0): "example.com/maintenance=hbm-rma",
+            ("nvidia", UUID3): "gpu.nvidia.com/xid=79",
+        }
+        # a rule that selects by CEL is not applied: counted, the others stand
+        cel = {"selectors": [{"cel": {"expression": "true"}}]}
+        api.put_rule(taint_rule("by-cel", cel, RMA, "v1beta2"))
+        until(lambda: source.rules.refused == 1)
+        assert [r.name for r in source.rules.rules()] == ["audit-all", "rma-gpu-0"]
+        api.put_rule(taint_rule("rma-gpu-0", {}, RMA), "DELETED")
+        until(lambda: [r.name for r in source.rules.rules()] == ["audit-all"])
+        inventory = source(frozenset())
+        assert inventory is not None
+        assert dra.tainted(inventory, ALIASES) == {("nvidia", UUID3): "gpu.nvidia.com/xid=79"}
+        rule_paths = {k for k, _ in api.requests if k.startswith("rule")}
+        assert rule_paths == {"rules", "rule-watch"}
+    finally:
+        source.stop()
+        api.cut()
+
+
+def test_a_cluster_that_serves_no_device_taint_rules_still_has_its_slices_taints(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    """R-X11: without the DeviceTaintRule API (a cluster before 1.33, or the gate off) the rule
+    reader holds none and waits to ask again; the slices are read as before."""
+    api.rule_versions = []
+    tainted = nvidia_slice()
+    tainted["spec"]["devices"][0]["taints"] = [
+        {"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}
+    ]
+    api.put_slice(tainted)
+    source = DraSource(client_of(api, tmp_path), NODE, backoff=(0.05, 0.2))
+    source.start()
+    try:
+        until(lambda: all(r.synced for r in source.reflectors) and source.rules.synced)
+        assert source.rules.absent and source.rules.rules() == ()
+        inventory = source(frozenset())
+        assert inventory is not None
+        assert dra.tainted(inventory, ALIASES) == {
+            ("nvidia", UUID0): "gpu.nvidia.com/xid=79",
+            ("nvidia", UUID3): "gpu.nvidia.com/xid=79",
+        }
     finally:
         source.stop()
         api.cut()

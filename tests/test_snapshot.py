@@ -239,3 +239,33 @@ def test_error_codes_in_the_snapshot_only_where_read_and_read_back() -> None:
     )
     health = plain["groups"][0]["accelerators"][0]["health"]
     assert "xidErrors" not in health and "errorCodes" not in health
+
+
+def test_what_kubernetes_says_of_a_card_is_in_the_snapshot_only_where_said() -> None:
+    """(R-X11) `deviceTaints` (every taint on the card's DRA devices, whatever its effect) and
+    `kubeletHealth` (`Unknown` or `Unhealthy`) appear only on a card they name, so every other
+    card's object is the one before, and both read back whole."""
+    from devicemanager.model import CardTaint
+
+    taints = (
+        CardTaint("gpu.nvidia.com/xid", "43", "None"),
+        CardTaint("example.com/maintenance", "hbm-rma", "NoExecute"),
+    )
+    said = dataclasses.replace(CARD, device_taints=taints, kubelet_health="Unknown")
+    plain = dataclasses.replace(CARD, id="GPU-3", index=3)
+    doc = json.loads(
+        snapshot.encode(snapshot.assemble(20.0, 15.0, "n", [ok("nvidia", said, plain)]))
+    )
+    served, other = doc["groups"][0]["accelerators"]
+    assert served["deviceTaints"] == [
+        {"key": "gpu.nvidia.com/xid", "value": "43", "effect": "None"},
+        {"key": "example.com/maintenance", "value": "hbm-rma", "effect": "NoExecute"},
+    ]
+    assert served["kubeletHealth"] == "Unknown"
+    assert {"deviceTaints", "kubeletHealth"}.isdisjoint(other)
+    back = snapshot.card_from_json(served)
+    assert back is not None and (back.device_taints, back.kubelet_health) == (taints, "Unknown")
+    served["deviceTaints"].append({"key": "x", "effect": "None"})  # no value: not ours
+    served["kubeletHealth"] = 3
+    odd = snapshot.card_from_json(served)
+    assert odd is not None and (odd.device_taints, odd.kubelet_health) == (taints, None)

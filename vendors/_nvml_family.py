@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 from devicemanager.backend import BackendUnavailable, Library
@@ -63,7 +64,7 @@ from devicemanager.model import (
 )
 from vendors._common import TOPOLOGY_PERIOD, failed, finite, listing, percent_answer, reasons
 from vendors._common import error_code as _error
-from vendors._nvml_topology import INTERCONNECTS, parse_topology, read_topology
+from vendors._nvml_topology import INTERCONNECTS, parse_bus_ids, parse_topology, read_topology
 
 # Return codes: NVML's nvmlReturn_t and HGML's hgmlReturn_t agree value for value.
 SUCCESS = 0
@@ -673,6 +674,7 @@ def parse(
         processes=processes,
         partitions=parse_partitions(payload, p),
         driver_version=driver if isinstance(driver, str) else None,
+        bus_ids=MappingProxyType(parse_bus_ids(payload, p)),
     )
 
 

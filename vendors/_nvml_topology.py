@@ -199,6 +199,20 @@ def _numa(entry: Mapping[str, Any]) -> int | None:
     return node if node is not None and 0 <= node < MAX_NUMA_NODE else None
 
 
+def parse_bus_ids(payload: Mapping[str, Any], p: str) -> dict[str, str]:
+    """Per card UUID, its PCI bus id as sysfs names the function (`0000:07:00.0`), from the
+    topology's `…DeviceGetPciInfo_v3`: where the lost-card rule finds the card on the bus."""
+    topology = payload.get("topology")
+    raw = topology.get("devices") if isinstance(topology, Mapping) else None
+    out: dict[str, str] = {}
+    for e in raw if isinstance(raw, list) else ():
+        pci = e.get(f"{p}DeviceGetPciInfo_v3") if isinstance(e, Mapping) else None
+        name = sysfs_name(pci.get("busId")) if isinstance(pci, Mapping) else None
+        if name is not None and isinstance(e.get("uuid"), str):
+            out[e["uuid"]] = name
+    return out
+
+
 def parse_topology(
     payload: Mapping[str, Any], p: str
 ) -> dict[str, tuple[tuple[CardLink, ...], int | None]]:

@@ -90,6 +90,12 @@ SERVE_FLAGS: tuple[Flag, ...] = (
         "the /proc to resolve vendor PIDs in (default: /proc, or the scenario's in replay)",
     ),
     Flag(
+        "--sysfs-root",
+        ("DEVICEMANAGER_SYSFS_ROOT",),
+        "the sysfs whose PCI bus is compared with what each library enumerates, once a minute "
+        "(default: /sys, or the scenario's sys/ in replay, none where it has none)",
+    ),
+    Flag(
         "--kubeconfig",
         ("KUBECONFIG", "DEVICEMANAGER_KUBECONFIG"),
         "kubeconfig for running outside a cluster (in a pod the service account is used)",
@@ -252,6 +258,7 @@ class Settings:
     http_max_headers: int = 100
     shutdown_timeout: float = 5.0
     manufacturers_given: bool = False  # by the flag or its variable, not the default
+    sysfs_root: Path | None = None
 
 
 def add_serve_flags(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
@@ -383,6 +390,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         http_max_header_bytes=_count("--http-max-header-bytes", args.http_max_header_bytes, 1024),
         http_max_headers=_count("--http-max-headers", args.http_max_headers, 8),
         shutdown_timeout=_seconds("--shutdown-timeout", args.shutdown_timeout, 5.0),
+        sysfs_root=Path(args.sysfs_root) if args.sysfs_root else None,
     )
 
 

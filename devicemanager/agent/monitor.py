@@ -46,6 +46,7 @@ from devicemanager.model import (
     ReadRequest,
     finite_reading,
 )
+from devicemanager.node import pcibus
 from devicemanager.node.attribution import Attributor, DeviceAttribution, boot_seconds
 from devicemanager.node.pods import PodIndex
 from devicemanager.round.said import LogEvent
@@ -192,6 +193,33 @@ def emit(events: Sequence[LogEvent]) -> None:
         )
 
 
+class BusWatch:
+    """The PCI bus's accelerator functions under a sysfs root, read again once `period`
+    seconds have passed (on the monitor's monotonic clock): a card does not fall off the bus
+    often enough to list every device each round, and a minute is soon enough to say so."""
+
+    def __init__(
+        self, root: str, period: float = 60.0, mono: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.root, self.period, self._mono = root, period, mono
+        self._last: pcibus.BusScan | None = None
+        self._at: float | None = None
+        self._said: str | None = None
+
+    def __call__(self) -> pcibus.BusScan:
+        now = self._mono()
+        if self._last is None or self._at is None or now - self._at >= self.period:
+            self._last, self._at = pcibus.read_bus(self.root), now
+            if self._last.error != self._said:  # said when it changes, not every minute
+                self._said = self._last.error
+                if self._said is not None:
+                    log.warning(
+                        "the PCI bus cannot be read; cards lost from it are not found",
+                        extra={"error": self._said},
+                    )
+        return self._last
+
+
 class Monitor:
     """The shell of the round: the I/O around the pure steps (round/steps.py), the loop, and
     the probes. What one round hands the next is `memory`, one frozen value."""
@@ -215,8 +243,12 @@ class Monitor:
         wall: Callable[[], float] = time.time,
         mono: Callable[[], float] = time.monotonic,
         outputs: Sequence[Output] = (),
+        bus: Callable[[], pcibus.BusScan | None] | None = None,
     ) -> None:
         self.workers = list(workers)
+        # The PCI bus's accelerator functions as last read (BusWatch: once a minute), which
+        # the lost-card rule compares with what each library enumerates; None: not read.
+        self.bus = bus
         self.build = build
         # The agent's report on itself (R-X8), asked with the rounds completed and failed when
         # a round ends (agent/selfmetrics.py); None where no server runs.
@@ -407,7 +439,9 @@ class Monitor:
             self._annotation_grants.retain(index)
         planned = plan(self.memory, index, kubelet, inventory, self._sources)
         reads = self._collect(planned.requests)
-        learned = learn(self.memory, planned, reads.results)
+        learned = learn(
+            self.memory, planned, reads.results, self.bus() if self.bus is not None else None
+        )
         verdicts = self._attribute(learned, reads.read_at)
         now, took = self._wall(), round(self._mono() - started, 6)
         cluster, cluster_faults = self._cluster(index, learned.grants)

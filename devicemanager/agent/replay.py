@@ -10,7 +10,10 @@ A scenario is a directory, `fixtures/nodes/<scenario>/`:
     dra/resourceslices.json   optional: the node's ResourceSlices, a ResourceSliceList as
                          the API server answers it (R-X6)
     dra/resourceclaims.json   optional: the ResourceClaims its pods hold, a ResourceClaimList
+    dra/devicetaintrules.json optional: the cluster's DeviceTaintRules, a DeviceTaintRuleList
     proc/<pid>/...       a /proc tree for the processes the payloads name
+    sys/bus/pci/devices/<bus id>/{vendor,class}   optional: the node's PCI bus, which the
+                         lost-card rule compares with what each library enumerates
 
 Each payload goes through its own vendor's pure `parse`, the very code the live agent runs.
 """
@@ -45,6 +48,8 @@ class Scenario:
     podresources_file: Path | None = None
     slices_file: Path | None = None
     claims_file: Path | None = None
+    rules_file: Path | None = None
+    sys_root: Path | None = None
 
 
 def _json(path: Path) -> Any:
@@ -67,6 +72,7 @@ def load_scenario(root: Path) -> Scenario:
     pods = root / "pods.json"
     podresources = root / "podresources.json"
     slices, claims = root / "dra" / "resourceslices.json", root / "dra" / "resourceclaims.json"
+    rules = root / "dra" / "devicetaintrules.json"
     return Scenario(
         root=root,
         provenance=provenance,
@@ -78,6 +84,8 @@ def load_scenario(root: Path) -> Scenario:
         podresources_file=podresources if podresources.exists() else None,
         slices_file=slices if slices.exists() else None,
         claims_file=claims if claims.exists() else None,
+        rules_file=rules if rules.exists() else None,
+        sys_root=root / "sys" if (root / "sys").is_dir() else None,
     )
 
 

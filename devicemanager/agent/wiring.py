@@ -39,7 +39,7 @@ import uvicorn
 from devicemanager import __version__
 from devicemanager.agent import logs
 from devicemanager.agent.config import Settings, default_node_name, serving_hosts
-from devicemanager.agent.monitor import BackendWorker, Monitor
+from devicemanager.agent.monitor import BackendWorker, BusWatch, Monitor
 from devicemanager.agent.replay import ReplayBackend, Scenario, load_scenario
 from devicemanager.agent.selfmetrics import SelfMetrics
 from devicemanager.backend import Backend, create_backend, sdk_versions
@@ -98,6 +98,7 @@ class Node:
     proc_root: Path
     pods_file: Path | None = None
     scenario: Scenario | None = None
+    sysfs_root: Path | None = None  # whose PCI bus the lost-card rule reads; None: not read
 
 
 def check_start(settings: Settings) -> None:
@@ -155,6 +156,7 @@ def resolve_node(settings: Settings) -> Node:
             proc_root=settings.proc_root or scenario.proc_root,
             pods_file=settings.pods_file or scenario.pods_file,
             scenario=scenario,
+            sysfs_root=settings.sysfs_root or scenario.sys_root,
         )
     return Node(
         name=settings.node_name or default_node_name(),
@@ -163,6 +165,7 @@ def resolve_node(settings: Settings) -> Node:
         ),
         proc_root=settings.proc_root or Path("/proc"),
         pods_file=settings.pods_file,
+        sysfs_root=settings.sysfs_root or Path("/sys"),
     )
 
 
@@ -355,7 +358,9 @@ def build_monitor(
     if scenario is not None and scenario.slices_file is not None:
         from devicemanager.kube.dra import RecordedDra
 
-        dra = RecordedDra(node.name, scenario.slices_file, scenario.claims_file)
+        dra = RecordedDra(
+            node.name, scenario.slices_file, scenario.claims_file, scenario.rules_file
+        )
     return Monitor(
         [BackendWorker(b) for b in node.backends],
         period=settings.monitor_period,
@@ -379,6 +384,7 @@ def build_monitor(
         wall=wall,
         mono=mono,
         outputs=outputs,
+        bus=BusWatch(str(node.sysfs_root), mono=mono) if node.sysfs_root is not None else None,
     )
 
 

@@ -196,12 +196,31 @@ def health_families(snapshot: Snapshot, table: FigureTable = FIGURES) -> Iterato
         ),
         labels=[*CARD_LABELS, "reason", "action"],
     )
+    taint = GaugeFamily(
+        "gpustack_accelerator_device_taint_info",
+        "1 per taint on the card's DRA devices (KEP-5055), from the driver's ResourceSlice or "
+        "an admin's DeviceTaintRule, whatever its effect: NoSchedule and NoExecute also make the "
+        "card unhealthy (reason key=value); None is information only (a non-fatal XID such as "
+        "43, gpu.nvidia.com/unmonitored).",
+        labels=[*CARD_LABELS, "key", "value", "effect"],
+    )
+    kubelet = GaugeFamily(
+        "gpustack_accelerator_kubelet_health_info",
+        "1 when the kubelet's allocatedResourcesStatus (KEP-4680) names a device on the card "
+        "as not Healthy: Unhealthy (also in the unhealthy reason) or Unknown (the device's "
+        "driver does not say; never unhealthy).",
+        labels=[*CARD_LABELS, "health"],
+    )
     for group, card in cards:
+        labels = [node, group.manufacturer, card.id, str(card.index)]
         if card.unhealthy:
-            labels = [node, group.manufacturer, card.id, str(card.index)]
             said = card.unhealthy_reason or ""
             action = action_for(group.manufacturer, said).value
             reason.add_metric([*labels, said, action], 1.0)
+        for t in card.device_taints:
+            taint.add_metric([*labels, t.key, t.value, t.effect], 1.0)
+        if card.kubelet_health is not None:
+            kubelet.add_metric([*labels, card.kubelet_health], 1.0)
         for figure in card.invalid:  # a card figure out of physical range (issue 30)
             invalid = [node, group.manufacturer, card.id, figure, Reason.INVALID_DATA.value]
             capability.add_metric(invalid, 0.0)
@@ -222,7 +241,7 @@ def health_families(snapshot: Snapshot, table: FigureTable = FIGURES) -> Iterato
                 "" if why is None else why.value,
             ]
             capability.add_metric(labels, 1.0 if why is None else 0.0)
-    out.extend((capability, reason))
+    out.extend((capability, reason, taint, kubelet))
     yield from (f for f in out if f.samples)
 
 

@@ -23,6 +23,7 @@ from devicemanager.model import (
     Card,
     CardHealth,
     CardLink,
+    CardTaint,
     FigureSpec,
     FigureTable,
     Group,
@@ -207,6 +208,13 @@ def card_json(card: Card, manufacturer: str = "") -> dict[str, Any]:
     if card.unhealthy:
         # What the manufacturer says to do about it (R-X11, figures/actions.py).
         extra["unhealthyAction"] = action_for(manufacturer, card.unhealthy_reason).value
+    if card.device_taints:
+        # What Kubernetes says of the card (issue 42), likewise only where it says anything.
+        extra["deviceTaints"] = [
+            {"key": t.key, "value": t.value, "effect": t.effect} for t in card.device_taints
+        ]
+    if card.kubelet_health is not None:
+        extra["kubeletHealth"] = card.kubelet_health
     return {
         "id": card.id,
         "index": card.index,
@@ -318,6 +326,20 @@ def card_from_json(doc: dict[str, Any]) -> Card | None:
         ),
         links=links_from_json(doc.get("links")),
         numa_node=as_int(doc.get("numaNode")),
+        device_taints=taints_from_json(doc.get("deviceTaints")),
+        kubelet_health=kubelet if isinstance(kubelet := doc.get("kubeletHealth"), str) else None,
+    )
+
+
+def taints_from_json(doc: Any) -> tuple[CardTaint, ...]:
+    """A card's DRA device taints back; an entry without its three strings is left out."""
+    if not isinstance(doc, list):
+        return ()
+    return tuple(
+        CardTaint(item["key"], item["value"], item["effect"])
+        for item in doc
+        if isinstance(item, dict)
+        and all(isinstance(item.get(k), str) for k in ("key", "value", "effect"))
     )
 
 

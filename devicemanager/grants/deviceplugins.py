@@ -48,7 +48,7 @@ from devicemanager.grants import dra
 from devicemanager.grants.allocations import Allocation, Mode
 from devicemanager.grants.dra import ContainerClaim, DraInventory
 from devicemanager.grants.grants import Grant, grants_from, live
-from devicemanager.model import Card, VendorReading, identity_map
+from devicemanager.model import Card, CardTaint, VendorReading, identity_map
 from devicemanager.node.pods import PodIndex, PodInfo
 
 # Bounds on one answer (the kubelet's, but a node's pods shape it): a node runs at most a few
@@ -422,25 +422,38 @@ def with_dra_health(
     reading: VendorReading,
     inventory: DraInventory | None,
     aliases: Aliases,
-    kubelet_says: Mapping[tuple[str, str], str] | None = None,
+    kubelet_says: Mapping[tuple[str, str], dra.KubeletSays] | None = None,
 ) -> VendorReading:
-    """The reading with each card its DRA driver tainted (`gpu.nvidia.com/xid`, `gpu-lost`,
-    KEP-5055), or the kubelet said is not healthy (`kubelet_says`, from the pods'
-    `allocatedResourcesStatus`, KEP-4680), marked unhealthy with that reason; a card already
-    unhealthy keeps its own reason and gains these. The same reading when nothing is said."""
-    said = dra.tainted(inventory, aliases)
-    for key, word in (kubelet_says or {}).items():
-        said[key] = f"{said[key]},{word}" if key in said else word
+    """The reading with what Kubernetes says of its cards (issue 42): each card carries the
+    taints on its DRA devices (slices' and DeviceTaintRules', KEP-5055) and the kubelet's word
+    on them (`allocatedResourcesStatus`, KEP-4680); a `NoSchedule`/`NoExecute` taint or an
+    `Unhealthy` word marks it unhealthy with that reason (a card already unhealthy keeps its own
+    reason and gains these), a `None` taint or an `Unknown` word does not. The same reading
+    when nothing is said."""
+    mine = reading.manufacturer
     taints = {
-        card_id: why
-        for (manufacturer, card_id), why in said.items()
-        if manufacturer == reading.manufacturer
+        card_id: tuple(CardTaint(t.key, dra.reason_text(t.value), t.effect) for t in found)
+        for (manufacturer, card_id), found in dra.card_taints(inventory, aliases).items()
+        if manufacturer == mine
     }
-    if not taints or not any(c.id in taints for c in reading.cards):
+    reasons = {c: why for (m, c), why in dra.tainted(inventory, aliases).items() if m == mine}
+    kubelet = {card_id: said for (m, card_id), said in (kubelet_says or {}).items() if m == mine}
+    for card_id, word in kubelet.items():
+        if word.reason is not None:
+            reasons[card_id] = dra.joined(reasons.get(card_id, ""), word.reason)
+    named = taints.keys() | kubelet.keys()
+    if not any(c.id in named for c in reading.cards):
         return reading
     cards = []
     for card in reading.cards:
-        reason = taints.get(card.id)
+        if card.id in named:
+            said = kubelet.get(card.id)
+            card = replace(
+                card,
+                device_taints=taints.get(card.id, ()),
+                kubelet_health=said.health if said is not None else None,
+            )
+        reason = reasons.get(card.id)
         if reason is not None:
             own = card.unhealthy_reason if card.unhealthy else None
             card = replace(

@@ -45,6 +45,7 @@ MAX_ATTRIBUTES = 64  # per device
 MAX_CLAIM_RESULTS = 256  # allocation results per claim
 MAX_CLAIMS = 2048
 MAX_NAME = 253  # a Kubernetes name; DRA device names are DNS labels
+MAX_RULES = 1024  # DeviceTaintRules held: the cluster's, of which a node's devices are few
 
 # A driver's name -> the manufacturer whose backend enumerates its devices. A driver not named
 # here is matched by its attributes against every manufacturer's cards, never by its name.
@@ -91,6 +92,9 @@ class ClaimDevice:
     pool: str
     device: str
     share_id: str | None = None  # consumable capacity: which share of the device (1.35+)
+    # The device's fully qualified CDI device names (`k8s.gpu.nvidia.com/claim=<uid>-gpu-0`):
+    # the kubelet names a DRA device's health by the first of them (KEP-4680).
+    cdi_devices: tuple[str, ...] = ()
 
     @property
     def key(self) -> DeviceKey:
@@ -107,9 +111,31 @@ class ContainerClaim:
     devices: tuple[ClaimDevice, ...]
 
 
+# The taint effects that keep pods off a device (KEP-5055): what marks its card unhealthy.
+# `None` is informational (the NVIDIA driver's non-fatal XIDs such as 43, and
+# `gpu.nvidia.com/unmonitored`), and Kubernetes tells consumers to treat an effect they do not
+# know like `None`: published as information, never as unhealthy.
+UNHEALTHY_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+MAX_REASON_TEXT = 128  # a taint's value or the kubelet's message, as it enters a reason
+MAX_REASON = 1024  # a card's whole reason from DRA and the kubelet
+
+
+def reason_text(text: str, limit: int = MAX_REASON_TEXT) -> str:
+    """Text of the cluster's (a taint's value, the kubelet's message) as it may enter a reason:
+    printable, no `,` (which separates reasons), at most `limit` characters."""
+    return "".join(c if c.isprintable() and c != "," else "?" for c in text.strip()[:limit])
+
+
+def joined(*reasons: str) -> str:
+    """Reasons as one, each once, sorted; bounded."""
+    text = ",".join(sorted({r for part in reasons for r in part.split(",") if r}))
+    return text[:MAX_REASON]
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceTaint:
-    """A taint a DRA driver put on one of its devices (KEP-5055): `gpu.nvidia.com/xid`, …"""
+    """A taint on a DRA device (KEP-5055): put there by its driver in the ResourceSlice
+    (`gpu.nvidia.com/xid`, …) or by an admin's DeviceTaintRule."""
 
     key: str
     value: str = ""
@@ -117,7 +143,29 @@ class DeviceTaint:
 
     @property
     def reason(self) -> str:
-        return f"{self.key}={self.value}" if self.value else self.key
+        return f"{self.key}={reason_text(self.value)}" if self.value else self.key
+
+    @property
+    def unhealthy(self) -> bool:
+        """Whether it keeps pods off the device; any other effect is informational."""
+        return self.effect in UNHEALTHY_EFFECTS
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTaintRule:
+    """An admin's DeviceTaintRule (KEP-5055, cluster-scoped): one taint on every device its
+    selector names by driver, pool and device name (each unset field matches any), added to
+    the taints the devices' own slices carry."""
+
+    name: str
+    taint: DeviceTaint
+    driver: str | None = None
+    pool: str | None = None
+    device: str | None = None
+
+    def selects(self, key: DeviceKey) -> bool:
+        want = (self.driver, self.pool, self.device)
+        return all(w is None or w == got for w, got in zip(want, key, strict=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +232,13 @@ class DraInventory:
     missing_claims: frozenset[tuple[str, str]] = frozenset()
     error: str | None = None
     pending_claims: frozenset[tuple[str, str]] = frozenset()
+    # Admins' DeviceTaintRules: applied to the devices they select, with the slices' taints.
+    rules: tuple[DeviceTaintRule, ...] = ()
+
+    def taints(self, device: DraDevice) -> tuple[DeviceTaint, ...]:
+        """A device's taints: its slice's and every rule's that selects it, each once."""
+        ruled = [r.taint for r in self.rules if r.selects(device.key)]
+        return tuple(dict.fromkeys([*device.taints, *ruled]))
 
 
 def inventory_of(
@@ -192,6 +247,7 @@ def inventory_of(
     missing_claims: Iterable[tuple[str, str]] = (),
     error: str | None = None,
     pending_claims: Iterable[tuple[str, str]] = (),
+    rules: Iterable[DeviceTaintRule] = (),
 ) -> DraInventory:
     """The inventory of every slice's devices: a device named twice is a duplicate, never the
     first of two; past the bound the rest is left out."""
@@ -217,6 +273,7 @@ def inventory_of(
         missing_claims=frozenset(missing_claims),
         error=error,
         pending_claims=frozenset(pending_claims),
+        rules=tuple(rules)[:MAX_RULES],
     )
 
 
@@ -404,45 +461,114 @@ def pod_allocations(
     return PodClaims(tuple(out), tuple(missed))
 
 
-def tainted(inventory: DraInventory | None, aliases: Aliases) -> dict[tuple[str, str], str]:
-    """(manufacturer, card id) -> the reason of the taints its DRA driver put on it (a taint on
-    a partition marks its card): what marks the card unhealthy."""
-    out: dict[tuple[str, str], str] = {}
+def card_taints(
+    inventory: DraInventory | None, aliases: Aliases
+) -> dict[tuple[str, str], tuple[DeviceTaint, ...]]:
+    """(manufacturer, card id) -> every taint on its DRA devices (a taint on a partition is its
+    card's), from the slices and the DeviceTaintRules, whatever the effect; sorted, each once."""
+    out: dict[tuple[str, str], set[DeviceTaint]] = {}
     if inventory is None:
-        return out
+        return {}
     for device in inventory.devices.values():
-        if not device.taints:
+        taints = inventory.taints(device)
+        if not taints:
             continue
         what = resolve(device, aliases)
         if what is None:
             continue
-        reason = ",".join(sorted({t.reason for t in device.taints}))
-        key = (what.manufacturer, what.card_id)
-        out[key] = ",".join(sorted(set(filter(None, [out.get(key, ""), reason]))))
+        out.setdefault((what.manufacturer, what.card_id), set()).update(taints)
+    return {
+        key: tuple(sorted(taints, key=lambda t: (t.key, t.value, t.effect)))
+        for key, taints in out.items()
+    }
+
+
+def tainted(inventory: DraInventory | None, aliases: Aliases) -> dict[tuple[str, str], str]:
+    """(manufacturer, card id) -> the reason of the taints that keep pods off it (`NoSchedule`,
+    `NoExecute`): what marks the card unhealthy. An informational taint (`None`, or an effect
+    Kubernetes does not define) is not here: the card is published with it, healthy."""
+    out: dict[tuple[str, str], str] = {}
+    for key, taints in card_taints(inventory, aliases).items():
+        reason = joined(*(t.reason for t in taints if t.unhealthy))
+        if reason:
+            out[key] = reason
     return out
 
 
+# What the kubelet says of a device (KEP-4680): `Unhealthy` marks its card; `Unknown` is "the
+# driver streams no health" (every device of such a driver from 1.36 on): published, not
+# unhealthy. `Healthy` is not kept.
+UNHEALTHY = "Unhealthy"
+UNKNOWN = "Unknown"
+KUBELET_HEALTH = (UNHEALTHY, UNKNOWN)
+
+
+@dataclass(frozen=True, slots=True)
+class KubeletSays:
+    """What the kubelet said of the devices on one card: the reason when some device is
+    `Unhealthy` (None: none is), and whether some device's health is `Unknown`."""
+
+    reason: str | None = None
+    unknown: bool = False
+
+    @property
+    def health(self) -> str:
+        """The card's word as the snapshot shows it: the worse of what its devices read."""
+        return UNHEALTHY if self.reason is not None else UNKNOWN
+
+
+def cdi_index(claims: Iterable[ContainerClaim]) -> dict[str, DeviceKey]:
+    """CDI device name -> (driver, pool, device), from pod-resources' claim devices; a name two
+    devices give names neither."""
+    out: dict[str, DeviceKey] = {}
+    twice: set[str] = set()
+    for claim in claims:
+        for device in claim.devices:
+            for name in device.cdi_devices:
+                if name in out and out[name] != device.key:
+                    twice.add(name)
+                out[name] = device.key
+    return {name: key for name, key in out.items() if name not in twice}
+
+
 def kubelet_health(
-    reports: Iterable[tuple[str, str]], inventory: DraInventory | None, aliases: Aliases
-) -> dict[tuple[str, str], str]:
-    """(manufacturer, card id) -> why the kubelet says a device on it is not healthy, from the
-    pods' `allocatedResourcesStatus` (KEP-4680): a DRA device by `<driver>/<pool>/<device>`
-    through the slices, a device plugin's by its id among the cards' aliases. An ID that names
-    no card is left out (the kubelet's word on a device the agent cannot place)."""
-    out: dict[tuple[str, str], str] = {}
+    reports: Iterable[tuple[str, str, str | None]],
+    inventory: DraInventory | None,
+    aliases: Aliases,
+    cdi: Mapping[str, DeviceKey] | None = None,
+) -> dict[tuple[str, str], KubeletSays]:
+    """(manufacturer, card id) -> what the pods' `allocatedResourcesStatus` (KEP-4680) says of
+    the devices on it: a DRA device named by its first CDI device name (`cdi`, from
+    pod-resources) or by `<driver>/<pool>/<device>` through the slices, a device plugin's by its
+    id among the cards' aliases. `Unhealthy` gives the reason `kubelet:Unhealthy`, with the
+    kubelet's message where it gave one; `Unknown` only says so. An ID that names no card is
+    left out (the kubelet's word on a device the agent cannot place)."""
+    out: dict[tuple[str, str], KubeletSays] = {}
     manufacturers = sorted({m for m, _ in aliases})
-    for rid, health in reports:
-        reason = f"kubelet:{health}"
-        parts = rid.split("/")
+    for rid, health, message in reports:
+        if health not in KUBELET_HEALTH:
+            continue
         card: tuple[str, str] | None = None
-        if len(parts) == 3 and inventory is not None:
-            device = inventory.devices.get((parts[0], parts[1], parts[2]))
+        parts = rid.split("/")
+        key = (cdi or {}).get(rid)
+        if key is None and len(parts) == 3:
+            key = (parts[0], parts[1], parts[2])
+        if key is not None:
+            device = inventory.devices.get(key) if inventory is not None else None
             what = resolve(device, aliases) if device is not None else None
             card = (what.manufacturer, what.card_id) if what is not None else None
         else:
             card = _card(manufacturers, rid, aliases)
-        if card is not None:
-            out[card] = ",".join(sorted(set(filter(None, [out.get(card, ""), reason]))))
+        if card is None:
+            continue
+        said = out.get(card, KubeletSays())
+        if health == UNHEALTHY:
+            text = reason_text(message or "")
+            reason = f"kubelet:{UNHEALTHY}:{text}" if text else f"kubelet:{UNHEALTHY}"
+            said = KubeletSays(joined(said.reason or "", reason), said.unknown)
+        else:
+            said = KubeletSays(said.reason, True)
+        out[card] = said
     return out
 
 

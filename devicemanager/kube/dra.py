@@ -23,6 +23,12 @@ round waits at most `claim_wait` seconds for the claims it has never seen; those
 are `pending` (their devices are absent this round with `claim_unavailable`, never guessed as
 exclusive). A claim deleted while its pod runs keeps the status last read; one never read is
 `missing` (whole devices still count, the kubelet says they are held; a share cannot).
+
+DeviceTaintRules (KEP-5055, cluster-scoped, issue 42): an admin's taint on the devices a rule
+selects by driver, pool and device name, read by a list-then-watch of their own (the newest of
+`v1`, `v1beta2`, `v1alpha3` that serves them; none: asked again every `absent_retry` seconds)
+and applied with the slices' own taints. A rule that selects by a device class or CEL
+expression (`v1alpha3` only) is one the agent cannot evaluate: not applied, counted as refused.
 """
 
 from __future__ import annotations
@@ -61,6 +67,8 @@ LIST_CHUNK = 16  # slices asked per page: a page is read no further than 16 slic
 MAX_NAME = dra.MAX_NAME
 MAX_TEXT = 1024  # an attribute's string value
 MAX_TAINTS = 16  # per device
+RULE_VERSIONS = ("v1", "v1beta2", "v1alpha3")  # DeviceTaintRule, newest first
+MAX_RULE_BYTES = 64 << 10  # one rule's JSON: a selector and a taint, far below it
 
 
 # -- parsing (pure) ------------------------------------------------------------------------------
@@ -144,21 +152,42 @@ def _capacity(raw: Any) -> int | None:
     return int(amount) if amount >= 0 else None
 
 
+def _taint(t: Any) -> dra.DeviceTaint | None:
+    if not isinstance(t, dict) or (key := _name(t.get("key"))) is None:
+        return None
+    value, effect = t.get("value"), t.get("effect")
+    return dra.DeviceTaint(
+        key,
+        value if isinstance(value, str) and len(value) <= MAX_NAME else "",
+        effect if isinstance(effect, str) and len(effect) <= 32 else "",
+    )
+
+
 def _taints(raw: Any) -> tuple[dra.DeviceTaint, ...]:
     if not isinstance(raw, list):
         return ()
-    out = []
-    for t in raw[:MAX_TAINTS]:
-        if isinstance(t, dict) and (key := _name(t.get("key"))) is not None:
-            value, effect = t.get("value"), t.get("effect")
-            out.append(
-                dra.DeviceTaint(
-                    key,
-                    value if isinstance(value, str) and len(value) <= MAX_NAME else "",
-                    effect if isinstance(effect, str) and len(effect) <= 32 else "",
-                )
-            )
-    return tuple(out)
+    return tuple(t for t in map(_taint, raw[:MAX_TAINTS]) if t is not None)
+
+
+def parse_rule(obj: Any) -> dra.DeviceTaintRule | None:
+    """One DeviceTaintRule of any served version: its taint and the driver, pool and device
+    it selects; None when it selects nothing the agent can tell (no selector: Kubernetes
+    matches no device; a device class or CEL selectors, which only the scheduler evaluates) or
+    is not the shape of one."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    spec = obj.get("spec") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict) or not isinstance(spec, dict):
+        return None
+    name, taint = _name(meta.get("name")), _taint(spec.get("taint"))
+    selector = spec.get("deviceSelector")
+    if name is None or taint is None or not isinstance(selector, dict):
+        return None
+    if selector.get("deviceClassName") or selector.get("selectors"):
+        return None
+    fields = [selector.get(k) for k in ("driver", "pool", "device")]
+    if any(f is not None and _name(f) is None for f in fields):
+        return None
+    return dra.DeviceTaintRule(name, taint, *fields)
 
 
 def _reaches(spec: Mapping[str, Any], node: str) -> bool:
@@ -518,6 +547,132 @@ def _slice_name(obj: Any) -> str | None:
     return _name(meta.get("name")) if isinstance(meta, dict) else None
 
 
+class RuleReflector(Reflector):
+    """The cluster's DeviceTaintRules, kept current by list-then-watch (cluster-scoped: a
+    cluster has few). The version is the newest the group lists whose collection answers; a
+    cluster where none does holds no rules, asked again every `absent_retry` seconds."""
+
+    what = "device taint rule watch"
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        backoff: tuple[float, float] = (0.5, 30.0),
+        watch_timeout: int = 300,
+        absent_retry: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(backoff=backoff, watch_timeout=watch_timeout, clock=clock)
+        self.client, self.absent_retry = client, absent_retry
+        self._lock = threading.Lock()
+        self._rules: dict[str, dra.DeviceTaintRule] = {}
+        self._served: str | None = None  # the version read, once one answered
+        self.refused = 0  # rules not applied since start (unreadable, or not evaluable)
+        self._refused_names: set[str] = set()
+        self.synced = False
+        self.absent = False
+
+    def rules(self) -> tuple[dra.DeviceTaintRule, ...]:
+        with self._lock:
+            return tuple(self._rules[k] for k in sorted(self._rules))
+
+    def _keep(self, rules: dict[str, dra.DeviceTaintRule], obj: Any) -> None:
+        key = _slice_name(obj)
+        rule = parse_rule(obj)
+        if key is None or rule is None:
+            self._refuse(key, "it selects by device class or CEL, or is not a rule's shape")
+            if key is not None:
+                rules.pop(key, None)
+        elif key in rules or len(rules) < dra.MAX_RULES:
+            rules[key] = rule
+        else:
+            self._refuse(key, f"over {dra.MAX_RULES} rules")
+
+    def _refuse(self, key: str | None, why: str) -> None:
+        """A rule not applied: counted, and logged the first time for its name (a rule the
+        watch delivers again and again is not logged each time). Under the lock."""
+        self.refused += 1
+        if key is None or key in self._refused_names or len(self._refused_names) >= dra.MAX_RULES:
+            return
+        self._refused_names.add(key)
+        log.info("a device taint rule is not applied", extra={"rule": key, "reason": why})
+
+    def replace_all(self, objects: Iterable[Any], version: str, refused: int = 0) -> None:
+        with self._lock:
+            fresh: dict[str, dra.DeviceTaintRule] = {}
+            for obj in objects:
+                self._keep(fresh, obj)
+            self.refused += refused
+            self._rules, self.version = fresh, version
+            self.synced, self.absent = True, False
+
+    def apply(self, event: WatchEvent) -> None:
+        meta = event.object.get("metadata")
+        version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        with self._lock:
+            self.events += 1
+            if isinstance(version, str) and version:
+                self.version = version
+            key = _slice_name(event.object)
+            if event.type == "BOOKMARK" or key is None:
+                return
+            if event.type == "DELETED":
+                self._rules.pop(key, None)
+            else:
+                self._keep(self._rules, event.object)
+
+    def _candidates(self) -> list[str]:
+        if self._served is not None:
+            return [self._served]
+        try:
+            doc = self.client.get(f"/apis/{GROUP}")
+        except KubeError as exc:
+            if exc.status == 404:
+                return []
+            raise
+        versions = doc.get("versions") if isinstance(doc, dict) else None
+        listed = (
+            {v.get("version") for v in versions if isinstance(v, dict)}
+            if isinstance(versions, list)
+            else set()
+        )
+        return [v for v in RULE_VERSIONS if v in listed]
+
+    def run_once(self) -> bool | None:
+        for version in self._candidates():
+            path = f"/apis/{GROUP}/{version}/devicetaintrules"
+            try:
+                if not self.version or self._served != version:
+                    refused: list[jsonlist.Refused] = []
+                    items, listed = self.client.list_bounded(
+                        path, {}, LIST_CHUNK, MAX_RULE_BYTES, refused.append
+                    )
+                    self._served = version
+                    self.replace_all(items, listed, len(refused))
+                for event in self.client.watch(
+                    path,
+                    {},
+                    self.version,
+                    self.watch_timeout,
+                    malformed=self._malformed,
+                    max_line_bytes=MAX_RULE_BYTES + 4096,
+                ):
+                    self.apply(event)
+                    if self._stop.is_set():
+                        return None
+                return None
+            except KubeError as exc:
+                if exc.status != 404:
+                    raise
+                self._served = None  # not served at this version: the next one, or none
+        with self._lock:
+            self._rules, self.version, self._served = {}, "", None
+            self.synced, self.absent = True, True
+        self._stop.wait(self.absent_retry)
+        return True
+
+
 class ClaimReader:
     """ResourceClaims by (namespace, name): one GET in flight per claim, cached for `max_age`
     seconds; an expired entry is served while it is read again. `statuses` waits at most
@@ -651,6 +806,13 @@ class DraSource:
         self.claims = ClaimReader(
             client, self.version, max_age=claim_max_age, wait=claim_wait, clock=clock
         )
+        self.rules = RuleReflector(
+            client,
+            backoff=backoff,
+            watch_timeout=watch_timeout,
+            absent_retry=absent_retry,
+            clock=clock,
+        )
 
     def version(self) -> str | None:
         """The served version, discovered once (again after `absent_retry` when none was)."""
@@ -684,10 +846,12 @@ class DraSource:
     def start(self) -> None:
         for r in self.reflectors:
             r.start()
+        self.rules.start()
 
     def stop(self) -> None:
         for r in self.reflectors:
             r.stop()
+        self.rules.stop()
         self.claims.close()
 
     def __call__(self, refs: frozenset[tuple[str, str]]) -> dra.DraInventory | None:
@@ -699,28 +863,41 @@ class DraSource:
             return dra.DraInventory(error=f"the node's resource slices are not read: {why}")
         devices = current_devices(e for r in self.reflectors for e in r.entries())
         read, missing, pending = self.claims.statuses(refs) if refs else ([], set(), set())
-        return dra.inventory_of(devices, read, missing, pending_claims=pending)
+        # Rules not listed yet (or on a cluster that serves none) add nothing: the slices'
+        # own taints still count.
+        return dra.inventory_of(
+            devices, read, missing, pending_claims=pending, rules=self.rules.rules()
+        )
 
 
 class RecordedDra:
     """Replay's DRA source: a scenario's `dra/resourceslices.json` (a ResourceSliceList as the
-    API server answers it) and optional `dra/resourceclaims.json` (a ResourceClaimList), read
-    through the parsers the live source uses. A claim the kubelet names that the recording
-    lacks is missing, as a claim deleted while its pod runs."""
+    API server answers it), optional `dra/resourceclaims.json` (a ResourceClaimList) and
+    `dra/devicetaintrules.json` (a DeviceTaintRuleList), read through the parsers the live
+    source uses. A claim the kubelet names that the recording lacks is missing, as a claim
+    deleted while its pod runs."""
 
-    def __init__(self, node: str, slices: Path, claims: Path | None = None) -> None:
-        self.node, self.slices, self.claims = node, slices, claims
+    def __init__(
+        self, node: str, slices: Path, claims: Path | None = None, rules: Path | None = None
+    ) -> None:
+        self.node, self.slices, self.claims, self.rules = node, slices, claims, rules
 
     def __call__(self, refs: frozenset[tuple[str, str]]) -> dra.DraInventory | None:
         try:
             parsed = [parse_slice(obj, self.node) for obj in _items(self.slices)]
             statuses = [parse_claim(obj) for obj in (_items(self.claims) if self.claims else [])]
+            rules = [parse_rule(obj) for obj in (_items(self.rules) if self.rules else [])]
         except (OSError, ValueError) as exc:
             return dra.DraInventory(error=f"the recorded slices cannot be read: {exc}")
         read = [s for s in statuses if s is not None and (s.namespace, s.name) in refs]
         known = {(s.namespace, s.name) for s in read}
         devices = current_devices(e for e in parsed if isinstance(e, SliceEntry))
-        return dra.inventory_of(devices, read, missing_claims=refs - known)
+        return dra.inventory_of(
+            devices,
+            read,
+            missing_claims=refs - known,
+            rules=[r for r in rules if r is not None],
+        )
 
     def start(self) -> None:
         """Nothing runs beside the rounds."""

@@ -48,6 +48,7 @@ DEFAULT_TIMEOUT = 2.0
 # The kubelet's answer grows with the node's pods; 16 MiB holds thousands of them.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 LIST = "/v1.PodResourcesLister/List"
+MAX_CDI_DEVICES = 8  # CDI names kept per claim device: a driver gives one or two
 ALLOCATABLE = "/v1.PodResourcesLister/GetAllocatableResources"
 
 
@@ -69,6 +70,7 @@ def _claims(container: str, entries: Iterable[pb.DynamicResource]) -> list[Conta
                 r.pool_name,
                 r.device_name,
                 r.share_id if r.HasField("share_id") and r.share_id else None,
+                tuple(c.name for c in r.cdi_devices[:MAX_CDI_DEVICES] if c.name),
             )
             for r in claim.claim_resources[:MAX_DEVICES]
             if r.driver_name and r.device_name

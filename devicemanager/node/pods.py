@@ -59,9 +59,11 @@ class PodInfo:
     # because they never run beside the others.
     limits: Mapping[str, Mapping[str, str]] = field(default_factory=_frozen)
     # What the kubelet says of the devices its containers hold that are not healthy
-    # (`allocatedResourcesStatus`, KEP-4680): (resource ID, health), `Unhealthy` or `Unknown`.
-    # A DRA device's ID is `<driver>/<pool>/<device>`, a device plugin's its own device id.
-    device_health: tuple[tuple[str, str], ...] = ()
+    # (`allocatedResourcesStatus`, KEP-4680): (resource ID, health, message), health
+    # `Unhealthy` or `Unknown`, the message None where the kubelet gave none. A DRA device's ID
+    # is its first CDI device name (`k8s.gpu.nvidia.com/claim=<uid>-gpu-0`) or, where its driver
+    # gave none, `<driver>/<pool>/<device>`; a device plugin's its own device id.
+    device_health: tuple[tuple[str, str, str | None], ...] = ()
     # Why the pod's object was not read whole (out of the API server's bounds, not UTF-8, not
     # JSON, or it raised), else None. Such a pod is indexed by its UID and container ids alone,
     # so that its processes are known as its own (excluded, never `unknown_pod` poisoning the
@@ -70,6 +72,7 @@ class PodInfo:
 
 
 MAX_HEALTH = 64  # device health entries kept per pod
+MAX_HEALTH_MESSAGE = 256  # the kubelet's message on one (a reason keeps less of it)
 
 # What the API server allows in a pod (its validation), so never more here: a pod past these
 # was not written through it. Names are DNS subdomains (253) or labels (63); a label's key is a
@@ -154,7 +157,7 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo | None:
     assert isinstance(spec, Mapping) and isinstance(status, Mapping)
     containers: dict[str, str] = {}
     started = False
-    health: list[tuple[str, str]] = []
+    health: list[tuple[str, str, str | None]] = []
     for key in _STATUS_LISTS:
         for st in _list(status.get(key)):
             started = started or has_started(st)
@@ -167,7 +170,9 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo | None:
                         and state in ("Unhealthy", "Unknown")
                         and len(health) < MAX_HEALTH
                     ):
-                        health.append((_str(rid), state))
+                        message = r.get("message")
+                        text = message[:MAX_HEALTH_MESSAGE] if isinstance(message, str) else None
+                        health.append((_str(rid), state, _str(text) if text else None))
             cid, name = st.get("containerID"), st.get("name")
             if isinstance(cid, str) and cid and isinstance(name, str):
                 containers[_str(strip_scheme(cid))] = _str(name)

@@ -317,6 +317,8 @@ IGNORED: dict[str, str] = {
                 *_AGENT_FIGURES_IGNORED,
                 "gpustack_accelerator_unhealthy",
                 "gpustack_accelerator_unhealthy_reason",
+                "gpustack_accelerator_device_taint_info",
+                "gpustack_accelerator_kubelet_health_info",
                 "gpustack_accelerator_link_info",
                 "gpustack_accelerator_links",
                 "gpustack_accelerator_numa_node",

@@ -32,14 +32,15 @@ from devicemanager.figures.figures import View, exported
 from devicemanager.figures.snapshot import BackendResult
 from devicemanager.grants import deviceplugins, dra
 from devicemanager.grants.deviceplugins import KubeletAnswer
-from devicemanager.grants.dra import DraInventory
+from devicemanager.grants.dra import DraInventory, KubeletSays
 from devicemanager.grants.grants import NodeGrants
 from devicemanager.grants.ids import Ids
 from devicemanager.grants.node import SOURCES, gather
 from devicemanager.grants.sources import GrantSource, NodeInput
 from devicemanager.model import Card, DeviceProcesses, PodFault, ReadRequest, SliceSection, Snapshot
-from devicemanager.node import isolation
+from devicemanager.node import isolation, pcibus
 from devicemanager.node.attribution import DeviceAttribution
+from devicemanager.node.pcibus import BusScan
 from devicemanager.node.pods import PodIndex
 from devicemanager.round import said as says
 from devicemanager.round.said import LogEvent, Said
@@ -53,6 +54,10 @@ def _empty_cards() -> Mapping[str, Mapping[str, Card]]:
     return MappingProxyType({})
 
 
+def _empty_bus() -> Mapping[str, Mapping[str, str]]:
+    return MappingProxyType({})
+
+
 @dataclass(frozen=True, slots=True)
 class Memory:
     """All one round hands to the next."""
@@ -62,6 +67,9 @@ class Memory:
     said: Said = field(default_factory=Said)  # what the log last said of each condition
     rounds: int = 0  # completed
     rounds_failed: int = 0
+    # Per manufacturer, bus id -> the card the library named there in this run: a card gone
+    # from the bus and the library is lost by its bus id (node/pcibus.py).
+    bus_seen: Mapping[str, Mapping[str, str]] = field(default_factory=_empty_bus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +79,8 @@ class Plan:
     index: PodIndex | None
     kubelet: KubeletAnswer | None
     dra: DraInventory | None
-    # The kubelet's word on unhealthy devices its pods hold (KEP-4680), by card.
-    kubelet_health: Mapping[tuple[str, str], str]
+    # The kubelet's word on devices its pods hold that are not healthy (KEP-4680), by card.
+    kubelet_health: Mapping[tuple[str, str], KubeletSays]
     recorded: NodeGrants | None  # as the sources named them
     grants: NodeGrants | None  # named by canonical ids (memory.ids)
     requests: Mapping[str, ReadRequest]  # by manufacturer; absent: nothing beyond the cards
@@ -87,9 +95,14 @@ def plan(
     sources: Sequence[GrantSource] = SOURCES,
 ) -> Plan:
     aliases = memory.ids.cards
+    # The kubelet names a DRA device's health by its first CDI device name where the driver
+    # gave any: pod-resources says which device each name is.
+    cdi = dra.cdi_index(
+        c for pod in (kubelet.pods or () if kubelet is not None else ()) for c in pod.claims
+    )
     health = (
         dra.kubelet_health(
-            (r for pod in index.pods.values() for r in pod.device_health), inventory, aliases
+            (r for pod in index.pods.values() for r in pod.device_health), inventory, aliases, cdi
         )
         if index is not None
         else {}
@@ -126,17 +139,32 @@ class Learned:
     grants: NodeGrants | None  # named with `ids`
     results: tuple[BackendResult, ...]  # with lost cards, and DRA's and the kubelet's health
     asks: tuple[Ask, ...]  # nothing where no pods or no carved grant
+    bus_seen: Mapping[str, Mapping[str, str]] = field(default_factory=_empty_bus)
 
 
-def learn(memory: Memory, planned: Plan, results: Sequence[BackendResult]) -> Learned:
+def learn(
+    memory: Memory,
+    planned: Plan,
+    results: Sequence[BackendResult],
+    bus: BusScan | None = None,
+) -> Learned:
+    """`bus`: the PCI bus as last read (once a minute), None where it is not read."""
     readings = [r.reading for r in results if r.reading is not None]
     ids = memory.ids.learned(readings)
     seen = dict(memory.cards_seen)
+    on_bus = dict(memory.bus_seen)
+    lost: dict[str, Mapping[str, str | None]] = {}
     for reading in readings:
-        cards = {**seen.get(reading.manufacturer, {}), **{c.id: c for c in reading.cards}}
+        m = reading.manufacturer
+        # What the bus shows against what the library enumerates now, and where earlier
+        # rounds saw each card (before this round's names are remembered).
+        functions = bus.of(m) if bus is not None else None
+        lost[m] = pcibus.lost(reading, functions, memory.bus_seen.get(m, {}))
+        on_bus[m] = pcibus.remembered_after(memory.bus_seen.get(m, {}), reading, MAX_CARDS_SEEN)
+        cards = {**seen.get(m, {}), **{c.id: c for c in reading.cards}}
         if len(cards) > MAX_CARDS_SEEN:  # a library inventing ids: remember what it lists now
             cards = {c.id: c for c in reading.cards}
-        seen[reading.manufacturer] = MappingProxyType(cards)
+        seen[m] = MappingProxyType(cards)
     recorded, grants = planned.recorded, planned.grants
     if (
         ids.cards is not memory.ids.cards
@@ -151,7 +179,10 @@ def learn(memory: Memory, planned: Plan, results: Sequence[BackendResult]) -> Le
         recorded is not planned.recorded or ids.identities != memory.ids.identities
     ):
         grants = recorded.resolve(ids.identities)
-    final = tuple(_with_missing_cards(r, planned, ids, seen) for r in results)
+    final = tuple(
+        _with_missing_cards(r, planned, ids, seen, lost.get(r.status.manufacturer, {}))
+        for r in results
+    )
     asks: list[Ask] = []
     if grants is not None:  # none without the node's pods
         for read in (r.reading for r in final if r.reading is not None):
@@ -159,13 +190,20 @@ def learn(memory: Memory, planned: Plan, results: Sequence[BackendResult]) -> Le
             if carved:
                 rows = tuple(p for p in read.processes if p.device_id in carved)
                 asks.append(Ask(read.manufacturer, rows, grants.holders(read.manufacturer)))
-    return Learned(planned, ids, MappingProxyType(seen), grants, final, tuple(asks))
+    return Learned(
+        planned, ids, MappingProxyType(seen), grants, final, tuple(asks), MappingProxyType(on_bus)
+    )
 
 
 def _with_missing_cards(
-    result: BackendResult, planned: Plan, ids: Ids, seen: Mapping[str, Mapping[str, Card]]
+    result: BackendResult,
+    planned: Plan,
+    ids: Ids,
+    seen: Mapping[str, Mapping[str, Card]],
+    lost: Mapping[str, str | None],
 ) -> BackendResult:
     """A card the kubelet allocates and the library does not list is unhealthy; so is one the
+    PCI bus shows and the library cannot see, or that left both (`lost`, by bus id), one the
     node's DRA driver tainted, or the kubelet says is not healthy."""
     reading = result.reading
     if reading is None:
@@ -178,6 +216,10 @@ def _with_missing_cards(
     missing = deviceplugins.missing_cards(reading, allocatable, seen.get(reading.manufacturer, {}))
     if missing:
         reading = replace(reading, cards=reading.cards + missing)
+    known = seen.get(reading.manufacturer, {})
+    supersedes = frozenset({deviceplugins.NOT_ENUMERATED})
+    reading = pcibus.with_lost(reading, lost, known, supersedes)
+    if reading is not result.reading:
         result = replace(result, reading=reading)
     reading = deviceplugins.with_dra_health(reading, planned.dra, ids.cards, planned.kubelet_health)
     if reading is not result.reading:
@@ -352,7 +394,14 @@ def settle(memory: Memory, learned: Learned, inputs: Inputs) -> tuple[Memory, Ro
     note(says.faults_said(said, faults, index))
     extras = replace(extras, pod_errors=isolation.count_by_stage(faults), own=inputs.own)
     note(says.recovered(said, "round", "monitor rounds complete again"))
-    after = Memory(learned.ids, learned.cards_seen, said, memory.rounds + 1, memory.rounds_failed)
+    after = Memory(
+        learned.ids,
+        learned.cards_seen,
+        said,
+        memory.rounds + 1,
+        memory.rounds_failed,
+        learned.bus_seen,
+    )
     done = Round(snap, extras, grants, tuple(events), unhealthy_cards(snap, grants, index))
     return after, done
 
