@@ -85,6 +85,9 @@ class ClaimDevice:
     pool: str
     device: str
     share_id: str | None = None  # consumable capacity: which share of the device (1.35+)
+    # The fully qualified CDI device names the kubelet gave the container for it
+    # (`vendor.com/class=name`), as pod-resources lists them; () when it lists none.
+    cdi_devices: tuple[str, ...] = ()
 
     @property
     def key(self) -> DeviceKey:
