@@ -56,8 +56,9 @@ def test_the_recorded_answer_read_over_grpc_is_what_replay_reads(socket: Path) -
 
 
 def test_a_dra_answer_over_grpc_names_each_containers_claims_and_shares(socket: Path) -> None:
-    """R-X6: `dynamic_resources` over real gRPC with the upstream messages, as replay reads it;
-    a kubelet that answers no GetAllocatableResources for DRA (KEP-3695) is still an answer."""
+    """R-X6: `dynamic_resources` over real gRPC with the upstream messages, as replay reads it,
+    each claim device with the CDI ids the kubelet lists for it; a kubelet that answers no
+    GetAllocatableResources for DRA (KEP-3695) is still an answer."""
     recorded = NODES / "a100-dra-only" / "podresources.json"
     with serving(socket, Behaviour(load(recorded))) as kubelet:
         answer = PodResourcesClient(socket, timeout=5).read()
@@ -79,6 +80,7 @@ def test_a_dra_answer_over_grpc_names_each_containers_claims_and_shares(socket: 
         "gpu-5",
         "5e0c9a61-3b1f-4d8e-9a57-0c2f7e1b6d44",
     )
+    assert device.cdi_devices == ("k8s.gpu.nvidia.com/claim=gpu-5",)
     assert fpga.devices[0].driver == "fpga.example.com" and fpga.devices[0].share_id is None
 
 
