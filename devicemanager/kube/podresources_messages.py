@@ -12,6 +12,7 @@ docs/performance.md).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -118,10 +119,26 @@ FIELDS: dict[type[Any], dict[int, tuple[str, str | type[Any], bool]]] = {
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 
 
-def _varint(data: memoryview, at: int) -> tuple[int, int]:
+def _plan(kind: type[Any]) -> tuple[dict[int, tuple[int, type[Any] | None, bool]], list[Any]]:
+    """A message's fields by number -> (position in its dataclass, the message it holds or None
+    for a string, repeated), and the dataclass's defaults in order: decoding fills a list and
+    makes the message from it once."""
+    names = [f.name for f in dataclasses.fields(kind)]
+    by_number = {
+        number: (names.index(name), None if isinstance(held, str) else held, repeated)
+        for number, (name, held, repeated) in FIELDS[kind].items()
+    }
+    defaults = [f.default for f in dataclasses.fields(kind)]
+    return by_number, defaults
+
+
+_PLANS = {kind: _plan(kind) for kind in FIELDS}
+
+
+def _varint(data: bytes, at: int, end: int) -> tuple[int, int]:
     value = shift = 0
     while True:
-        if at >= len(data):
+        if at >= end:
             raise DecodeError("the message ends inside a varint")
         byte = data[at]
         at += 1
@@ -133,52 +150,64 @@ def _varint(data: memoryview, at: int) -> tuple[int, int]:
             raise DecodeError("a varint longer than ten bytes")
 
 
-def _text(raw: memoryview) -> str:
-    try:
-        return str(raw, "utf-8")
-    except UnicodeDecodeError as exc:
-        raise DecodeError(f"a string field that is not UTF-8 ({exc.reason})") from None
-
-
 def decode(kind: type[M], data: bytes | memoryview) -> M:
     """One message from its wire bytes. A field we do not declare, or declared and sent with
     another wire type, is skipped as protobuf skips unknown fields; a singular field sent twice
     keeps its last value, as protobuf's does."""
-    view = memoryview(data)
-    fields = FIELDS[kind]
-    values: dict[str, Any] = {}
-    at = 0
-    while at < len(view):
-        tag, at = _varint(view, at)
+    raw = bytes(data)
+    return _decode(kind, raw, 0, len(raw))
+
+
+def _decode(kind: type[M], data: bytes, at: int, end: int) -> M:
+    plan, defaults = _PLANS[kind]
+    values = list(defaults)
+    lists: dict[int, list[Any]] = {}
+    while at < end:
+        tag = data[at]  # one byte for every field number below 16, so nearly always
+        if tag < 0x80:
+            at += 1
+        else:
+            tag, at = _varint(data, at, end)
         number, wire = tag >> 3, tag & 7
         if not 0 < number < 1 << 29:
             raise DecodeError(f"field number {number}")
-        if wire == _VARINT:
-            _, at = _varint(view, at)
-            continue
-        if wire in (_I64, _I32):
-            at += 8 if wire == _I64 else 4
-            if at > len(view):
-                raise DecodeError("the message ends inside a fixed-width field")
-            continue
-        if wire != _LEN:  # groups (3, 4) are proto2's, and 6, 7 are no wire type
-            raise DecodeError(f"wire type {wire}")
-        length, at = _varint(view, at)
-        end = at + length
-        if end > len(view):
-            raise DecodeError("a field runs past the end of its message")
-        spec = fields.get(number)
-        if spec is not None:
-            name, held, repeated = spec
-            raw = view[at:end]
-            value = _text(raw) if isinstance(held, str) else decode(held, raw)
-            if repeated:
-                values.setdefault(name, []).append(value)
+        if wire == _LEN:
+            if at >= end:
+                raise DecodeError("the message ends inside a length")
+            length = data[at]
+            if length < 0x80:
+                at += 1
             else:
-                values[name] = value
-        at = end
-    final: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
-    return kind(**final)
+                length, at = _varint(data, at, end)
+            stop = at + length
+            if stop > end:
+                raise DecodeError("a field runs past the end of its message")
+            spec = plan.get(number)
+            if spec is not None:
+                index, held, repeated = spec
+                if held is None:
+                    try:
+                        value: Any = data[at:stop].decode()
+                    except UnicodeDecodeError as exc:
+                        raise DecodeError(f"a string that is not UTF-8 ({exc.reason})") from None
+                else:
+                    value = _decode(held, data, at, stop)
+                if repeated:
+                    lists.setdefault(index, []).append(value)
+                else:
+                    values[index] = value
+            at = stop
+        elif wire == _VARINT:
+            _, at = _varint(data, at, end)
+        elif wire in (_I64, _I32):
+            at += 8 if wire == _I64 else 4
+            if at > end:
+                raise DecodeError("the message ends inside a fixed-width field")
+        else:  # groups (3, 4) are proto2's, and 6, 7 are no wire type
+            raise DecodeError(f"wire type {wire}")
+    for index, items in lists.items():
+        values[index] = tuple(items)
+    return kind(*values)
 
 
 def _camel(name: str) -> str:
