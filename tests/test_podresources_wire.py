@@ -232,3 +232,12 @@ def test_a_request_encodes_to_what_hpack_decodes() -> None:
 def test_a_broken_block_is_an_error(block: bytes) -> None:
     with pytest.raises(hpack.HpackError):
         hpack.Decoder().decode(block)
+
+
+def test_a_block_that_decodes_to_more_than_the_bound_is_an_error() -> None:
+    """One 4 KiB entry, then a thousand one-byte references to it: 4 MiB from 5 KiB."""
+    decoder = hpack.Decoder(max_list_size=65536)
+    entry = reference_hpack.Encoder().encode([("x-big", "v" * 4000)], huffman=False)
+    assert decoder.decode(entry) == [("x-big", "v" * 4000)]
+    with pytest.raises(hpack.HpackError, match="past 65536"):
+        decoder.decode(bytes([0x80 | 62]) * 1000)  # index 62: the dynamic table's newest

@@ -30,8 +30,9 @@ MAX_HEADER_BLOCK = 64 * 1024
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY = range(8)
 WINDOW_UPDATE, CONTINUATION = 8, 9
 END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
-# SETTINGS_ENABLE_PUSH = 0, SETTINGS_INITIAL_WINDOW_SIZE = WINDOW.
-_SETTINGS = struct.pack(">HIHI", 0x2, 0, 0x4, WINDOW)
+# SETTINGS_ENABLE_PUSH = 0, SETTINGS_INITIAL_WINDOW_SIZE = WINDOW,
+# SETTINGS_MAX_HEADER_LIST_SIZE = MAX_HEADER_BLOCK (what the decoder takes, decoded).
+_SETTINGS = struct.pack(">HIHIHI", 0x2, 0, 0x4, WINDOW, 0x6, MAX_HEADER_BLOCK)
 
 STATUS_NAMES = (
     "OK",
@@ -116,10 +117,11 @@ class Connection:
         mono: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_message, self._mono = max_message, mono
-        self._decoder = hpack.Decoder()
+        self._decoder = hpack.Decoder(max_list_size=MAX_HEADER_BLOCK)
         self._buffer = bytearray()
         self._next_stream = 1
         self._last_stream: int | None = None  # from the server's GOAWAY
+        self._unacknowledged = 0  # DATA bytes received on the connection, not yet given back
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._sock.settimeout(self._left(deadline))
@@ -215,7 +217,7 @@ class Connection:
         body = bytearray()
         length: int | None = None
         started = False  # the answer's initial headers were read
-        unacknowledged = 0
+        unacknowledged = 0  # on this stream
         while True:
             if self._last_stream is not None and self._last_stream < stream:
                 raise ConnectionError("the server is going away (GOAWAY) before this call")
@@ -224,16 +226,20 @@ class Connection:
                 self._answer_control(kind, flags, payload)
                 continue
             if kind == DATA:
-                # Flow control counts the whole frame, padding included, on every stream.
+                # Flow control counts the whole frame, padding included; the connection's
+                # window across calls, the stream's for this call.
+                self._unacknowledged += len(payload)
+                if self._unacknowledged >= WINDOW // 2:
+                    update = struct.pack(">I", self._unacknowledged)
+                    self._sock.sendall(frame(WINDOW_UPDATE, 0, 0, update))
+                    self._unacknowledged = 0
+                if on != stream:
+                    continue  # a stream reset earlier: its data is dropped
                 unacknowledged += len(payload)
                 if unacknowledged >= WINDOW // 2:
                     update = struct.pack(">I", unacknowledged)
-                    self._sock.sendall(
-                        frame(WINDOW_UPDATE, 0, 0, update) + frame(WINDOW_UPDATE, 0, stream, update)
-                    )
+                    self._sock.sendall(frame(WINDOW_UPDATE, 0, stream, update))
                     unacknowledged = 0
-                if on != stream:
-                    continue  # a stream reset earlier: its data is dropped
                 if not started:
                     raise ProtocolError("DATA before the answer's headers")
                 body += _unpad(flags, payload)

@@ -177,8 +177,11 @@ def _string(block: bytes, at: int) -> tuple[str, int]:
 class Decoder:
     """One connection's decoding context: the dynamic table persists from block to block."""
 
-    def __init__(self, max_table_size: int = 4096) -> None:
+    def __init__(self, max_table_size: int = 4096, max_list_size: int = 65536) -> None:
         self.max_table_size = max_table_size  # what our SETTINGS_HEADER_TABLE_SIZE allows
+        # A block of one-byte references to a large entry decodes to far more than it is long:
+        # the decoded list is bounded as HTTP/2's SETTINGS_MAX_HEADER_LIST_SIZE counts it.
+        self.max_list_size = max_list_size
         self._size_limit = max_table_size  # what the encoder last said it uses
         self._table: list[Header] = []  # newest first
         self._size = 0
@@ -203,12 +206,16 @@ class Decoder:
 
     def decode(self, block: bytes) -> list[Header]:
         headers: list[Header] = []
+        size = 0
         at = 0
         while at < len(block):
+            if size > self.max_list_size:
+                raise HpackError(f"a header list past {self.max_list_size} bytes")
             first = block[at]
             if first & 0x80:  # indexed (6.1)
                 index, at = _integer(block, at, 7)
                 headers.append(self._entry(index))
+                size += len(headers[-1][0]) + len(headers[-1][1]) + 32
                 continue
             if first & 0xE0 == 0x20:  # dynamic table size update (6.3)
                 size, at = _integer(block, at, 5)
@@ -229,6 +236,9 @@ class Decoder:
             if indexing:
                 self._add((name, value))
             headers.append((name, value))
+            size += len(name) + len(value) + 32
+        if size > self.max_list_size:
+            raise HpackError(f"a header list past {self.max_list_size} bytes")
         return headers
 
 
