@@ -7,7 +7,7 @@ hold slices (16 processes each) and 744 hold no accelerator, a /proc tree of thi
 for the 4,096 PIDs (--proc-root), rounds back to back, and a scraper reading /metrics and the
 snapshot (gzip) throughout. The floor, measured in the same run: a bare interpreter that
 imports what the agent imports to serve (its own modules, uvicorn, uvloop, httptools,
-starlette, prometheus_client, the cluster's clients, grpclib, psutil) and does nothing.
+starlette, prometheus_client, the cluster's clients, psutil) and does nothing.
 The agent loads the cluster's clients as a node in a cluster does (CLUSTER_IMPORTS), though
 this bench gives it a pods file rather than an API server.
 cryptography is not among them: the self-signed pair is minted by a child process.

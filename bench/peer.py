@@ -264,6 +264,13 @@ def main() -> None:
         saved = [b - a for b, a in zip(before, of("agent_in_a_cluster", "rss_mib"), strict=True)]
         figures["baseline_in_a_cluster_rss_mib"] = summary(before, 1)
         figures["cluster_saving_mib"] = summary(saved, 1)
+        commit = subprocess.run(
+            ["git", "-C", args.baseline, "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        figures["baseline_commit"] = commit or None
     report(figures)
 
 

@@ -139,7 +139,7 @@ def rows(r: dict[str, Any]) -> list[Row]:
                 f"{s['agent_in_a_cluster_rss_mib']['median']} MiB",
                 f"agent/node_exporter {cluster['median']} ({_range(cluster['range'])})"
                 + (
-                    f"; before (issue 46) {before['median']} MiB, "
+                    f"; before ({s.get('baseline_commit') or 'issue 46'}) {before['median']} MiB, "
                     f"{s['cluster_saving_mib']['median']} MiB saved, same run"
                     if before
                     else ""

@@ -1,4 +1,5 @@
-"""A stand-in kubelet pod-resources server: real gRPC over a unix socket, the real protos.
+"""A stand-in kubelet pod-resources server: real gRPC (grpcio) over a unix socket, the real protos
+(protobuf, tests/proto), so the agent's own HTTP/2 client and decoder meet another implementation.
 
 It serves a recorded answer (a scenario's podresources.json, parsed into the real messages and
 serialised by protobuf), and can be told to be slow, to be a kubelet that predates v1 or
@@ -20,7 +21,7 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 
-from devicemanager.kube.proto import podresources_v1_pb2 as pb
+from tests.proto import podresources_v1_pb2 as pb
 
 
 @dataclass

@@ -5,6 +5,7 @@ checked against its .proto."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -17,15 +18,16 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from devicemanager.grants.deviceplugins import MAX_PODS
+from devicemanager.kube import podresources_messages as messages
 from devicemanager.kube.podresources import (
     PodResourcesClient,
     PodResourcesPoller,
     from_list,
     read_recording,
 )
-from devicemanager.kube.proto import podresources_v1_pb2 as pb
 from tests.conftest import FIXED_TIME, NODES, REPO, Agent
 from tests.podresources_server import Behaviour, load, serving
+from tests.proto import podresources_v1_pb2 as pb
 
 RECORDED = NODES / "a100-device-plugin-only" / "podresources.json"
 
@@ -54,8 +56,9 @@ def test_the_recorded_answer_read_over_grpc_is_what_replay_reads(socket: Path) -
 
 
 def test_a_dra_answer_over_grpc_names_each_containers_claims_and_shares(socket: Path) -> None:
-    """R-X6: `dynamic_resources` over real gRPC with the upstream messages, as replay reads it;
-    a kubelet that answers no GetAllocatableResources for DRA (KEP-3695) is still an answer."""
+    """R-X6: `dynamic_resources` over real gRPC with the upstream messages, as replay reads it,
+    each claim device with the CDI ids the kubelet lists for it; a kubelet that answers no
+    GetAllocatableResources for DRA (KEP-3695) is still an answer."""
     recorded = NODES / "a100-dra-only" / "podresources.json"
     with serving(socket, Behaviour(load(recorded))) as kubelet:
         answer = PodResourcesClient(socket, timeout=5).read()
@@ -76,6 +79,9 @@ def test_a_dra_answer_over_grpc_names_each_containers_claims_and_shares(socket: 
         "gpu.nvidia.com",
         "gpu-5",
         "5e0c9a61-3b1f-4d8e-9a57-0c2f7e1b6d44",
+    )
+    assert device.cdi_devices == (
+        "k8s.gpu.nvidia.com/claim=e2211468-4184-4e94-8660-e841bb93d560-gpu-5",
     )
     assert fpga.devices[0].driver == "fpga.example.com" and fpga.devices[0].share_id is None
 
@@ -135,9 +141,8 @@ class Clock:
 
 def test_an_answer_larger_than_the_bound_is_refused_before_it_is_read(socket: Path) -> None:
     """(R-X2) The kubelet's answer is bounded (MAX_MESSAGE_BYTES): one whose length prefix says
-    more is refused, the stream reset, and the error says how large it was; the next call, on
-    the same connection, still answers. The bound is grpclib's gap (it reads any length), so
-    this also fails if grpclib stops exposing the call's stream."""
+    more is refused, the stream reset, and the error says how large it was; one of exactly the
+    bound is read whole."""
     from devicemanager.kube.podresources import MAX_MESSAGE_BYTES
 
     too_large = MAX_MESSAGE_BYTES + 1
@@ -209,8 +214,10 @@ def test_the_staleness_bound_can_be_set() -> None:
 
 
 def test_an_answer_past_its_bounds_is_cut_and_says_so() -> None:
-    response = pb.ListPodResourcesResponse(
-        pod_resources=[pb.PodResources(name=f"p{i}", namespace="ns") for i in range(MAX_PODS + 5)]
+    response = messages.ListPodResourcesResponse(
+        pod_resources=tuple(
+            messages.PodResources(name=f"p{i}", namespace="ns") for i in range(MAX_PODS + 5)
+        )
     )
     pods, error = from_list(response)
     assert len(pods) == MAX_PODS and error is not None and "5 pods past" in error
@@ -226,7 +233,7 @@ def test_the_committed_module_matches_its_proto(tmp_path: Path) -> None:
     """scripts/protos regenerates it; the serialised descriptor is what the code uses, and is
     independent of the compiler's version banner."""
     pytest.importorskip("grpc_tools")
-    proto = REPO / "devicemanager" / "kube" / "proto"
+    proto = REPO / "tests" / "proto"
     subprocess.run(
         [
             sys.executable,
@@ -319,9 +326,25 @@ def _declared(field: object) -> tuple[int, str, bool]:
 
 
 def test_our_messages_are_the_kubelets_field_for_field() -> None:
-    """Every message, field, number, type and cardinality we declare is upstream's (a field we
-    leave out is skipped on the wire, so only what we declare must agree); the service and its
-    methods are named as the kubelet serves them."""
+    """Every message, field, number and cardinality the agent's decoder reads is upstream's (a
+    field we leave out is skipped on the wire, so only what we read must agree), and so is the
+    tests' .proto the stand-in kubelet serves; the service and its methods are named as the
+    kubelet serves them."""
+    for kind, fields in messages.FIELDS.items():
+        upstream = UPSTREAM[kind.__name__]
+        for number, (name, held, repeated) in fields.items():
+            assert name in upstream, f"{kind.__name__}.{name} is not upstream's"
+            declared = held if isinstance(held, str) else held.__name__
+            assert (number, declared, repeated) == upstream[name], f"{kind.__name__}.{name}"
+        # Every field a dataclass has is one the decoder fills.
+        assert {f.name for f in dataclasses.fields(kind)} == {n for n, _, _ in fields.values()}
+    read = {k.__name__: {n for n, _, _ in f.values()} for k, f in messages.FIELDS.items()}
+    assert read["ListPodResourcesResponse"] == {"pod_resources"}
+    assert read["PodResources"] >= {"name", "namespace", "containers"}
+    assert read["ContainerResources"] >= {"name", "devices", "dynamic_resources"}
+    assert read["ClaimResource"] >= {"cdi_devices", "driver_name", "device_name", "share_id"}
+    assert read["AllocatableResourcesResponse"] >= {"devices"}
+
     file = pb.DESCRIPTOR
     assert file.package == UPSTREAM_PACKAGE
     assert set(file.message_types_by_name) == set(UPSTREAM)  # the table lists ours, no more
@@ -330,13 +353,6 @@ def test_our_messages_are_the_kubelets_field_for_field() -> None:
         for field in message.fields:
             assert field.name in upstream, f"{name}.{field.name} is not upstream's"
             assert _declared(field) == upstream[field.name], f"{name}.{field.name}"
-    # What the agent reads is declared (a subset can be empty; these cannot).
-    declared = {n: {f.name for f in m.fields} for n, m in file.message_types_by_name.items()}
-    assert declared["ListPodResourcesResponse"] == {"pod_resources"}
-    assert declared["PodResources"] >= {"name", "namespace", "containers"}
-    assert declared["ContainerResources"] >= {"name", "devices"}
-    assert declared["ContainerDevices"] == {"resource_name", "device_ids", "topology"}
-    assert declared["AllocatableResourcesResponse"] >= {"devices"}
     (service,) = file.services_by_name.values()
     assert service.full_name == "v1.PodResourcesLister"
     for method in service.methods:
@@ -476,17 +492,16 @@ def test_the_socket_is_read_through_a_read_only_mount(socket: Path) -> None:
         subprocess.run(["umount", str(mounted)], check=False)
 
 
-def test_a_replayed_node_without_pod_resources_loads_no_grpc(launch) -> None:  # type: ignore[no-untyped-def]
-    """(R-X2) The kubelet's pod-resources client (grpclib) is loaded where that path starts: a
-    recorded node with no pod-resources recording, and no cluster, never maps it (its one
-    compiled part, multidict's extension, is the mark); one with a recording reads it through
-    the same module (the H100 node's grants come from it). grpcio's core is mapped by neither:
-    the agent no longer depends on it."""
+def test_the_agent_maps_no_grpc_library(launch) -> None:  # type: ignore[no-untyped-def]
+    """(R-X2) The kubelet's pod-resources API is read by the agent's own client and decoder: a
+    recorded node reads its recording through them (the H100 node's grants come from it), and
+    neither that agent nor one without a recording maps grpcio's core, protobuf's runtime or
+    grpclib's multidict (issue 46)."""
     bare: Agent = launch("--replay", str(NODES / "mi300x-8gpu-cpx-mixed"))
     recorded: Agent = launch("--replay", str(NODES / "h100-8gpu-mixed"))
     bare.wait_for("/readyz", 200)
     recorded.wait_for("/readyz", 200)
     bare_maps = Path(f"/proc/{bare.proc.pid}/maps").read_text()
     recorded_maps = Path(f"/proc/{recorded.proc.pid}/maps").read_text()
-    assert "_multidict" not in bare_maps and "_multidict" in recorded_maps
-    assert "cygrpc" not in bare_maps + recorded_maps
+    for mark in ("cygrpc", "_upb", "_multidict"):
+        assert mark not in bare_maps + recorded_maps, mark

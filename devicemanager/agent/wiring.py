@@ -63,9 +63,10 @@ if TYPE_CHECKING:
     from devicemanager.kube.kubelet import KubeletClient, Reading, SummaryPoller
     from devicemanager.kube.podresources import PodResourcesPoller, RecordedPodResources
 
-# The cluster's clients (kube/client.py over kube/http.py, grpclib) are imported where the path
-# that needs them starts (`connect`, `pod_resources`, `access_reviewer`): a replayed node or one
-# without a cluster starts without them. None is ever imported on the scrape path.
+# The cluster's clients (kube/client.py over kube/http.py, kube/podresources.py over
+# kube/h2grpc.py) are imported where the path that needs them starts (`connect`,
+# `pod_resources`, `access_reviewer`): a replayed node or one without a cluster starts without
+# them. None is ever imported on the scrape path.
 
 log = logging.getLogger("devicemanager")
 

@@ -17,20 +17,12 @@ both responses) through the same messages and the same conversion.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
-
-from google.protobuf import json_format
-from google.protobuf.message import DecodeError
-from grpclib.client import Channel
-from grpclib.const import Cardinality, Status
-from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from devicemanager.grants.deviceplugins import (
     MAX_CONTAINERS,
@@ -41,7 +33,15 @@ from devicemanager.grants.deviceplugins import (
     PodDevices,
 )
 from devicemanager.grants.dra import ClaimDevice, ContainerClaim
-from devicemanager.kube.proto import podresources_v1_pb2 as pb
+from devicemanager.kube import podresources_messages as pb
+from devicemanager.kube.h2grpc import (
+    DEADLINE_EXCEEDED,
+    UNIMPLEMENTED,
+    Connection,
+    GrpcError,
+    Refused,
+)
+from devicemanager.kube.podresources_messages import DecodeError
 
 DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 DEFAULT_TIMEOUT = 2.0
@@ -61,7 +61,8 @@ def _devices(container: str, entries: Iterable[pb.ContainerDevices]) -> list[Con
 
 
 def _claims(container: str, entries: Iterable[pb.DynamicResource]) -> list[ContainerClaim]:
-    """A container's DRA claims (R-X6), each device by its DRA name; bounded like devices."""
+    """A container's DRA claims (R-X6), each device by its DRA name and the CDI ids the kubelet
+    gave it; bounded like devices."""
     out = []
     for claim in list(entries)[:MAX_DEVICES]:
         devices = tuple(
@@ -69,7 +70,7 @@ def _claims(container: str, entries: Iterable[pb.DynamicResource]) -> list[Conta
                 r.driver_name,
                 r.pool_name,
                 r.device_name,
-                r.share_id if r.HasField("share_id") and r.share_id else None,
+                r.share_id or None,
                 tuple(c.name for c in r.cdi_devices[:MAX_CDI_DEVICES] if c.name),
             )
             for r in claim.claim_resources[:MAX_DEVICES]
@@ -105,66 +106,38 @@ def from_allocatable(response: pb.AllocatableResourcesResponse) -> tuple[Contain
     return tuple(_devices("", response.devices[: MAX_DEVICES * 4]))
 
 
-class Refused(Exception):
-    """An answer this client will not take: larger than its bound, or compressed unasked."""
-
-
 def describe(exc: BaseException, method: str, timeout: float) -> str:
     """A failed call as an operator reads it, named by gRPC's status codes as the kubelet's own
     logs and grpcurl name them."""
-    if isinstance(exc, TimeoutError):
+    # The call carries its deadline (grpc-timeout), so the kubelet may say it passed first.
+    if isinstance(exc, TimeoutError) or (
+        isinstance(exc, GrpcError) and exc.status == DEADLINE_EXCEEDED
+    ):
         return f"{method}: no answer in {timeout:g}s"
-    if isinstance(exc, GRPCError):
-        if exc.status is Status.UNIMPLEMENTED:
+    if isinstance(exc, GrpcError):
+        if exc.status == UNIMPLEMENTED:
             if method == "List":
                 return "List: the kubelet does not serve podresources v1 (Kubernetes before 1.20)"
             return (
                 "GetAllocatableResources: not served (Kubernetes before 1.21, or the "
                 "KubeletPodResourcesGetAllocatable feature gate is off)"
             )
-        return f"{method}: {exc.status.name}: {exc.message}"
+        return f"{method}: {exc.name}: {exc.message}"
     if isinstance(exc, Refused):
         return f"{method}: RESOURCE_EXHAUSTED: {exc}"
     if isinstance(exc, DecodeError):
         return f"{method}: INTERNAL: the answer is no {method} response ({exc})"
-    if isinstance(exc, (OSError, StreamTerminatedError)):
+    if isinstance(exc, OSError):
         return f"{method}: UNAVAILABLE: {exc or type(exc).__name__}"
     return f"{method}: INTERNAL: {type(exc).__name__}: {exc}"
-
-
-async def _unary(channel: Channel, path: str, request: Any, reply_type: Any) -> Any:
-    """One unary call whose answer is refused before it is read when its length prefix says it
-    is larger than MAX_MESSAGE_BYTES.
-
-    grpclib reads a message of whatever length its 4-byte prefix declares (up to 4 GiB), so the
-    prefix is read here, through the call's HTTP/2 stream (`Stream._stream`, grpclib's own
-    object for it; tests/test_podresources.py fails if that changes), and a larger answer resets
-    the stream: HTTP/2's flow control holds what the kubelet sent meanwhile to one window
-    (4 MiB). The status in the trailers is still checked as grpclib checks it.
-    """
-    async with channel.request(path, Cardinality.UNARY_UNARY, type(request), reply_type) as call:
-        await call.send_message(request, end=True)
-        await call.recv_initial_metadata()
-        prefix = await call._stream.recv_data(5)
-        if len(prefix) < 5:  # no message: the trailers carry the status, else it is a bug
-            await call.recv_trailing_metadata()
-            raise GRPCError(Status.INTERNAL, "the answer carries no message")
-        if prefix[0]:
-            raise Refused("a compressed answer, and none was asked for")
-        length = int.from_bytes(prefix[1:], "big")
-        if length > MAX_MESSAGE_BYTES:
-            raise Refused(f"an answer of {length} bytes, larger than {MAX_MESSAGE_BYTES} bytes")
-        reply = reply_type.FromString(await call._stream.recv_data(length))
-        await call.recv_trailing_metadata()
-        return reply
 
 
 class PodResourcesClient:
     """Reads the kubelet's socket: one connection per read, both calls under one deadline.
 
-    The calls run on an event loop of the read's own (the poller's thread has no other), so
-    nothing is shared with the server's loop and nothing outlives a read: a kubelet that
-    restarted is simply connected to again at the next period.
+    The calls are made on the poller's thread over a blocking socket (kube/h2grpc.py), each
+    read of it held to the deadline, and nothing outlives a read: a kubelet that restarted is
+    simply connected to again at the next period.
     """
 
     def __init__(
@@ -183,42 +156,36 @@ class PodResourcesClient:
                 error=f"{self.socket} does not exist (is the pod-resources directory mounted?)",
                 duration_seconds=round(self._mono() - started, 6),
             )
-        answer = asyncio.run(self._read(started))
+        answer = self._read(started + self.timeout)
         return dataclasses.replace(answer, duration_seconds=round(self._mono() - started, 6))
 
-    async def _read(self, started: float) -> KubeletAnswer:
-        channel = Channel(path=str(self.socket))
+    def _read(self, deadline: float) -> KubeletAnswer:
+        connection: Connection | None = None
         try:
             try:
-                async with asyncio.timeout(self.timeout):
-                    listed = await _unary(
-                        channel, LIST, pb.ListPodResourcesRequest(), pb.ListPodResourcesResponse
-                    )
-                pods, error = from_list(listed)
+                connection = Connection(str(self.socket), deadline, MAX_MESSAGE_BYTES, self._mono)
+                answer = connection.unary(LIST, b"", deadline)
+                pods, error = from_list(pb.decode(pb.ListPodResourcesResponse, answer))
             except Exception as exc:  # every failure is an answer's error, never the thread's
                 return KubeletAnswer(error=describe(exc, "List", self.timeout))
             allocatable: tuple[ContainerDevices, ...] | None = None
             allocatable_error = None
-            remaining = started + self.timeout - self._mono()
-            if remaining <= 0:
+            if deadline - self._mono() <= 0:
                 allocatable_error = f"GetAllocatableResources: no time left of {self.timeout:g}s"
             else:
                 try:
-                    async with asyncio.timeout(remaining):
-                        answer = await _unary(
-                            channel,
-                            ALLOCATABLE,
-                            pb.AllocatableResourcesRequest(),
-                            pb.AllocatableResourcesResponse,
-                        )
-                    allocatable = from_allocatable(answer)
+                    answer = connection.unary(ALLOCATABLE, b"", deadline)
+                    allocatable = from_allocatable(
+                        pb.decode(pb.AllocatableResourcesResponse, answer)
+                    )
                 except Exception as exc:
                     allocatable_error = describe(exc, "GetAllocatableResources", self.timeout)
             return KubeletAnswer(
                 pods=pods, allocatable=allocatable, error=error, allocatable_error=allocatable_error
             )
         finally:
-            channel.close()
+            if connection is not None:
+                connection.close()
 
     __call__ = read
 
@@ -323,16 +290,11 @@ def read_recording(path: Path) -> KubeletAnswer:
         error: str | None = "List: not recorded"
         allocatable: tuple[ContainerDevices, ...] | None = None
         if isinstance(doc.get("list"), dict):
-            listed = json_format.ParseDict(
-                doc["list"], pb.ListPodResourcesResponse(), ignore_unknown_fields=True
-            )
-            pods, error = from_list(listed)
+            pods, error = from_list(pb.from_json(pb.ListPodResourcesResponse, doc["list"]))
         if isinstance(doc.get("allocatable"), dict):
-            answer = json_format.ParseDict(
-                doc["allocatable"], pb.AllocatableResourcesResponse(), ignore_unknown_fields=True
-            )
+            answer = pb.from_json(pb.AllocatableResourcesResponse, doc["allocatable"])
             allocatable = from_allocatable(answer)
-    except (OSError, ValueError, json_format.ParseError) as exc:
+    except (OSError, ValueError) as exc:
         return KubeletAnswer(error=f"{path}: {exc}")
     return KubeletAnswer(
         pods=pods,
