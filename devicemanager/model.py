@@ -85,6 +85,9 @@ Codes = tuple[str, ...]
 HealthValue = float | Flags | Counts | Codes
 # What a vendor made of one health figure: its value, or None and why it is absent.
 Answer = tuple[HealthValue | None, Reason | None]
+# A partition's or a grant's own activity figures (issue 41): (figure, value) for each of the
+# table's activity rows measured, in the table's order; () none.
+Activity = tuple[tuple[HealthFigure, float], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,6 +341,9 @@ class PartitionReading:
     # the partition's own compute (a MIG instance's SM activity): only then may it stand for a
     # slice's processes on the card.
     cores_of_card: bool = False
+    # The activity figures its own handle measured (issue 41; a MIG GPU instance's GPM
+    # figures, its SM activity among them), each one of the table's activity rows; () none.
+    activity: Activity = ()
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -479,6 +485,7 @@ class SlicePartition:
     cores_percent: float | None = None
     memory_reason: Reason | None = None
     cores_reason: Reason | None = None
+    activity: Activity = ()  # the partition's own activity figures (issue 41); () none
 
 
 @dataclass(frozen=True, slots=True)

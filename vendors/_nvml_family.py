@@ -596,6 +596,8 @@ def parse_partitions(payload: Mapping[str, Any], p: str) -> tuple[PartitionReadi
                     memory_reason=memory_reason,
                     cores_percent=cores,
                     cores_reason=cores_reason,
+                    # GPM's SM activity of the GPU instance: the partition's own activity too.
+                    activity=() if cores is None else ((HealthFigure.SM_ACTIVITY, cores),),
                 )
             )
             continue

@@ -444,6 +444,7 @@ def instance_families(
     `pod` is the pod holding the grant, `container` the one container that does (empty when
     two or more of the pod's do)."""
     node = snapshot.node or ""
+    instances = tuple(instances)
     out = {
         suffix: GaugeFamily(
             f"gpustack_instance_accelerator_{suffix}",
@@ -478,6 +479,51 @@ def instance_families(
                 else:
                     family.add_rendered(labels, value)
     yield from out.values()
+    yield from activity_families(snapshot, instances)
+
+
+def activity_families(
+    snapshot: Snapshot, instances: Iterable[InstanceEntries], table: FigureTable = FIGURES
+) -> Iterator[GaugeFamily]:
+    """`gpustack_instance_accelerator_<activity>` (issue 41): each grant's own activity, the
+    card activity families' figures where the hardware measures the grant's holder alone (a
+    partition, a whole card one Instance holds). A family no grant has a sample of is not
+    written, so a node without activity is unchanged."""
+    node = snapshot.node or ""
+    grant_families = table.grant_activity_families()
+    out = [
+        GaugeFamily(
+            f"gpustack_instance_accelerator_{family.suffix}",
+            _sampled(family.help, snapshot.period_seconds),
+            labels=[*ACCELERATOR_LABELS, *family.labels],
+            kind=family.kind.value,
+        )
+        for family, _ in grant_families
+    ]
+    for item in instances:
+        ref = item.instance
+        for e in item.entries:
+            if not e.activity:
+                continue
+            held = dict(e.activity)
+            values = [
+                ref.namespace,
+                ref.name,
+                ref.uid,
+                node,
+                item.pod.name,
+                e.holder or "",
+                e.id,
+                "" if e.index is None else str(e.index),
+                e.manufacturer,
+                e.mode.value,
+            ]
+            for family, (_, specs) in zip(out, grant_families, strict=True):
+                for spec in specs:
+                    value = held.get(cast(HealthFigure, spec.name))
+                    if value is not None:
+                        family.add_metric([*values, *spec.labels], float(value))
+    yield from (f for f in out if f.samples)
 
 
 def capability_family(snapshot: Snapshot) -> Iterator[GaugeFamily]:

@@ -21,10 +21,13 @@ from typing import Any
 
 from devicemanager.grants.allocations import Mode
 from devicemanager.grants.grants import Grant
+from devicemanager.model import FIGURES as TABLE
 from devicemanager.model import (
     MIB,
     SCHEMA_VERSION,
+    Activity,
     Card,
+    HealthFigure,
     PartitionReading,
     PodFault,
     ProcessRow,
@@ -55,6 +58,7 @@ class Figures:
     memory_total_mib: int | None = None  # partitions only: their own capacity
     memory_reason: Reason | None = None
     cores_reason: Reason | None = None
+    activity: Activity = ()  # partitions only: their own activity figures (issue 41)
 
 
 # -- producing ----------------------------------------------------------------------------------
@@ -196,6 +200,7 @@ def _partition_entry(
         cores_percent=found.cores_percent if found.cores_reason is None else None,
         memory_reason=memory_reason,
         cores_reason=found.cores_reason,
+        activity=tuple((f, v) for f, v in found.activity if v is not None),
     )
 
 
@@ -357,7 +362,12 @@ def figures(
         if p is None:
             return None
         return Figures(
-            p.memory_used_mib, p.cores_percent, p.memory_total_mib, p.memory_reason, p.cores_reason
+            p.memory_used_mib,
+            p.cores_percent,
+            p.memory_total_mib,
+            p.memory_reason,
+            p.cores_reason,
+            p.activity,
         )
     device = lookup.devices.get((manufacturer, device_id))
     if device is None:
@@ -431,10 +441,36 @@ def to_json(section: SliceSection) -> dict[str, Any]:
                 "memoryUsedMiB": p.memory_used_mib,
                 "coresPercent": p.cores_percent,
                 **reasons(p.memory_reason, p.cores_reason),
+                # Written only where measured: a partition without keeps the record it had.
+                **({"activity": activity_json(p.activity)} if p.activity else {}),
             }
             for p in section.partitions
         ]
     return doc
+
+
+# Each activity figure's key in an `activity` object (the card's `health.activity` keys).
+_ACTIVITY_KEYS: tuple[tuple[HealthFigure, str], ...] = tuple(
+    (HealthFigure(spec.name), spec.json[-1]) for spec in TABLE.activity_rows()
+)
+
+
+def activity_json(activity: Activity) -> dict[str, float]:
+    """A partition's or a grant's activity as the snapshot holds a card's: by JSON key."""
+    held = dict(activity)
+    return {key: held[figure] for figure, key in _ACTIVITY_KEYS if figure in held}
+
+
+def activity_from_json(doc: Any) -> Activity:
+    """An `activity` object read back; a value that is no number is left out, never guessed."""
+    if not isinstance(doc, dict):
+        return ()
+    out = []
+    for figure, key in _ACTIVITY_KEYS:
+        value = as_number(doc.get(key))
+        if value is not None:
+            out.append((figure, value))
+    return tuple(out)
 
 
 def _reason_of(value: Any) -> Reason | None:
@@ -508,6 +544,7 @@ def from_json(doc: Any) -> SliceSection | None:
             as_number(p.get("coresPercent")),
             _reason_of(p.get("memoryReason")),
             _reason_of(p.get("coresReason")),
+            activity_from_json(p.get("activity")),
         )
         for p in items("partitions")
     )
