@@ -251,13 +251,15 @@ def exported(
 
     # Which pods hold any part of each card (by the id its library gives it): a whole card's
     # activity is its holder's only where no other pod holds any of it.
+    def card_of(g: Grant) -> tuple[str, str]:
+        return g.manufacturer, view.identities.canonical(g.manufacturer, g.device_id)
+
     holders: dict[tuple[str, str], set[str]] = {}
-    for g in resolved(tuple(grants.all()), view.identities):
-        holders.setdefault((g.manufacturer, g.device_id), set()).add(g.pod_uid)
+    for g in grants.all():
+        holders.setdefault(card_of(g), set()).add(g.pod_uid)
 
     def alone(g: Grant) -> bool:
-        (g,) = resolved((g,), view.identities)
-        return holders.get((g.manufacturer, g.device_id), set()) <= {g.pod_uid}
+        return holders.get(card_of(g), set()) <= {g.pod_uid}
 
     def entries(ref_pod: tuple[InstanceRef, PodInfo]) -> tuple[AcceleratorEntry, ...]:
         ref, pod = ref_pod
