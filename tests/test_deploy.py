@@ -378,6 +378,11 @@ def tool(name: str) -> str:
 
 
 def test_promtool_tests_the_alert_rules() -> None:
+    """promtool's own tests of the shipped rules (deploy/prometheus-rules.test.yaml), among them
+    idle judged by compute alone (R-X10): a grant 26% busy but 0.2% SM-active fires
+    AcceleratorAllocationIdle with `judged_by="sm_activity"` and `state="running_idle"`."""
+    text = (DEPLOY / "prometheus-rules.test.yaml").read_text()
+    assert "judged_by: sm_activity, state: running_idle" in text
     result = subprocess.run(
         [tool("promtool"), "test", "rules", "prometheus-rules.test.yaml"],
         cwd=DEPLOY,
