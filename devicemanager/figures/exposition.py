@@ -68,6 +68,49 @@ def labelset(names: Sequence[str], values: Sequence[str]) -> str:
     return "{" + ",".join(f'{key[i]}="{_escape(values[i])}"' for i in order) + "}"
 
 
+class Labels:
+    """A base label set (a card's, a grant's), and each label set made from it with a family's
+    labels added: the base escaped and sorted once, each one-label family's set split once
+    around its value, so a sample costs a concatenation (a card has dozens of health samples,
+    a grant a dozen of activity)."""
+
+    __slots__ = ("_names", "_split", "_values")
+
+    def __init__(self, names: Sequence[str], values: Sequence[str]) -> None:
+        self._names = tuple(names)
+        self._values = tuple(values)
+        self._split: dict[tuple[str, ...], tuple[str, str]] = {}
+
+    def render(self, extra_names: Sequence[str], extra_values: Sequence[str]) -> str:
+        """The label set of the base and these, as `labelset` renders it."""
+        if len(extra_names) > 1:
+            return labelset([*self._names, *extra_names], [*self._values, *extra_values])
+        if len(extra_values) != len(extra_names):
+            raise ValueError(f"{len(extra_values)} label values for {len(extra_names)} names")
+        key = tuple(extra_names)
+        split = self._split.get(key)
+        if split is None:
+            split = self._split[key] = self._around(key)
+        if not key:
+            return split[0]
+        return split[0] + _escape(extra_values[0]) + split[1]
+
+    def _around(self, key: tuple[str, ...]) -> tuple[str, str]:
+        """The base's label set, or with one label more, the text before and after its value."""
+        if not key:
+            return labelset(self._names, self._values), ""
+        if key[0] in self._names:
+            raise ValueError(f"{key[0]} is a label of the base already")
+        pairs = sorted(
+            (name, f'{name}="{_escape(value)}"')
+            for name, value in zip(self._names, self._values, strict=True)
+        )
+        before = [text for name, text in pairs if name < key[0]]
+        after = [text for name, text in pairs if name > key[0]]
+        head = "{" + "".join(f"{text}," for text in before) + f'{key[0]}="'
+        return head, '"' + "".join(f",{text}" for text in after) + "}"
+
+
 @dataclass(slots=True)
 class GaugeFamily:
     """One family and its samples, label sets already rendered: a gauge unless `kind` says
@@ -177,8 +220,12 @@ def health_families(snapshot: Snapshot, table: FigureTable = FIGURES) -> Iterato
     node = snapshot.node or ""
     out: list[GaugeFamily] = []
     cards = [(g, c) for g in snapshot.groups for c in g.cards]
-    # Each card's figures by name, made once and looked up per row.
-    read = [(g, c, c.health.held()) for g, c in cards if c.health is not None]
+    # Each card's figures by name and its labels, made once and used for every row.
+    read = [
+        (Labels(CARD_LABELS, [node, g.manufacturer, c.id, str(c.index)]), c.health.held())
+        for g, c in cards
+        if c.health is not None
+    ]
     for table_family, specs in table.health_families():
         family = GaugeFamily(
             table_family.name,
@@ -186,11 +233,10 @@ def health_families(snapshot: Snapshot, table: FigureTable = FIGURES) -> Iterato
             labels=[*CARD_LABELS, *table_family.labels],
             kind=table_family.kind.value,
         )
-        for group, card, held in read:
-            labels = [node, group.manufacturer, card.id, str(card.index)]
+        for base, held in read:
             for spec in specs:
                 for values, value in _health_samples(held, spec):
-                    family.add_metric([*labels, *values], value)
+                    family.add_rendered(base.render(table_family.labels, values), value)
         out.append(family)
     capability = GaugeFamily(
         "gpustack_accelerator_figure_capability",
@@ -518,7 +564,7 @@ def activity_families(
             if not e.activity:
                 continue
             held = dict(e.activity)
-            values = [
+            base = Labels(ACCELERATOR_LABELS, [
                 ref.namespace,
                 ref.name,
                 ref.uid,
@@ -529,12 +575,13 @@ def activity_families(
                 "" if e.index is None else str(e.index),
                 e.manufacturer,
                 e.mode.value,
-            ]
-            for family, (_, specs) in zip(out, grant_families, strict=True):
+            ])  # fmt: skip
+            for family, (table_family, specs) in zip(out, grant_families, strict=True):
                 for spec in specs:
                     value = held.get(cast(HealthFigure, spec.name))
                     if value is not None:
-                        family.add_metric([*values, *spec.labels], float(value))
+                        labels = base.render(table_family.labels, spec.labels)
+                        family.add_rendered(labels, float(value))
     yield from (f for f in out if f.samples)
 
 
