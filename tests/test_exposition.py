@@ -480,6 +480,8 @@ def test_links_and_numa_nodes_are_families_of_their_own_and_absent_where_not_rea
     assert checked.returncode == 0 and checked.stdout + checked.stderr == b"", checked
 
 
+# -- label sets made once per card and grant (issue 41's series) -------------------------------
+
 _label_text = st.text(alphabet=st.sampled_from(["a", "z", '"', "\\", "\n", "-", "é"]), max_size=6)
 
 
