@@ -34,6 +34,7 @@ RESULTS = REPO / "bench" / "results.json"
 BENCHES: dict[str, list[str]] = {
     "scrape": ["bench/scrape.py", "--seconds", "4", "--pairs", "5"],
     "round": ["bench/round.py", "--pairs", "21"],
+    "gpm": ["bench/gpm.py", "--pairs", "9"],
     "footprint": ["bench/footprint.py", "--rounds", "200"],
     "imports": ["bench/imports.py"],
     "sampler": ["bench/sampler.py", "--seconds", "10", "--pairs", "3"],

@@ -92,6 +92,18 @@ def rows(r: dict[str, Any]) -> list[Row]:
                 _met(s["goal_within_1_2x"]),
             )
         )
+    if s := r.get("gpm"):
+        out.append(
+            (
+                f"a round with GPM on every card, {s['cards']} H100s held whole (fake "
+                "libnvidia-ml, real pynvml: the agent's cost, not the driver's)",
+                f"{s['gpm_round_ms']} ms, {s['gpm_series']:,} series",
+                f"without GPM: {s['without_round_ms']} ms, {s['without_series']:,} series; "
+                f"with/without {s['gpm_over_without']} ({_range(s['gpm_over_without_range'])})",
+                "with/without ≤ 1.1",
+                _met(s["goal_within_1_1x"]),
+            )
+        )
     if s := r.get("footprint"):
         out.append(
             (

@@ -631,7 +631,28 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _percent(text: str) -> float:
+    """A threshold in percent: a finite number from 0 to 100."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 100:  # nan is neither
+        raise argparse.ArgumentTypeError("must be a percent from 0 to 100")
+    return value
+
+
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def _idle(args: argparse.Namespace) -> Any:
+    """`--window`'s idle thresholds, each flag's or its default."""
+    from devicemanager.report.idle import DEFAULT_THRESHOLDS, Thresholds
+
+    return Thresholds(
+        DEFAULT_THRESHOLDS.sm_activity if args.idle_sm_activity is None else args.idle_sm_activity,
+        DEFAULT_THRESHOLDS.busy_time if args.idle_busy_time is None else args.idle_busy_time,
+    )
 
 
 def _window(text: str) -> float:
@@ -741,6 +762,8 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
             ("--header", args.header),
             ("--window", args.window),
             ("--at", args.at),
+            ("--idle-sm-activity", args.idle_sm_activity),
+            ("--idle-busy-time", args.idle_busy_time),
         ):
             if given is not None:
                 raise CliError(f"{flag} is for --prometheus", USAGE)
@@ -769,7 +792,7 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
         try:
             parsed = read_prometheus(query, selection)
             if args.window is not None:
-                window = read_window(query, args.window, selection)
+                window = read_window(query, args.window, selection, thresholds=_idle(args))
         except SourceError as exc:
             raise CliError(str(exc), UNREACHABLE) from None
     else:
@@ -1132,6 +1155,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="with --prometheus: add the idle-and-held section over this window before --at "
         "(30m, 1h, 1h30m, 7d)",
+    )
+    summ.add_argument(
+        "--idle-sm-activity",
+        type=_percent,
+        metavar="PERCENT",
+        help="with --window: a grant whose SM activity was measured is idle at or below this "
+        "peak (default 1; the alert's threshold in deploy/prometheus-rules.yaml)",
+    )
+    summ.add_argument(
+        "--idle-busy-time",
+        type=_percent,
+        metavar="PERCENT",
+        help="with --window: a grant judged by its busy time (no activity measured) is idle at "
+        "or below this peak (default 0)",
     )
     summ.add_argument(
         "--at",

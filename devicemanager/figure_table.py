@@ -21,6 +21,13 @@ from enum import StrEnum
 
 PREFIX = "gpustack_accelerator_"  # a card family's name: PREFIX + its suffix
 GRANT_PREFIX = "gpustack_instance_accelerator_"  # a per-grant family's name
+ACTIVITY = "activity"  # the snapshot object an activity figure is held under (issue 41)
+# The per-grant activity families' HELP, before the card family's (issue 41): time-sliced
+# tenants' activity cannot be told apart, so only a tenant the hardware measures alone has one.
+GRANT_ACTIVITY_HELP = (
+    "The grant's own activity, where the hardware measures its holder alone (a partition, "
+    "or a whole card one Instance holds); absent on a slice or a shared card. "
+)
 
 
 class Kind(StrEnum):
@@ -147,11 +154,20 @@ class FigureSpec:
     json_only_when_read: bool = False
     derived: bool = False  # computed from other figures: never read, refused or read back
     grant_help: str | None = None  # a card figure's per-grant family (GRANT_PREFIX), its HELP
+    # A busy time held beside the activity figures (the memory's, Ascend's vector cores'): it
+    # says how long, not how much, so it has no per-grant family (issue 41).
+    busy_time: bool = False
 
     @property
     def capability(self) -> str:
         """The name the capability gauge and `absentReasons` give the figure."""
         return self.name.value
+
+    @property
+    def activity(self) -> bool:
+        """An activity figure (issue 41): how much of the hardware worked, held under the
+        snapshot's `activity` object; a grant the hardware measures alone has its own."""
+        return self.json[0] == ACTIVITY and not self.busy_time
 
     @property
     def kind(self) -> Kind:
@@ -173,12 +189,35 @@ class FigureTable:
             order.setdefault(spec.family, []).append(spec)
         return tuple((family, tuple(specs)) for family, specs in order.items())
 
+    def activity_rows(self) -> tuple[FigureSpec, ...]:
+        """The activity figures, in the table's order: a grant's own where measured alone."""
+        return tuple(s for s in self.health if s.activity)
+
+    def grant_activity_families(self) -> tuple[tuple[Family, tuple[FigureSpec, ...]], ...]:
+        """Each activity family with its rows, as the per-grant family (GRANT_PREFIX) that
+        states the grant's own activity (issue 41): the card family's suffix, kind and labels,
+        and its HELP said of the grant."""
+        return tuple(
+            (
+                Family(
+                    family.suffix,
+                    family.kind,
+                    GRANT_ACTIVITY_HELP + family.help,
+                    family.labels,
+                ),
+                specs,
+            )
+            for family, specs in self.health_families()
+            if all(s.activity for s in specs)
+        )
+
     def family_names(self) -> tuple[str, ...]:
         """Every family the rows declare: the card's, each per-grant one, the health ones."""
         card = [s.family.name for s in self.card]
         grant = [GRANT_PREFIX + s.name.value for s in self.card if s.grant_help is not None]
+        activity = [GRANT_PREFIX + f.suffix for f, _ in self.grant_activity_families()]
         health = [family.name for family, _ in self.health_families()]
-        return tuple(dict.fromkeys([*card, *grant, *health]))
+        return tuple(dict.fromkeys([*card, *grant, *activity, *health]))
 
 
 def _card(
@@ -396,9 +435,19 @@ def _activity(
     labels: tuple[str, ...] = (),
     bounds: tuple[float, float] = _PERCENT,
     unit: str = "percent",
+    *,
+    busy_time: bool = False,
 ) -> FigureSpec:
     return FigureSpec(
-        name, unit, family, ("activity", key), labels, bounds, False, json_only_when_read=True
+        name,
+        unit,
+        family,
+        (ACTIVITY, key),
+        labels,
+        bounds,
+        False,
+        json_only_when_read=True,
+        busy_time=busy_time,
     )
 
 
@@ -521,8 +570,8 @@ HEALTH: tuple[FigureSpec, ...] = (
         _THROUGHPUT,
         "bytes/s",
     ),
-    _activity(H.MEMORY_BUSY, _MEMORY_BUSY, "memoryBusyPercent"),
-    _activity(H.VECTOR_CORE_BUSY, _VECTOR_CORE_BUSY, "vectorCoreBusyPercent"),
+    _activity(H.MEMORY_BUSY, _MEMORY_BUSY, "memoryBusyPercent", busy_time=True),
+    _activity(H.VECTOR_CORE_BUSY, _VECTOR_CORE_BUSY, "vectorCoreBusyPercent", busy_time=True),
 )
 del H
 

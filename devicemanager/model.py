@@ -85,6 +85,9 @@ Codes = tuple[str, ...]
 HealthValue = float | Flags | Counts | Codes
 # What a vendor made of one health figure: its value, or None and why it is absent.
 Answer = tuple[HealthValue | None, Reason | None]
+# A partition's or a grant's own activity figures (issue 41): (figure, value) for each of the
+# table's activity rows measured, in the table's order; () none.
+Activity = tuple[tuple[HealthFigure, float], ...]
 
 
 @dataclass(frozen=True, slots=True)

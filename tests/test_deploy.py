@@ -382,6 +382,11 @@ def tool(name: str) -> str:
 
 
 def test_promtool_tests_the_alert_rules() -> None:
+    """promtool's own tests of the shipped rules (deploy/prometheus-rules.test.yaml), among them
+    idle judged by compute alone (R-X10): a grant 26% busy but 0.2% SM-active fires
+    AcceleratorAllocationIdle with `judged_by="sm_activity"` and `state="running_idle"`."""
+    text = (DEPLOY / "prometheus-rules.test.yaml").read_text()
+    assert "judged_by: sm_activity, state: running_idle" in text
     result = subprocess.run(
         [tool("promtool"), "test", "rules", "prometheus-rules.test.yaml"],
         cwd=DEPLOY,
@@ -583,13 +588,19 @@ def test_every_dashboard_query_runs_against_prometheus(prometheus: tuple[str, Ag
         assert "$" not in concrete, expr
         if not query(url, concrete):  # query() asserts the status is success
             empty.append(expr)
-    # The replayed node fills every panel but the failure tables (nothing fails) and the
-    # kubelet's pod figures (a replay has no kubelet, so no exporter).
+    # The replayed node fills every panel but the failure tables (nothing fails), the
+    # kubelet's pod figures (a replay has no kubelet, so no exporter) and the cards' activity
+    # (its H100s were recorded without GPM's answers: busy time only).
     for expr in empty:
         assert (
             "== 0" in expr
             or "gpustack_instance_cpu" in expr
             or ("memory_used_mib{" in expr and "/" in expr)
+            or re.fullmatch(
+                r"gpustack_accelerator_(sm|tensor)_activity_percent\{.*\}"
+                r"|gpustack_accelerator_memory_bandwidth_utilization_percent\{.*\}",
+                expr,
+            )
         ), expr
 
 
@@ -647,8 +658,8 @@ def test_the_namespace_recording_rules_count_a_shared_card_once(
 ) -> None:
     """(R-X9) The recording rules, evaluated by a real Prometheus over the replayed node, give
     what the node's golden /metrics says worked out here: per namespace its grants (each
-    Shared card once), their memory, and the measured memory and compute in use; no grant of
-    the replay is idle (none has memory used and compute both at a measured 0)."""
+    Shared card once), their memory, and the measured memory and compute in use; the grants
+    whose compute is a measured 0 are pending idle, memory held or not."""
     from devicemanager.report.parse import parse
 
     url, _ = prometheus
@@ -691,7 +702,20 @@ def test_the_namespace_recording_rules_count_a_shared_card_once(
     for record, want in expected.items():
         got = {r["metric"]["namespace"]: float(r["value"][1]) for r in wait_for(url, record)}
         assert got == pytest.approx(want), record
-    assert query(url, 'ALERTS{alertname="AcceleratorAllocationIdle"}') == []
+    # Idle by compute alone (R-X10): the grants whose busy time is a measured 0 (the replay
+    # measures no activity per grant) are pending, judged by busy time, whatever they hold.
+    idle = {
+        (d["namespace"], d["instance_name"], d["id"])
+        for d, value in ((dict(k), v) for k, v in by["cores_utilization_percent"].items())
+        if value == 0
+    }
+    assert idle and "sm_activity_percent" not in by
+    pending = wait_for(url, 'ALERTS{alertname="AcceleratorAllocationIdle"}')
+    assert {
+        (m["namespace"], m["instance_name"], m["id"]) for m in (r["metric"] for r in pending)
+    } == idle
+    assert {r["metric"]["judged_by"] for r in pending} == {"busy_time"}
+    assert {r["metric"]["alertstate"] for r in pending} == {"pending"}
 
 
 RUNBOOKS = "https://github.com/gpustack/device-manager/blob/main/docs/runbooks.md"

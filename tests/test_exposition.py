@@ -7,6 +7,8 @@ import shutil
 import subprocess
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from devicemanager.figures import exposition, snapshot
@@ -478,3 +480,29 @@ def test_links_and_numa_nodes_are_families_of_their_own_and_absent_where_not_rea
         [promtool, "check", "metrics"], input=text.encode(), capture_output=True, check=False
     )
     assert checked.returncode == 0 and checked.stdout + checked.stderr == b"", checked
+
+
+# -- label sets made once per card and grant (issue 41's series) -------------------------------
+
+_label_text = st.text(alphabet=st.sampled_from(["a", "z", '"', "\\", "\n", "-", "é"]), max_size=6)
+
+
+@given(
+    base=st.lists(_label_text, min_size=4, max_size=4),
+    extra=st.sampled_from(["aaa", "id", "kind", "zzz"]),
+    value=_label_text,
+)
+def test_a_label_set_made_from_a_base_is_the_one_labelset_renders(
+    base: list[str], extra: str, value: str
+) -> None:
+    """exposition.Labels (a card's or a grant's labels escaped and sorted once, split around a
+    family's one more label) renders each set byte for byte as `labelset` does, whatever the
+    values hold and wherever the extra label sorts; a label the base has already is refused."""
+    names = ["node", "manufacturer", "index", "jd"]
+    labels = exposition.Labels(names, base)
+    assert labels.render((), ()) == exposition.labelset(names, base)
+    assert labels.render((extra,), (value,)) == exposition.labelset([*names, extra], [*base, value])
+    two = labels.render(("kind", "zzz"), (value, "1"))
+    assert two == exposition.labelset([*names, "kind", "zzz"], [*base, value, "1"])
+    with pytest.raises(ValueError):
+        labels.render(("node",), (value,))

@@ -327,10 +327,10 @@ def test_an_instances_figures_fault_is_recorded_under_its_pods_uid(
     ]
     real = figures.entry
 
-    def entry(grant: Grant, view: figures.View) -> figures.AcceleratorEntry:
+    def entry(grant: Grant, view: figures.View, alone: bool = True) -> figures.AcceleratorEntry:
         if grant.device_id == gpu(1):
             raise ZeroDivisionError("a figure nobody foresaw")
-        return real(grant, view)
+        return real(grant, view, alone)
 
     monkeypatch.setattr(figures, "entry", entry)
     index = PodIndex.of(pods)

@@ -172,10 +172,10 @@ def test_an_instance_whose_figures_raise_is_left_out_alone(
     pods, readings, cards = tenants(tmp_path)
     real = figures.entry
 
-    def entry(grant: Grant, view: figures.View) -> figures.AcceleratorEntry:
+    def entry(grant: Grant, view: figures.View, alone: bool = True) -> figures.AcceleratorEntry:
         if grant.device_id == cards[1].id:
             raise ZeroDivisionError("a figure nobody foresaw")
-        return real(grant, view)
+        return real(grant, view, alone)
 
     monkeypatch.setattr(figures, "entry", entry)
     result = run(tmp_path, cards, pods, readings)

@@ -46,15 +46,70 @@ _float: Callable[[float], str] = floatToGoString
 
 
 def _escape(value: str) -> str:
+    if "\\" not in value and "\n" not in value and '"' not in value:
+        return value  # the common case, a label value with nothing to escape: no copy made
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+# Each label-name list's order by name, worked out once: a round renders thousands of label
+# sets over a few dozen lists of names.
+_ORDERS: dict[tuple[str, ...], tuple[int, ...]] = {}
 
 
 def labelset(names: Sequence[str], values: Sequence[str]) -> str:
     """`{name="value",…}` sorted by name, values escaped: one series' labels, rendered once."""
     if not names:
         return ""
-    pairs = sorted(zip(names, values, strict=True))
-    return "{" + ",".join(f'{n}="{_escape(v)}"' for n, v in pairs) + "}"
+    key = tuple(names)
+    if len(values) != len(key):
+        raise ValueError(f"{len(values)} label values for {len(key)} names")
+    order = _ORDERS.get(key)
+    if order is None:
+        order = _ORDERS[key] = tuple(sorted(range(len(key)), key=key.__getitem__))
+    return "{" + ",".join(f'{key[i]}="{_escape(values[i])}"' for i in order) + "}"
+
+
+class Labels:
+    """A base label set (a card's, a grant's), and each label set made from it with a family's
+    labels added: the base escaped and sorted once, each one-label family's set split once
+    around its value, so a sample costs a concatenation (a card has dozens of health samples,
+    a grant a dozen of activity)."""
+
+    __slots__ = ("_names", "_split", "_values")
+
+    def __init__(self, names: Sequence[str], values: Sequence[str]) -> None:
+        self._names = tuple(names)
+        self._values = tuple(values)
+        self._split: dict[tuple[str, ...], tuple[str, str]] = {}
+
+    def render(self, extra_names: Sequence[str], extra_values: Sequence[str]) -> str:
+        """The label set of the base and these, as `labelset` renders it."""
+        if len(extra_names) > 1:
+            return labelset([*self._names, *extra_names], [*self._values, *extra_values])
+        if len(extra_values) != len(extra_names):
+            raise ValueError(f"{len(extra_values)} label values for {len(extra_names)} names")
+        key = tuple(extra_names)
+        split = self._split.get(key)
+        if split is None:
+            split = self._split[key] = self._around(key)
+        if not key:
+            return split[0]
+        return split[0] + _escape(extra_values[0]) + split[1]
+
+    def _around(self, key: tuple[str, ...]) -> tuple[str, str]:
+        """The base's label set, or with one label more, the text before and after its value."""
+        if not key:
+            return labelset(self._names, self._values), ""
+        if key[0] in self._names:
+            raise ValueError(f"{key[0]} is a label of the base already")
+        pairs = sorted(
+            (name, f'{name}="{_escape(value)}"')
+            for name, value in zip(self._names, self._values, strict=True)
+        )
+        before = [text for name, text in pairs if name < key[0]]
+        after = [text for name, text in pairs if name > key[0]]
+        head = "{" + "".join(f"{text}," for text in before) + f'{key[0]}="'
+        return head, '"' + "".join(f",{text}" for text in after) + "}"
 
 
 @dataclass(slots=True)
@@ -166,8 +221,12 @@ def health_families(snapshot: Snapshot, table: FigureTable = FIGURES) -> Iterato
     node = snapshot.node or ""
     out: list[GaugeFamily] = []
     cards = [(g, c) for g in snapshot.groups for c in g.cards]
-    # Each card's figures by name, made once and looked up per row.
-    read = [(g, c, c.health.held()) for g, c in cards if c.health is not None]
+    # Each card's figures by name and its labels, made once and used for every row.
+    read = [
+        (Labels(CARD_LABELS, [node, g.manufacturer, c.id, str(c.index)]), c.health.held())
+        for g, c in cards
+        if c.health is not None
+    ]
     for table_family, specs in table.health_families():
         family = GaugeFamily(
             table_family.name,
@@ -175,11 +234,10 @@ def health_families(snapshot: Snapshot, table: FigureTable = FIGURES) -> Iterato
             labels=[*CARD_LABELS, *table_family.labels],
             kind=table_family.kind.value,
         )
-        for group, card, held in read:
-            labels = [node, group.manufacturer, card.id, str(card.index)]
+        for base, held in read:
             for spec in specs:
                 for values, value in _health_samples(held, spec):
-                    family.add_metric([*labels, *values], value)
+                    family.add_rendered(base.render(table_family.labels, values), value)
         out.append(family)
     capability = GaugeFamily(
         "gpustack_accelerator_figure_capability",
@@ -466,6 +524,7 @@ def instance_families(
     `pod` is the pod holding the grant, `container` the one container that does (empty when
     two or more of the pod's do)."""
     node = snapshot.node or ""
+    instances = tuple(instances)
     out = {
         suffix: GaugeFamily(
             f"gpustack_instance_accelerator_{suffix}",
@@ -500,6 +559,52 @@ def instance_families(
                 else:
                     family.add_rendered(labels, value)
     yield from out.values()
+    yield from activity_families(snapshot, instances)
+
+
+def activity_families(
+    snapshot: Snapshot, instances: Iterable[InstanceEntries], table: FigureTable = FIGURES
+) -> Iterator[GaugeFamily]:
+    """`gpustack_instance_accelerator_<activity>` (issue 41): each grant's own activity, the
+    card activity families' figures where the hardware measures the grant's holder alone (a
+    partition, a whole card one Instance holds). A family no grant has a sample of is not
+    written, so a node without activity is unchanged."""
+    node = snapshot.node or ""
+    grant_families = table.grant_activity_families()
+    out = [
+        GaugeFamily(
+            f"gpustack_instance_accelerator_{family.suffix}",
+            _sampled(family.help, snapshot.period_seconds),
+            labels=[*ACCELERATOR_LABELS, *family.labels],
+            kind=family.kind.value,
+        )
+        for family, _ in grant_families
+    ]
+    for item in instances:
+        ref = item.instance
+        for e in item.entries:
+            if not e.activity:
+                continue
+            held = dict(e.activity)
+            base = Labels(ACCELERATOR_LABELS, [
+                ref.namespace,
+                ref.name,
+                ref.uid,
+                node,
+                item.pod.name,
+                e.holder or "",
+                e.id,
+                "" if e.index is None else str(e.index),
+                e.manufacturer,
+                e.mode.value,
+            ])  # fmt: skip
+            for family, (table_family, specs) in zip(out, grant_families, strict=True):
+                for spec in specs:
+                    value = held.get(cast(HealthFigure, spec.name))
+                    if value is not None:
+                        labels = base.render(table_family.labels, spec.labels)
+                        family.add_rendered(labels, float(value))
+    yield from (f for f in out if f.samples)
 
 
 def capability_family(snapshot: Snapshot) -> Iterator[GaugeFamily]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from devicemanager.figures.slices import Lookup, figures
+from devicemanager.figures.slices import Lookup, activity_json, figures
 from devicemanager.grants.allocations import Mode
 from devicemanager.grants.grants import (
     Grant,
@@ -24,7 +24,17 @@ from devicemanager.grants.grants import (
     resolved,
 )
 from devicemanager.grants.quantity import parse_quantity
-from devicemanager.model import MIB, Card, Identities, PodFault, Snapshot, utilization_percent
+from devicemanager.model import FIGURES as TABLE
+from devicemanager.model import (
+    MIB,
+    Activity,
+    Card,
+    HealthFigure,
+    Identities,
+    PodFault,
+    Snapshot,
+    utilization_percent,
+)
 from devicemanager.node.isolation import FIGURES, POD_LEVEL, encodable, per_pod
 from devicemanager.node.pods import PodIndex, PodInfo
 
@@ -48,6 +58,10 @@ class AcceleratorEntry:
     unhealthy_reason: str | None = None
     # The one container of the pod that holds the grant; None when two or more do (R-G3).
     holder: str | None = None
+    # The grant's own activity (issue 41), only where the hardware measures its holder alone:
+    # a partition's, or a whole card's that one Instance holds. () on a slice or a shared card,
+    # whose tenants' activities cannot be told apart (time-sliced), and where none was measured.
+    activity: Activity = ()
 
     @property
     def memory_utilization_percent(self) -> float | None:
@@ -95,7 +109,21 @@ def _unhealthy_reason(card: Card | None, board: Card | None) -> str | None:
     return None
 
 
-def entry(grant: Grant, view: View) -> AcceleratorEntry:
+_ACTIVITY_ROWS = tuple(HealthFigure(spec.name) for spec in TABLE.activity_rows())
+
+
+def card_activity(card: Card | None) -> Activity:
+    """A whole card's activity figures, as its library measured them this round."""
+    if card is None or card.health is None:
+        return ()
+    held = dict(card.health.numbers)
+    return tuple((figure, held[figure]) for figure in _ACTIVITY_ROWS if figure in held)
+
+
+def entry(grant: Grant, view: View, alone: bool = True) -> AcceleratorEntry:
+    """One grant's figures. `alone`: no other pod holds any part of the grant's card, so a
+    whole card's activity is its holder's own (the exporter knows every pod's grants; the
+    per-Instance sample knows its own, and an Exclusive grant is its pod's alone)."""
     (grant,) = resolved((grant,), view.identities)  # the card as its library names it
     card = view.cards.get((grant.manufacturer, grant.device_id))
     total_card = card.memory_total_mib if card is not None else None
@@ -125,11 +153,15 @@ def entry(grant: Grant, view: View) -> AcceleratorEntry:
     if grant.mode in (Mode.EXCLUSIVE, Mode.SHARED):
         if grant.ambiguous:  # two containers of one pod, one card: no figures of its own
             return AcceleratorEntry(**common, memory_total_mib=total_card)
+        # Activity only where the card is this one holder's: time-sliced tenants' (Shared)
+        # cannot be told apart.
+        whole = grant.mode is Mode.EXCLUSIVE and alone
         return AcceleratorEntry(
             **common,
             memory_total_mib=total_card,
             memory_used_mib=card.memory_used_mib if card else None,
             cores_utilization_percent=card.cores_utilization_percent if card else None,
+            activity=card_activity(card) if whole else (),
         )
     if grant.mode is Mode.SLICED:
         quota = grant.memory_quota_mib(total_card)
@@ -162,6 +194,7 @@ def entry(grant: Grant, view: View) -> AcceleratorEntry:
         memory_total_mib=f.memory_total_mib,
         memory_used_mib=f.memory_used_mib,
         cores_utilization_percent=f.cores_percent,
+        activity=f.activity,  # the partition's own, measured on its handle
     )
 
 
@@ -216,6 +249,18 @@ def exported(
         key=lambda rp: (rp[0].namespace, rp[0].name, rp[0].uid),
     )
 
+    # Which pods hold any part of each card (by the id its library gives it): a whole card's
+    # activity is its holder's only where no other pod holds any of it.
+    def card_of(g: Grant) -> tuple[str, str]:
+        return g.manufacturer, view.identities.canonical(g.manufacturer, g.device_id)
+
+    holders: dict[tuple[str, str], set[str]] = {}
+    for g in grants.all():
+        holders.setdefault(card_of(g), set()).add(g.pod_uid)
+
+    def alone(g: Grant) -> bool:
+        return holders.get(card_of(g), set()) <= {g.pod_uid}
+
     def entries(ref_pod: tuple[InstanceRef, PodInfo]) -> tuple[AcceleratorEntry, ...]:
         ref, pod = ref_pod
         mine = [g for g in grants.by_pod.get(pod.uid, ()) if g.manufacturer in ours]
@@ -227,7 +272,7 @@ def exported(
             pod.name,
             *(text for g in mine for text in (*g.containers, g.entry_id, g.manufacturer)),
         )
-        return tuple(entry(g, view) for g in mine)
+        return tuple(entry(g, view, alone(g)) for g in mine)
 
     done = per_pod(ordered, lambda rp: rp[1].uid, entries, FIGURES, faults)
     return tuple(InstanceEntries(ref, pod, found) for (ref, pod), found in done if found)
@@ -353,6 +398,8 @@ def entry_json(e: AcceleratorEntry) -> dict[str, Any]:
         "temperatureCelsius": e.temperature_celsius,
         "powerUsageWatts": e.power_usage_watts,
         "unhealthy": e.unhealthy,
+        # The grant's own activity (issue 41), as the snapshot holds a card's; absent: left out.
+        "activity": activity_json(e.activity) if e.activity else None,
     }
 
 

@@ -68,11 +68,14 @@ def _card(card: Card, path: str, refused: list[str], table: FigureTable = FIGURE
 def _health(
     health: CardHealth, path: str, refused: list[str], table: FigureTable = FIGURES
 ) -> CardHealth:
+    # The numbers by figure, made once: a lookup per row (issue 41's activity made the table
+    # long enough that a scan per row showed in the round).
+    held = dict(health.numbers)
     invalid = [
         spec.name
         for spec in table.health
         if spec.bounds is not None
-        and _outside(health.number(cast(HealthFigure, spec.name)), spec.bounds)
+        and _outside(held.get(cast(HealthFigure, spec.name)), spec.bounds)
     ]
     if not invalid:
         return health

@@ -25,6 +25,7 @@ from devicemanager.model import FIGURES as TABLE
 from devicemanager.model import (
     MIB,
     SCHEMA_VERSION,
+    Activity,
     Card,
     CardHealth,
     FigureSpec,
@@ -59,6 +60,7 @@ class Figures:
     memory_total_mib: int | None = None  # partitions only: their own capacity
     memory_reason: Reason | None = None
     cores_reason: Reason | None = None
+    activity: Activity = ()  # partitions only: their own activity figures (issue 41)
 
 
 # -- producing ----------------------------------------------------------------------------------
@@ -362,7 +364,12 @@ def figures(
         if p is None:
             return None
         return Figures(
-            p.memory_used_mib, p.cores_percent, p.memory_total_mib, p.memory_reason, p.cores_reason
+            p.memory_used_mib,
+            p.cores_percent,
+            p.memory_total_mib,
+            p.memory_reason,
+            p.cores_reason,
+            activity_of(p.activity),
         )
     device = lookup.devices.get((manufacturer, device_id))
     if device is None:
@@ -443,7 +450,8 @@ def to_json(section: SliceSection) -> dict[str, Any]:
     return doc
 
 
-# A partition's activity rows (issue 41): the figure table's rows under a card's `activity`.
+# A partition's activity rows (issue 41): the figure table's rows under a card's `activity`,
+# its busy times among them.
 _ACTIVITY: tuple[FigureSpec, ...] = tuple(s for s in TABLE.health if s.json[0] == "activity")
 
 
@@ -476,6 +484,38 @@ def _activity_from_json(p: Mapping[str, Any]) -> CardHealth | None:
         if name in names and (why := _reason_of(value)) is not None
     ]
     return CardHealth.of(held, reasons)
+
+
+# Each activity figure's key in an `activity` object (the card's `health.activity` keys).
+_ACTIVITY_KEYS: tuple[tuple[HealthFigure, str], ...] = tuple(
+    (HealthFigure(spec.name), spec.json[-1]) for spec in TABLE.activity_rows()
+)
+
+
+def activity_of(health: CardHealth | None) -> Activity:
+    """The activity figures a card's or a partition's library measured, as a grant holds them."""
+    if health is None:
+        return ()
+    held = dict(health.numbers)  # activity figures are all numbers
+    return tuple((figure, held[figure]) for figure, _ in _ACTIVITY_KEYS if figure in held)
+
+
+def activity_json(activity: Activity) -> dict[str, float]:
+    """A partition's or a grant's activity as the snapshot holds a card's: by JSON key."""
+    held = dict(activity)
+    return {key: held[figure] for figure, key in _ACTIVITY_KEYS if figure in held}
+
+
+def activity_from_json(doc: Any) -> Activity:
+    """An `activity` object read back; a value that is no number is left out, never guessed."""
+    if not isinstance(doc, dict):
+        return ()
+    out = []
+    for figure, key in _ACTIVITY_KEYS:
+        value = as_number(doc.get(key))
+        if value is not None:
+            out.append((figure, value))
+    return tuple(out)
 
 
 def _reason_of(value: Any) -> Reason | None:

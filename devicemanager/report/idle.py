@@ -7,9 +7,12 @@ Each grant's figures over the window come from instant queries at one evaluation
 value), `sum_over_time(F[W:S])` (its values at those steps, added), and `max_over_time(F[W])`
 (its peak over every sample stored, so no burst between two steps is missed).
 
-A grant is `idle` only where its memory used and its compute were both measured at every step
-it was held and both stayed at zero; a grant with some measured use above zero is `low` or
-`used`; every other held grant is `not_measured`, never idle.
+A grant is `idle` by its compute alone, memory held or not (R-X10): its SM activity where it
+was measured at every step held (at or below `--idle-sm-activity`, 1%), else its busy time
+where that was (at or below `--idle-busy-time`, 0); `judged_by` names the figure, and
+`idle_state` whether anything ran there (memory used measured 0 throughout: nothing_running;
+some memory held: running_idle). A grant not idle with some measured use above zero is `low`
+or `used`; every other held grant is `not_measured`, never idle.
 """
 
 from __future__ import annotations
@@ -20,13 +23,49 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from devicemanager.report.families import BY_NAME, Family
+from devicemanager.report.families import BY_NAME, Family, Scope, Surface, Unit
+from devicemanager.report.families import Figure as FamilyFigure
 
 # A holder "far below its grant": its peak memory under this share of its memory total, and
 # its mean compute under this percent (of its own allowance; of the card for HAMi).
 LOW_MEMORY_FRACTION = 0.10
 LOW_COMPUTE_PERCENT = 10.0
 MIB = 1024 * 1024
+# Idle at or below these, the same as the alert's (deploy/prometheus-rules.yaml,
+# `gpustack:accelerator_idle_threshold:percent`): one SM of an H200's 132 busy all the time is
+# 0.76% SM activity, and a holder keeping one SM 30% busy reads 0.2 while 26% busy.
+IDLE_SM_ACTIVITY_PERCENT = 1.0
+IDLE_BUSY_TIME_PERCENT = 0.0
+
+
+class JudgedBy(StrEnum):
+    """The figure that judged a grant idle or not: its activity where measured throughout."""
+
+    SM_ACTIVITY = "sm_activity"
+    BUSY_TIME = "busy_time"
+
+
+class IdleState(StrEnum):
+    """What an idle grant holds: "held, nothing running" apart from "running, idle"."""
+
+    NOTHING_RUNNING = "nothing_running"  # memory used measured 0 at every step held
+    RUNNING_IDLE = "running_idle"  # some memory held: a process (a loaded model) computes nothing
+    MEMORY_NOT_MEASURED = "memory_not_measured"
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """Idle at or below these, percent, per figure that judges (`--idle-sm-activity`,
+    `--idle-busy-time`)."""
+
+    sm_activity: float = IDLE_SM_ACTIVITY_PERCENT
+    busy_time: float = IDLE_BUSY_TIME_PERCENT
+
+    def of(self, judged_by: JudgedBy) -> float:
+        return self.sm_activity if judged_by is JudgedBy.SM_ACTIVITY else self.busy_time
+
+
+DEFAULT_THRESHOLDS = Thresholds()
 
 
 class State(StrEnum):
@@ -40,6 +79,7 @@ class Role(StrEnum):
     HELD = "held"  # the grant's memory total: present while the grant is held
     MEMORY = "memory_used"
     CORES = "cores"
+    ACTIVITY = "activity"  # the grant's own SM activity, where measured alone (issue 41)
 
 
 class Stat(StrEnum):
@@ -58,10 +98,29 @@ class Source:
     cores: str
     memory_scale: float  # into MiB
     compute_of: str  # "grant": percent of the grant's own allowance; "card": of the card
+    activity: str | None = None  # the grant's SM activity family; None: the source has none
+
+    def roles(self) -> tuple[Role, ...]:
+        """The roles the source publishes a family for."""
+        return tuple(r for r in Role if r is not Role.ACTIVITY or self.activity is not None)
 
     def family(self, role: Role) -> Family:
-        return BY_NAME[{Role.HELD: self.held, Role.MEMORY: self.memory_used,
-                        Role.CORES: self.cores}[role]]  # fmt: skip
+        names = {Role.HELD: self.held, Role.MEMORY: self.memory_used, Role.CORES: self.cores,
+                 Role.ACTIVITY: self.activity}  # fmt: skip
+        name = names[role]
+        if name is None:
+            raise KeyError(f"{self.name} publishes no {role.value} family")
+        # The activity family is read here only: the report's own summary does not read it
+        # (it is among the agent's families it lists as ignored).
+        return BY_NAME.get(name) or Family(
+            name,
+            Scope.CONTAINER,
+            FamilyFigure.CORES_USED,
+            Unit.PERCENT,
+            Surface.USAGE,
+            0,
+            self.name,
+        )
 
 
 # In the order they are preferred: the first with any held grant in the window is read.
@@ -73,6 +132,7 @@ SOURCES = (
         "gpustack_instance_accelerator_cores_utilization_percent",
         1.0,
         "grant",
+        "gpustack_instance_accelerator_sm_activity_percent",
     ),
     Source(
         "hami",
@@ -120,16 +180,54 @@ class Grant:
     held: Figure  # the memory total, MiB
     memory_used: Figure | None  # MiB; None: no sample in the window
     cores: Figure | None  # percent; None: no sample in the window
+    activity: Figure | None = None  # SM activity, percent; None: no sample in the window
 
 
 def _fully(grant: Grant, figure: Figure | None) -> bool:
     return figure is not None and figure.peak is not None and figure.steps >= grant.held.steps
 
 
-def state_of(grant: Grant) -> State:
-    """`idle` needs both figures measured throughout and both at zero; measured use above
-    zero is `low` or `used`; anything else held is `not_measured`."""
-    figures = (grant.memory_used, grant.cores)
+def judged_by(grant: Grant) -> JudgedBy | None:
+    """The figure that judges the grant: its SM activity where measured at every step held,
+    else its busy time where that was; None: its compute was not measured throughout."""
+    if _fully(grant, grant.activity):
+        return JudgedBy.SM_ACTIVITY
+    if _fully(grant, grant.cores):
+        return JudgedBy.BUSY_TIME
+    return None
+
+
+def _judging(grant: Grant, by: JudgedBy) -> Figure | None:
+    return grant.activity if by is JudgedBy.SM_ACTIVITY else grant.cores
+
+
+def is_idle(grant: Grant, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> bool:
+    """Idle by compute alone, memory held or not: the judging figure's peak over the window
+    at or below its threshold."""
+    by = judged_by(grant)
+    figure = None if by is None else _judging(grant, by)
+    if by is None or figure is None or figure.peak is None:
+        return False
+    return math.isfinite(figure.peak) and figure.peak <= thresholds.of(by)
+
+
+def idle_state(grant: Grant) -> IdleState:
+    """Whether anything ran on an idle grant, by its memory used."""
+    memory = grant.memory_used
+    if memory is not None and memory.peak is not None and memory.peak > 0:
+        return IdleState.RUNNING_IDLE
+    if _fully(grant, memory) and memory is not None and memory.peak == 0:
+        return IdleState.NOTHING_RUNNING
+    return IdleState.MEMORY_NOT_MEASURED
+
+
+def state_of(grant: Grant, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> State:
+    """`idle` by compute alone (its judging figure measured throughout, at or below its
+    threshold); measured use above zero is `low` or `used`; anything else held is
+    `not_measured`."""
+    if is_idle(grant, thresholds):
+        return State.IDLE
+    figures = (grant.memory_used, grant.cores, grant.activity)
     if any(f is not None and f.peak is not None and f.peak > 0 for f in figures):
         mem, cores, total = grant.memory_used, grant.cores, grant.held.mean()
         if (
@@ -147,8 +245,6 @@ def state_of(grant: Grant) -> State:
         ):
             return State.LOW
         return State.USED
-    if all(_fully(grant, f) and f is not None and f.peak == 0 for f in figures):
-        return State.IDLE
     return State.NOT_MEASURED
 
 
@@ -176,6 +272,7 @@ class IdleReport:
     basis: str | None  # which source's families were read; None: no grant in the window
     grants: tuple[tuple[Grant, State], ...]
     namespaces: tuple[tuple[str, Held], ...]
+    thresholds: Thresholds = DEFAULT_THRESHOLDS
 
     def to_json(self) -> dict[str, Any]:
         h = self.step_seconds / 3600
@@ -187,6 +284,8 @@ class IdleReport:
             "thresholds": {
                 "low_memory_fraction": LOW_MEMORY_FRACTION,
                 "low_compute_percent": LOW_COMPUTE_PERCENT,
+                "idle_sm_activity_percent": self.thresholds.sm_activity,
+                "idle_busy_time_percent": self.thresholds.busy_time,
             },
             "grants": [
                 {
@@ -206,6 +305,11 @@ class IdleReport:
                     "compute_mean_percent": _r(g.cores.mean() if g.cores else None),
                     "compute_measured_hours": _r((g.cores.steps if g.cores else 0) * h),
                     "compute_of": _compute_of(g.source),
+                    "sm_activity_peak_percent": _r(g.activity.peak if g.activity else None),
+                    "sm_activity_mean_percent": _r(g.activity.mean() if g.activity else None),
+                    "sm_activity_measured_hours": _r((g.activity.steps if g.activity else 0) * h),
+                    "judged_by": _value(judged_by(g)),
+                    "idle_state": idle_state(g).value if state is State.IDLE else None,
                 }
                 for g, state in self.grants
             ],
@@ -225,6 +329,10 @@ class IdleReport:
                 for name, n in self.namespaces
             },
         }
+
+
+def _value(judged: JudgedBy | None) -> str | None:
+    return None if judged is None else judged.value
 
 
 def _compute_of(source: str) -> str:
@@ -270,7 +378,7 @@ def queries(
     """Every query a source's section needs: each role's steps, sum and peak."""
     return [
         (role, stat, query(source.family(role).name, stat, window, step, matchers))
-        for role in Role
+        for role in source.roles()
         for stat in Stat
     ]
 
@@ -336,6 +444,7 @@ def grants_of(source: Source, answers: Answers) -> tuple[Grant, ...]:
                 held=held,
                 memory_used=figure(Role.MEMORY, key, source.memory_scale),
                 cores=figure(Role.CORES, key, 1.0),
+                activity=figure(Role.ACTIVITY, key, 1.0),
             )
         )  # fmt: skip
     return tuple(grants)
@@ -370,14 +479,15 @@ def per_card(grants: Sequence[Grant]) -> list[Grant]:
                 held=_once([h.held for h in holders]) or holders[0].held,
                 memory_used=_once([h.memory_used for h in holders]),
                 cores=_once([h.cores for h in holders]),
+                activity=_once([h.activity for h in holders]),
             )
         )
     return counted
 
 
-def _held(grants: Sequence[Grant], step: float) -> Held:
+def _held(grants: Sequence[Grant], step: float, thresholds: Thresholds) -> Held:
     h = step / 3600
-    states = [state_of(g) for g in grants]
+    states = [state_of(g, thresholds) for g in grants]
     mem = [g.memory_used for g in grants if g.memory_used is not None and g.memory_used.steps]
     cores = [g.cores for g in grants if g.cores is not None and g.cores.steps]
     return Held(
@@ -395,7 +505,12 @@ def _held(grants: Sequence[Grant], step: float) -> Held:
 
 
 def idle_report(
-    grants: Sequence[Grant], basis: str | None, window: float, step: float, at: float
+    grants: Sequence[Grant],
+    basis: str | None,
+    window: float,
+    step: float,
+    at: float,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
 ) -> IdleReport:
     """The section: every grant with its state, and each namespace's holdings."""
     ordered = sorted(grants, key=lambda g: (g.namespace or "", g.holder or "", g.labels))
@@ -407,15 +522,25 @@ def idle_report(
         step_seconds=step,
         at=at,
         basis=basis,
-        grants=tuple((g, state_of(g)) for g in ordered),
-        namespaces=tuple((ns, _held(gs, step)) for ns, gs in sorted(by_namespace.items())),
+        grants=tuple((g, state_of(g, thresholds)) for g in ordered),
+        namespaces=tuple(
+            (ns, _held(gs, step, thresholds)) for ns, gs in sorted(by_namespace.items())
+        ),
+        thresholds=thresholds,
     )
 
 
 # --- Text ----------------------------------------------------------------------------------
 
+
+def _idle_title(t: Thresholds) -> str:
+    return (
+        "Idle (compute at or below its threshold at every step held, memory held or not: "
+        f"SM activity {t.sm_activity:g}% where measured, else busy time {t.busy_time:g}%)"
+    )
+
+
 _TITLES = {
-    State.IDLE: "Idle (memory used and compute measured at 0 at every step held)",
     State.LOW: (
         f"Far below its grant (peak memory under {LOW_MEMORY_FRACTION:.0%} of its total, "
         f"mean compute under {LOW_COMPUTE_PERCENT:g}%)"
@@ -443,9 +568,16 @@ def to_text(report: IdleReport) -> str:
     h = report.step_seconds / 3600
     for state in (State.IDLE, State.LOW, State.NOT_MEASURED):
         rows = [g for g, s in report.grants if s is state]
-        lines.append(f"  {_TITLES[state]}: {len(rows)}")
+        title = _idle_title(report.thresholds) if state is State.IDLE else _TITLES[state]
+        lines.append(f"  {title}: {len(rows)}")
         for g in rows:
             where = " ".join(x for x in (g.node, g.device) if x)
+            judged = ""
+            by = judged_by(g)
+            if state is State.IDLE and by is not None:
+                figure = _judging(g, by)
+                peak = figure.peak if figure is not None else None
+                judged = f", judged by {by.value} (peak {_n(peak, '%')}), {idle_state(g).value}"
             lines.append(
                 f"    {g.namespace or '-'}/{g.holder or '-'} on {where or '-'}"
                 f" ({g.mode or '-'}): held {_n(g.held.steps * h, ' h')} (measured: memory "
@@ -453,7 +585,7 @@ def to_text(report: IdleReport) -> str:
                 f"{_n((g.cores.steps if g.cores else 0) * h, ' h')}), "
                 f"memory {_n(g.held.mean(), ' MiB')}, peak used "
                 f"{_n(g.memory_used.peak if g.memory_used else None, ' MiB')}, mean compute "
-                f"{_n(g.cores.mean() if g.cores else None, '%')}"
+                f"{_n(g.cores.mean() if g.cores else None, '%')}{judged}"
             )
     lines.append("  Per namespace (a Shared card once): held h | memory held / used MiB·h "
                  "(measured h) | compute used h (measured h)")  # fmt: skip

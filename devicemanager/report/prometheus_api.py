@@ -253,7 +253,11 @@ def read_prometheus(
 
 
 def read_window(
-    q: Query, window: float, selection: Selection = EVERYTHING, step: float | None = None
+    q: Query,
+    window: float,
+    selection: Selection = EVERYTHING,
+    step: float | None = None,
+    thresholds: idle.Thresholds = idle.DEFAULT_THRESHOLDS,
 ) -> idle.IdleReport:
     """`--window`: each grant's figures over the `window` seconds before `q.at` (instant
     queries of `count_over_time`, `sum_over_time` and `max_over_time`, idle.py), from the
@@ -288,5 +292,5 @@ def read_window(
                 )
             ]
             if answers.get((idle.Role.HELD, idle.Stat.STEPS)):
-                return idle.idle_report(grants, source.name, window, step, at)
-    return idle.idle_report([], None, window, step, at)
+                return idle.idle_report(grants, source.name, window, step, at, thresholds)
+    return idle.idle_report([], None, window, step, at, thresholds)
