@@ -35,6 +35,7 @@ def test_every_entry_cites_a_manufacturers_document() -> None:
     [
         # the card lost from the PCI bus: as NVIDIA documents a GPU fallen off the bus
         ("nvidia", "lost", Action.REBOOT_NODE),
+        ("nvidia", "lost:0000:14:00.0", Action.REBOOT_NODE),  # as the bus names it: its id
         # a DRA taint naming an XID takes that XID's action; the driver's gpu-lost as XID 79
         ("nvidia", "gpu.nvidia.com/xid=79", Action.REBOOT_NODE),
         ("nvidia", "gpu.nvidia.com/xid=43", Action.RESTART_WORKLOAD),

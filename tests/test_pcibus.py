@@ -203,7 +203,7 @@ def test_the_lost_from_bus_node_shows_its_fifth_card_lost() -> None:
     assert {i for i, c in cards.items() if not c["unhealthy"]} == set(expected["healthy"])
     text = published.metrics.plain.decode()
     line = (
-        'gpustack_accelerator_unhealthy_reason{id="0000:14:00.0",index="-1",'
+        'gpustack_accelerator_unhealthy_reason{action="reboot_node",id="0000:14:00.0",index="-1",'
         'manufacturer="nvidia",node="gpu-h100-12",reason="lost:0000:14:00.0"} 1.0'
     )
     assert line in text.splitlines()

@@ -182,6 +182,8 @@ def _one(manufacturer: str, reason: str) -> Action:
         return found
     if (m := _TAINT_XID.fullmatch(reason)) is not None:
         return _BY_REASON.get((manufacturer, f"xid_{int(m.group(1))}"), Action.UNKNOWN)
+    if reason.startswith("lost:"):  # the PCI bus's `lost:<bus id>` (node/pcibus.py)
+        return _BY_REASON.get((manufacturer, "lost"), Action.UNKNOWN)
     return Action.UNKNOWN
 
 
