@@ -75,7 +75,46 @@ STEP = {
 }
 
 
+# The newest code outside the core's steps (issue 45), by its path under the repository: a
+# module named by its path (`grants/dra`, `serve/http`, `vendors/amd`) is that file.
+PATHS = {
+    name: f"devicemanager/{name}.py"
+    for name in (
+        "grants/dra",
+        "kube/dra",
+        "figures/ranges",
+        "serve/http",
+        "serve/access",
+        "serve/handshake",
+        "serve/counters",
+        "serve/app",
+        "serve/mint",
+        "agent/selfmetrics",
+        "kube/podresources",
+    )
+} | {
+    name: f"{name}.py"
+    for name in (
+        "vendors/_nvml_family",
+        "vendors/amd",
+        "vendors/_amd_smi",
+        "vendors/ascend",
+        "vendors/hygon",
+        "vendors/metax",
+    )
+}
+# A vendor module is mutated only in its health reads (the functions these names match): the
+# rest of it is the library's calls, which its fixtures and fakes hold.
+HEALTH = re.compile(r"health|xid|violation|throttl", re.IGNORECASE)
+ONLY: dict[str, re.Pattern[str]] = {m: HEALTH for m in PATHS if m.startswith("vendors/")} | {
+    # amd.py reads the violation status (and caches it by UUID) among its other figures
+    "vendors/amd": re.compile(r"health|violation|_figures"),
+}
+
+
 def source_path(root: Path, module: str) -> Path:
+    if module in PATHS:
+        return root / PATHS[module]
     return root / "devicemanager" / STEP[module] / f"{module}.py"
 
 
@@ -147,6 +186,58 @@ TESTS: dict[str, list[str]] = {  # PERSON_RULES first for every module, added be
 
 TESTS = {module: [*PERSON_RULES, *tests] for module, tests in TESTS.items()}
 
+# The newest modules' tests (issue 45), the rules a person breaks first; no PERSON_RULES (the
+# core's): each list is what holds that file, fastest to kill first.
+BOUNDS_RULES = "tests/test_person_rules_bounds.py"
+DRA_TESTS = [BOUNDS_RULES, "tests/test_dra.py", "tests/test_kube_dra.py", "tests/test_round.py"]
+SERVE_TESTS = [
+    BOUNDS_RULES,
+    "tests/test_serving_rules.py",
+    "tests/test_person_rules_serving.py",
+    "tests/test_fast_path.py",
+    "tests/test_selfmetrics.py",
+    "tests/test_server.py",
+    "tests/test_abuse.py",
+]
+VENDOR_TESTS = [BOUNDS_RULES, "tests/vendors/test_person_rules_vendors.py"]
+TESTS |= {
+    "grants/dra": DRA_TESTS,
+    "kube/dra": [BOUNDS_RULES, "tests/test_kube_dra.py", "tests/test_dra.py"],
+    "figures/ranges": [
+        BOUNDS_RULES,
+        "tests/test_ranges.py",
+        "tests/test_figure_table.py",
+        "tests/vendors/test_amd_fake.py",
+    ],
+    **dict.fromkeys(("serve/http", "serve/counters"), SERVE_TESTS),
+    **dict.fromkeys(("serve/handshake", "serve/app"), SERVE_TESTS[:4]),
+    "serve/access": [BOUNDS_RULES, "tests/test_access.py", *SERVE_TESTS[1:]],
+    "serve/mint": [BOUNDS_RULES, "tests/test_self_signed.py", "tests/test_tls_rotation.py"],
+    "agent/selfmetrics": [BOUNDS_RULES, "tests/test_selfmetrics.py", "tests/test_docs.py"],
+    "kube/podresources": [BOUNDS_RULES, "tests/test_podresources.py"],
+    "vendors/_nvml_family": [
+        *VENDOR_TESTS,
+        "tests/vendors/test_nvidia_parse.py",
+        "tests/vendors/test_nvidia_fake.py",
+        "tests/vendors/test_nvidia_kit.py",
+    ],
+    **{
+        f"vendors/{name}": [
+            *VENDOR_TESTS,
+            f"tests/vendors/test_{vendor}_parse.py",
+            f"tests/vendors/test_{vendor}_fake.py",
+            f"tests/vendors/test_{vendor}_kit.py",
+        ]
+        for name, vendor in (
+            ("amd", "amd"),
+            ("_amd_smi", "amd"),
+            ("ascend", "ascend"),
+            ("hygon", "hygon"),
+            ("metax", "metax"),
+        )
+    },
+}
+
 # Survivors that no input can tell from the original, by key, with the reason.
 EQUIVALENT: dict[str, str] = {
     "attribution:attribute_device:True  ->  False": (
@@ -214,6 +305,11 @@ EQUIVALENT: dict[str, str] = {
     ".replace('\\n', '\\\\n')": (
         "the quote and the newline escapes in the other order: neither writes the other's "
         "character, so every value comes out the same"
+    ),
+    "grants/dra:inventory_of:guard after its step: if len(by_name) >= MAX_CLAIMS ... after "
+    "by_name[claim.namespace, claim.name] = claim": (
+        "stopping right after the 2,048th claim is stored instead of before the 2,049th: the "
+        "same 2,048 claims either way (a claim named again only rewrites its own entry)"
     ),
     "pods:pod_info:isinstance(spec, Mapping) and isinstance(status, Mapping)  ->  "
     "isinstance(spec, Mapping) or isinstance(status, Mapping)": (
@@ -350,6 +446,73 @@ def _leaves(body: list[ast.stmt]) -> bool:
     return bool(body) and isinstance(body[-1], ast.Return | ast.Continue | ast.Raise | ast.Break)
 
 
+_ORDERINGS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+_BOUND_WORDS = {"max", "min", "limit", "bound", "cap", "most", "least"}
+
+
+def _is_bound(node: ast.AST) -> bool:
+    """Whether `node` names a bound: a named constant (`MAX_SLICES`, `dra.MAX_NAME`) or a
+    setting whose name says it is one (`self.max_connections`, `limit`)."""
+    for n in ast.walk(node):
+        name = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else ""
+        if len(name) > 1 and (name.isupper() or _BOUND_WORDS & set(name.lower().split("_"))):
+            return True
+    return False
+
+
+def _is_guard(stmt: ast.stmt) -> bool:
+    """`if …: …; return` (or continue, raise, break) with no else: a check that stops a step."""
+    return isinstance(stmt, ast.If) and not stmt.orelse and _leaves(stmt.body)
+
+
+def _is_step(stmt: ast.stmt) -> bool:
+    """A statement that changes state: a call made for its effect (not a log line), a store
+    into a container or an attribute, a count."""
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        func = stmt.value.func
+        return not (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id in _LOGGERS
+        )
+    if isinstance(stmt, ast.AugAssign):
+        return True
+    return isinstance(stmt, ast.Assign) and any(
+        isinstance(t, ast.Subscript | ast.Attribute) for t in stmt.targets
+    )
+
+
+def _is_count(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Add)
+
+
+def _reads(stmt: ast.stmt, target: ast.expr) -> bool:
+    text = ast.unparse(target)
+    return any(
+        isinstance(n, ast.Name | ast.Attribute | ast.Subscript)
+        and isinstance(n.ctx, ast.Load)
+        and ast.unparse(n) == text
+        for n in ast.walk(stmt)
+    )
+
+
+def _first_line(node: ast.AST) -> str:
+    text = ast.unparse(node).splitlines()[0]
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# A unit's two spellings: a binary factor for its decimal one and back (MiB for MB, KiB for kB).
+_UNIT_SLIPS = {
+    1024: 1000,
+    1000: 1024,
+    1 << 20: 10**6,
+    10**6: 1 << 20,
+    1 << 30: 10**9,
+    10**9: 1 << 30,
+}
+_UNIT_NAMES = {"KIB": 1000, "MIB": 10**6, "GIB": 10**9}
+
+
 class Mutator(ast.NodeTransformer):
     """Walks a module in a fixed order, numbering every possible mutation; applies the one
     numbered `target` (or none, with -1) and records all of them."""
@@ -375,19 +538,58 @@ class Mutator(ast.NodeTransformer):
         return node
 
     def _offer(
-        self, node: ast.AST, make: Callable[[], ast.AST], kind: str = "line"
+        self,
+        node: ast.AST,
+        make: Callable[[], ast.AST],
+        kind: str = "line",
+        change: str | None = None,
     ) -> ast.AST | None:
         number = self.count
         self.count += 1
         mutated = make()
         where = ".".join(self.scope) or "<module>"
-        change = f"{_short(node)}  ->  {_short(mutated)}"
+        change = change or f"{_short(node)}  ->  {_short(mutated)}"
         cited = next((ids for ids in reversed(self.requirements) if ids), ())
         self.found.append((getattr(node, "lineno", 0), where, change, kind, cited))
         if number == self.target:
             self.applied = True
             return mutated
         return None
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        node = super().generic_visit(node)
+        for name in ("body", "orelse", "finalbody"):
+            stmts = getattr(node, name, None)
+            if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
+                setattr(node, name, self._statements(stmts))
+        return node
+
+    def _statements(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
+        """Two neighbours in the other order: a guard moved after the step it guards (`if
+        len(seen) >= MAX: return` after `seen.append(x)`), or a count read before it is made
+        (`self.rounds += 1` after the line that reports `self.rounds`: one round late)."""
+        for i in range(len(stmts) - 1):
+            first, second = stmts[i], stmts[i + 1]
+            change = None
+            if _is_guard(first) and _is_step(second):
+                assert isinstance(first, ast.If)
+                change = (
+                    f"guard after its step: if {_first_line(first.test)} ... "
+                    f"after {_first_line(second)}"
+                )
+            elif _is_guard(first) and _is_guard(second):
+                # Two checks in the other order: the first one judged only once the second let
+                # the step through (an admin-access claim judged once its device resolves).
+                assert isinstance(first, ast.If) and isinstance(second, ast.If)
+                change = (
+                    f"check after the next: if {_first_line(first.test)} ... "
+                    f"after if {_first_line(second.test)} ..."
+                )
+            elif _is_count(first) and _reads(second, first.target):  # type: ignore[attr-defined]
+                change = f"count one round late: {_first_line(first)} after {_first_line(second)}"
+            if change and self._offer(first, lambda f=first: f, "semantic", change) is not None:
+                return [*stmts[:i], second, first, *stmts[i + 2 :]]
+        return stmts
 
     # -- what is never mutated -------------------------------------------------------------
 
@@ -398,7 +600,7 @@ class Mutator(ast.NodeTransformer):
         self.divisors.append(_divisors(node))
         node.args.defaults = [self.visit(d) for d in node.args.defaults]
         node.args.kw_defaults = [d if d is None else self.visit(d) for d in node.args.kw_defaults]
-        node.body = [self.visit(s) for s in node.body]
+        node.body = self._statements([self.visit(s) for s in node.body])
         self.divisors.pop()
         self.requirements.pop()
         self.scope.pop()
@@ -451,6 +653,21 @@ class Mutator(ast.NodeTransformer):
         node = self.generic_visit(node)  # type: ignore[assignment]
         if node.orelse or not _leaves(node.body):
             return node
+        if len(node.body) > 1 and any(
+            isinstance(n, ast.Compare) and any(isinstance(op, ast.In) for op in n.ops)
+            for n in ast.walk(node.test)
+        ):
+            # `if key in seen: duplicates.add(key); continue` -> `if key in seen: continue`:
+            # a duplicate (or a refusal) no longer recorded, the first kept in silence.
+            leave = node.body[-1]
+            found = self._offer(
+                node,
+                lambda: ast.If(copy.deepcopy(node.test), [copy.deepcopy(leave)], []),
+                "semantic",
+                f"first kept silently: if {_first_line(node.test)}: {_first_line(leave)}",
+            )
+            if found is not None:
+                return found
         divisors = self.divisors[-1] if self.divisors else set()
         # A guard before a division (`if not total: return None`), or the refusal of several
         # matches (`if len(found) != 1: return None`): dropped, the code goes on past it.
@@ -544,7 +761,12 @@ class Mutator(ast.NodeTransformer):
                 out.ops[i] = flip()
                 return out
 
-            found = self._offer(node, flipped)
+            # `<` for `<=` against a named bound: off by one at the bound, a person's bug.
+            operands = [node.left, *node.comparators]
+            at_bound = isinstance(op, _ORDERINGS) and (
+                _is_bound(operands[i]) or _is_bound(operands[i + 1])
+            )
+            found = self._offer(node, flipped, "semantic" if at_bound else "line")
             if found is not None:
                 return found
         return node
@@ -583,8 +805,36 @@ class Mutator(ast.NodeTransformer):
             return self._offer(node, lambda: copy.deepcopy(node.operand)) or node
         return node
 
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        factor = _UNIT_NAMES.get(node.id)
+        if factor is None or not isinstance(node.ctx, ast.Load):
+            return node
+        return self._offer(node, lambda: ast.Constant(factor), "semantic") or node
+
     def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
         node = self.generic_visit(node)  # type: ignore[assignment]
+        left, right = node.left, node.right
+        if (
+            isinstance(node.op, ast.LShift)
+            and isinstance(left, ast.Constant)
+            and isinstance(right, ast.Constant)
+            and right.value in (10, 20, 30)
+        ):
+            # `2 << 20` (MiB) for `2 * 10**6` (MB): a unit slip.
+            decimal = ast.BinOp(
+                copy.deepcopy(left), ast.Mult(), ast.Constant(1000 ** (right.value // 10))
+            )
+            return self._offer(node, lambda: decimal, "semantic") or node
+        if (
+            isinstance(node.op, ast.Add)
+            and isinstance(left, ast.Attribute)
+            and isinstance(right, ast.Constant)
+            and right.value == 1
+        ):
+            # `self.rounds + 1` -> `self.rounds`: the count as of the round before.
+            found = self._offer(node, lambda: copy.deepcopy(left), "semantic")
+            if found is not None:
+                return found
         swap = _BINOP_SWAPS.get(type(node.op))
         if swap is None:
             return node
@@ -602,6 +852,11 @@ class Mutator(ast.NodeTransformer):
             new: object = not value
         elif isinstance(value, int):
             new = {0: 1, 1: 0}.get(value, value + 1)
+            slip = _UNIT_SLIPS.get(value)
+            if slip is not None:
+                found = self._offer(node, lambda: ast.Constant(slip), "semantic")
+                if found is not None:
+                    return found
         elif isinstance(value, float):
             new = value + 1.0
         else:
@@ -616,11 +871,13 @@ def enumerate_mutants(module: str, source: str | None = None) -> list[Mutant]:
     mutator.visit(ast.parse(source))
     seen: dict[str, int] = {}
     out = []
+    only = ONLY.get(module)
     for number, (line, where, change, kind, cited) in enumerate(mutator.found):
         base = f"{module}:{where}:{change}"
         seen[base] = seen.get(base, 0) + 1
         key = base if seen[base] == 1 else f"{base}#{seen[base]}"
-        out.append(Mutant(module, number, line, where, change, key, kind, cited))
+        if only is None or only.search(where):
+            out.append(Mutant(module, number, line, where, change, key, kind, cited))
     return out
 
 
@@ -715,9 +972,7 @@ class Workspace:
     def install(self, module: str, source: str) -> None:
         target = source_path(self.root, module)
         target.write_text(source)
-        for stale in (source_path(self.root, module).parent / "__pycache__").glob(
-            f"{module}.*.pyc"
-        ):
+        for stale in (target.parent / "__pycache__").glob(f"{target.stem}.*.pyc"):
             stale.unlink()
 
     def restore(self, module: str) -> None:
