@@ -6,13 +6,22 @@ serve/, agent/selfmetrics.py, kube/podresources.py and the vendors' health reads
 
 from __future__ import annotations
 
+import asyncio
+import io
 import logging
+import shutil
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, cast
 
 import pytest
+from uvicorn.config import Config
+from uvicorn.server import ServerState
 
+from devicemanager.figures.ranges import plausible_reading
 from devicemanager.grants import dra
 from devicemanager.grants.dra import (
     AllocationResult,
@@ -24,6 +33,13 @@ from devicemanager.grants.dra import (
 )
 from devicemanager.kube import dra as kube_dra
 from devicemanager.kube.client import KubeClient, KubeError
+from devicemanager.kube.podresources import PodResourcesClient, from_list
+from devicemanager.kube.proto import podresources_v1_pb2 as pb
+from devicemanager.model import DeviceProcesses, ProcessRow, Reason, VendorReading
+from devicemanager.serve import access, mint
+from devicemanager.serve.http import Answer, BoundedHttpProtocol, Limits, protocol_for
+from tests.conftest import NODES
+from tests.podresources_server import Behaviour, load, serving
 
 # -- DRA: the node's inventory and a device's ids (R-X6) ---------------------------------------
 
@@ -328,3 +344,388 @@ def test_a_claim_read_is_fresh_for_exactly_max_age_seconds_then_read_again() -> 
         assert (read, missing, none.gets) == ([], {("ns", "c")}, 0)
     finally:
         none.close()
+
+
+# -- ranges: a per-process row at its bounds (issue 30) ------------------------------------------
+
+
+def _rows(*rows: ProcessRow) -> tuple[tuple[str, ...], DeviceProcesses]:
+    answer = DeviceProcesses("GPU-0", rows)
+    got, refused = plausible_reading(VendorReading("nvidia", (), processes=(answer,)))
+    return refused, got.processes[0]
+
+
+def test_a_process_row_at_exactly_its_bounds_is_kept_and_one_past_them_refused() -> None:
+    """R-V3: a row's memory is within 0 and 16 TiB (17,592,186,044,416 bytes: 16 Mi MiB, in
+    binary units), its cores within 0 and 100 %: at exactly either end kept, past them the
+    device's entry point absent with invalid_data."""
+    edge = 17_592_186_044_416
+    refused, kept = _rows(ProcessRow(1, 0, 0.0), ProcessRow(2, edge, 100.0))
+    assert refused == ()
+    assert (kept.memory_reason, kept.cores_reason) == (None, None)
+    refused, cut = _rows(ProcessRow(1, edge + 1, 100.0))
+    assert refused == ("processes[0].memory_bytes",)
+    assert (cut.memory_reason, cut.cores_reason) == (Reason.INVALID_DATA, None)
+    refused, cut = _rows(ProcessRow(1, -1, -0.5))
+    assert refused == ("processes[0].memory_bytes", "processes[0].cores_percent")
+
+
+# -- the self-signed pair's child: the names it is made out to (R-O1) ----------------------------
+
+
+def test_the_child_takes_64_names_of_253_bytes_and_refuses_a_65th_or_a_254th_byte() -> None:
+    """R-O1: a self-signed pair names at most 64 hosts of at most 253 bytes each: exactly
+    those go through the message and back whole; one more name, or one more byte, is refused
+    on either side."""
+    hosts = [f"{n:03d}" + "h" * 250 for n in range(64)]
+    assert {len(h.encode()) for h in hosts} == {253}
+    message = mint.names_message(hosts)
+    assert mint.read_names(io.BytesIO(message)) == hosts
+    with pytest.raises(ValueError):
+        mint.names_message([*hosts, "one-more"])
+    with pytest.raises(ValueError):
+        mint.names_message(["h" * 254])
+    with pytest.raises(ValueError, match="more than 64"):
+        mint.read_names(io.BytesIO(message[:-1] + b"one-more\n\n"))
+    with pytest.raises(ValueError, match="longer than 253"):
+        mint.read_names(io.BytesIO(b"h" * 254 + b"\n\n"))
+
+
+# -- access review: the token and the verdicts kept (R-X4) ---------------------------------------
+
+
+def _bearer(value: bytes) -> str | None:
+    return access.bearer({"type": "http", "headers": [(b"authorization", value)]})
+
+
+def test_a_bearer_token_is_taken_up_to_16_kib_and_refused_past_it() -> None:
+    """R-X4: a bearer token of up to 16 KiB, 16,384 characters (not 16,000), is reviewed; one
+    character more is refused without a review; whitespace around the scheme and the token is
+    not part of them."""
+    assert _bearer(b"Bearer " + b"t" * 16384) == "t" * 16384
+    assert _bearer(b"Bearer " + b"t" * 16385) is None
+    assert _bearer(b"  bearer   tok  ") == "tok"
+    assert _bearer(b"Basic tok") is None
+
+
+class _Allowing:
+    """An API server that knows every token and allows it."""
+
+    def create(self, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+        if path == access.TOKEN_REVIEWS:
+            return {"status": {"authenticated": True, "user": {"username": "someone"}}}
+        return {"status": {"allowed": True}}
+
+
+def test_the_verdict_cache_holds_exactly_max_entries_the_oldest_leaving_first() -> None:
+    """R-X4: `max_entries` verdicts are kept: with 2, two tokens are each reviewed once however
+    often they come; a third makes the oldest verdict leave, which is then reviewed again."""
+    reviewer = access.Reviewer(cast(KubeClient, _Allowing()), max_entries=2)
+
+    async def checks(*tokens: str) -> None:
+        for token in tokens:
+            assert (await reviewer.check(token, "/metrics")).status == 200
+
+    asyncio.run(checks("a", "b", "a", "b", "a"))
+    assert reviewer.reviews == 2
+    asyncio.run(checks("c", "b"))  # c pushes out a, the oldest; b stays
+    assert reviewer.reviews == 3
+    asyncio.run(checks("a"))
+    assert reviewer.reviews == 4
+
+
+def test_a_bucket_of_20_starts_20_new_reviews_at_once_and_refuses_the_21st() -> None:
+    """R-X4: new tokens' reviews start at most `new_burst` at once, refilled at
+    `new_per_second`: 20 at one instant, the 21st refused; a tenth of a second later one
+    more (10 a second)."""
+    clock = _Clock()
+    bucket = access._Bucket(10.0, 20, clock)
+    assert [bucket.take() for _ in range(21)] == [True] * 20 + [False]
+    clock.now = 0.1
+    assert [bucket.take(), bucket.take()] == [True, False]
+
+
+class _Failing:
+    """An API server whose slice list fails with `status`."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+
+    def list_bounded(self, *_: object) -> Any:
+        raise KubeError("the list failed", self.status)
+
+
+def test_only_a_404_makes_the_watch_forget_the_served_version() -> None:
+    """R-X6: a slice list that fails with 404 means the version went away (a downgrade): it is
+    discovered again. Any other failure (500, a timeout) keeps it: a flaky API server must not
+    cost a discovery on every retry."""
+    for status, forgotten in ((500, 0), (None, 0), (404, 1)):
+        calls: list[None] = []
+        reflector = kube_dra.SliceReflector(
+            cast(KubeClient, _Failing(status)),
+            NODE,
+            "sel",
+            lambda: "v1",
+            partial(calls.append, None),
+            absent_retry=0.0,
+        )
+        try:
+            reflector.run_once()
+        except KubeError:
+            assert status != 404
+        assert len(calls) == forgotten, status
+
+
+# -- the server's bounds, one connection at a time (R-X8) ----------------------------------------
+# The protocol uvicorn runs, fed bytes by hand over a transport that keeps what it is given: the
+# bounds at exactly their value, one under and one over, and what each refusal counts.
+
+
+class _Transport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.closed = self.aborted = False
+
+    @property
+    def out(self) -> bytes:
+        return b"".join(self.writes)
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes.append(bytes(data))
+
+    def writelines(self, lines: Any) -> None:
+        self.writes.extend(bytes(line) for line in lines)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = self.aborted = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 50000), "sockname": ("127.0.0.1", 8443)}.get(
+            name, default
+        )
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+async def _silent_app(scope: Any, receive: Any, send: Any) -> None:
+    """Never answers: a request it takes stays the one being answered (no loop runs it)."""
+
+
+class _Routes:
+    """One fast route, `/x`, answering a body of `size` bytes."""
+
+    paths = frozenset({b"/x"})
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def fast(self, path: bytes, accept_encoding: bytes | None) -> Answer:
+        return Answer(200, ((b"content-type", b"text/plain"),), b"a" * self.size)
+
+
+class _Server:
+    """One registry's protocol class, and connections made to it by hand."""
+
+    def __init__(self, limits: Limits, routes: _Routes | None = None) -> None:
+        self.cls, self.registry = protocol_for(limits, routes)
+        self.config = Config(app=_silent_app, http=self.cls, log_level="critical", lifespan="off")
+        self.config.load()
+        self.loop = asyncio.new_event_loop()
+        self.state = ServerState()
+
+    def connect(self) -> tuple[BoundedHttpProtocol, _Transport]:
+        protocol = self.cls(
+            config=self.config, server_state=self.state, app_state={}, _loop=self.loop
+        )
+        transport = _Transport()
+        protocol.connection_made(transport)
+        return protocol, transport
+
+    def close(self) -> None:
+        for task in asyncio.all_tasks(self.loop):
+            task.cancel()
+        self.loop.run_until_complete(asyncio.sleep(0))
+        self.loop.close()
+
+
+@pytest.fixture
+def server() -> Any:
+    made: list[_Server] = []
+
+    def make(limits: Limits | None = None, routes: _Routes | None = None) -> _Server:
+        made.append(_Server(limits or Limits(), routes))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def _request(*headers: bytes, target: bytes = b"/") -> bytes:
+    return b"GET " + target + b" HTTP/1.1\r\n" + b"".join(h + b"\r\n" for h in headers) + b"\r\n"
+
+
+def _status(transport: _Transport) -> bytes:
+    return transport.out[9:12]
+
+
+def test_100_header_fields_are_taken_and_the_101st_refused_and_counted(server: Any) -> None:
+    """R-X8: at most `--http-max-headers` (100) fields: 100 taken, 101 answered 431 and
+    counted `too_many_headers` once."""
+    s = server()
+    fields = [b"H%d: v" % n for n in range(100)]
+    protocol, at = s.connect()
+    protocol.data_received(_request(*fields))
+    assert at.out == b"" and not at.closed
+    protocol, over = s.connect()
+    protocol.data_received(_request(*fields, b"H100: v"))
+    assert _status(over) == b"431" and over.closed
+    assert s.registry.counters.refused["too_many_headers"] == 1
+
+
+def test_a_header_section_of_exactly_32_kib_is_taken_and_one_byte_more_refused(
+    server: Any,
+) -> None:
+    """R-X8: `--http-max-header-bytes` is 32 KiB, 32,768 bytes (not 32,000): the target and
+    each field (name, value and 4 bytes of separators) count; at exactly 32,768 taken, at
+    32,769 answered 431 and counted `oversized` once."""
+    s = server()
+    # "/" (1) + "Host: x" (4 + 1 + 4) + "X: v..." (1 + n + 4) = 32,768
+    n = 32768 - 1 - 9 - 5
+    protocol, at = s.connect()
+    protocol.data_received(_request(b"Host: x", b"X: " + b"v" * n))
+    assert at.out == b"" and not at.closed
+    protocol, over = s.connect()
+    protocol.data_received(_request(b"Host: x", b"X: " + b"v" * (n + 1)))
+    assert _status(over) == b"431"
+    assert s.registry.counters.refused["oversized"] == 1
+
+
+def test_a_header_section_still_arriving_is_bounded_by_the_bytes_read(server: Any) -> None:
+    """R-X8: a header section not yet ended counts what was read of it: 32,768 bytes read
+    unended are still taken, the next byte makes it 431 (one endless line never grows past)."""
+    s = server()
+    protocol, transport = s.connect()
+    head = b"GET / HTTP/1.1\r\nX: "
+    protocol.data_received(head + b"v" * (32768 - len(head)))
+    assert transport.out == b"" and not transport.closed
+    protocol.data_received(b"v")
+    assert _status(transport) == b"431"
+    assert s.registry.counters.refused["oversized"] == 1
+
+
+def test_a_body_of_exactly_64_kib_is_taken_and_one_byte_more_refused(server: Any) -> None:
+    """R-X8: no route takes a body, and one past 64 KiB (65,536 bytes, not 64,000) is refused
+    at once (413, counted `body`), declared or chunked; one of exactly 65,536 is read."""
+    s = server()
+    protocol, at = s.connect()
+    protocol.data_received(_request(b"Host: x", b"Content-Length: 65536"))
+    assert at.out == b""
+    protocol, over = s.connect()
+    protocol.data_received(_request(b"Host: x", b"Content-Length: 65537"))
+    assert _status(over) == b"413"
+    protocol, chunked = s.connect()
+    protocol.data_received(_request(b"Host: x", b"Transfer-Encoding: chunked"))
+    protocol.data_received(b"8000\r\n" + b"b" * 32768 + b"\r\n")
+    protocol.data_received(b"8000\r\n" + b"b" * 32768 + b"\r\n")
+    assert chunked.out == b""  # 65,536 read
+    protocol.data_received(b"1\r\nb\r\n")
+    assert _status(chunked) == b"413"
+    assert s.registry.counters.refused["body"] == 2
+
+
+def test_32_requests_queue_behind_the_one_answered_and_the_33rd_aborts(server: Any) -> None:
+    """R-X8: a connection may queue 32 requests behind the one being answered: 1 + 32 are
+    taken, one more aborts the connection, counted `pipelined` once."""
+    s = server()
+    protocol, at = s.connect()
+    protocol.data_received(_request(b"Host: x") * 33)
+    assert not at.closed
+    protocol, over = s.connect()
+    protocol.data_received(_request(b"Host: x") * 34)
+    assert over.aborted
+    assert s.registry.counters.refused["pipelined"] == 1
+
+
+def test_a_fast_answer_of_up_to_64_kib_goes_out_in_one_write(server: Any) -> None:
+    """R-X8: a fast answer's head and body are one write (one TLS record) up to 64 KiB of body,
+    65,536 bytes; past that the body is written on its own, not copied."""
+    for size, writes in ((65536, 1), (65537, 2)):
+        s = server(Limits(), _Routes(size))
+        protocol, transport = s.connect()
+        protocol.data_received(_request(b"Host: x", target=b"/x"))
+        assert len(transport.writes) == writes, size
+        assert transport.out.endswith(b"a" * size)
+
+
+# -- the kubelet's pod-resources answer: its bound in bytes (R-X2) -------------------------------
+
+RECORDED = NODES / "a100-device-plugin-only" / "podresources.json"
+
+
+def test_an_answer_of_exactly_16_mib_is_read_whole() -> None:
+    """R-X2: the kubelet's answer is bounded at 16 MiB, 16,777,216 bytes (not 16,000,000): an
+    answer of exactly that many is read whole (here zero bytes, so then found to be no
+    message), not refused by its length."""
+    root = Path(tempfile.mkdtemp(prefix="podres-", dir="/tmp"))
+    socket = root / "kubelet.sock"
+    try:
+        at = Behaviour(load(RECORDED), answer_bytes=16_777_216, serve_allocatable=False)
+        with serving(socket, at):
+            answer = PodResourcesClient(socket, timeout=10).read()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert answer.pods is None and answer.error is not None
+    assert answer.error.startswith("List: INTERNAL: the answer is no List response")
+
+
+def test_a_list_answer_at_exactly_its_bounds_is_whole_and_one_past_is_cut() -> None:
+    """R-X2: 2,048 pods, 64 containers a pod, 256 device ids a resource are taken whole with no
+    error; one more of any is cut, and the answer says what was cut."""
+    ids = [f"d{n}" for n in range(256)]
+    devices = [pb.ContainerDevices(resource_name="nvidia.com/gpu", device_ids=ids)]
+    containers = [pb.ContainerResources(name=f"c{n}", devices=devices) for n in range(64)]
+    pods = [pb.PodResources(name=f"p{n}", namespace="ns") for n in range(2047)]
+    full = pb.ListPodResourcesResponse(
+        pod_resources=[*pods, pb.PodResources(name="big", namespace="ns", containers=containers)]
+    )
+    got, error = from_list(full)
+    assert error is None
+    assert len(got) == 2048 and len(got[-1].devices) == 64
+    assert got[-1].devices[0].device_ids == tuple(ids)
+    more_ids = [pb.ContainerDevices(resource_name="nvidia.com/gpu", device_ids=[*ids, "d256"])]
+    over = pb.ListPodResourcesResponse(
+        pod_resources=[
+            *pods,
+            pb.PodResources(name="p2047", namespace="ns"),
+            pb.PodResources(name="p2048", namespace="ns"),
+        ]
+    )
+    assert from_list(over)[1] == "answer cut to bounds: 1 pods past 2048"
+    wide = pb.PodResources(
+        name="w",
+        namespace="ns",
+        containers=[*containers, pb.ContainerResources(name="c64", devices=more_ids)],
+    )
+    _, error = from_list(pb.ListPodResourcesResponse(pod_resources=[wide]))
+    assert error == "answer cut to bounds: containers of ns/w past 64"
+    long = pb.PodResources(
+        name="l", namespace="ns", containers=[pb.ContainerResources(name="c", devices=more_ids)]
+    )
+    (pod,), error = from_list(pb.ListPodResourcesResponse(pod_resources=[long]))
+    assert error == "answer cut to bounds: devices of ns/l past 256"
+    assert pod.devices[0].device_ids == tuple(ids)
