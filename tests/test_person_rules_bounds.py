@@ -11,6 +11,7 @@ import io
 import logging
 import shutil
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -23,6 +24,7 @@ from uvicorn.server import ServerState
 
 from devicemanager.figures.ranges import plausible_reading
 from devicemanager.grants import dra
+from devicemanager.grants.deviceplugins import KubeletAnswer
 from devicemanager.grants.dra import (
     AllocationResult,
     ClaimDevice,
@@ -33,13 +35,21 @@ from devicemanager.grants.dra import (
 )
 from devicemanager.kube import dra as kube_dra
 from devicemanager.kube.client import KubeClient, KubeError
-from devicemanager.kube.podresources import PodResourcesClient, from_list
+from devicemanager.kube.podresources import PodResourcesClient, PodResourcesPoller, from_list
 from devicemanager.kube.proto import podresources_v1_pb2 as pb
 from devicemanager.model import DeviceProcesses, ProcessRow, Reason, VendorReading
 from devicemanager.serve import access, mint
-from devicemanager.serve.http import Answer, BoundedHttpProtocol, Limits, protocol_for
+from devicemanager.serve.counters import HttpCounters
+from devicemanager.serve.http import (
+    Answer,
+    BoundedHttpProtocol,
+    Connections,
+    Limits,
+    protocol_for,
+)
 from tests.conftest import NODES
 from tests.podresources_server import Behaviour, load, serving
+from tests.vendors.test_nvidia_parse import parse_card as nvidia_card
 
 # -- DRA: the node's inventory and a device's ids (R-X6) ---------------------------------------
 
@@ -677,18 +687,30 @@ def test_a_fast_answer_of_up_to_64_kib_goes_out_in_one_write(server: Any) -> Non
 RECORDED = NODES / "a100-device-plugin-only" / "podresources.json"
 
 
+def _read_from(behaviour: Behaviour) -> KubeletAnswer:
+    # A short directory: a unix socket path is limited to 107 bytes.
+    root = Path(tempfile.mkdtemp(prefix="podres-", dir="/tmp"))
+    try:
+        with serving(root / "kubelet.sock", behaviour):
+            return PodResourcesClient(root / "kubelet.sock", timeout=10).read()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_an_answer_without_a_message_says_the_status_its_trailers_carry() -> None:
+    """R-X2: a kubelet that sends its headers and then fails sends no message: the call's
+    error is the status in its trailers (the length of what arrived is judged before its
+    first byte is read)."""
+    answer = _read_from(Behaviour(load(RECORDED), fail_after_headers=True))
+    assert answer.pods is None
+    assert answer.error == "List: UNAVAILABLE: the kubelet is shutting down"
+
+
 def test_an_answer_of_exactly_16_mib_is_read_whole() -> None:
     """R-X2: the kubelet's answer is bounded at 16 MiB, 16,777,216 bytes (not 16,000,000): an
     answer of exactly that many is read whole (here zero bytes, so then found to be no
     message), not refused by its length."""
-    root = Path(tempfile.mkdtemp(prefix="podres-", dir="/tmp"))
-    socket = root / "kubelet.sock"
-    try:
-        at = Behaviour(load(RECORDED), answer_bytes=16_777_216, serve_allocatable=False)
-        with serving(socket, at):
-            answer = PodResourcesClient(socket, timeout=10).read()
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    answer = _read_from(Behaviour(load(RECORDED), answer_bytes=16_777_216, serve_allocatable=False))
     assert answer.pods is None and answer.error is not None
     assert answer.error.startswith("List: INTERNAL: the answer is no List response")
 
@@ -729,3 +751,170 @@ def test_a_list_answer_at_exactly_its_bounds_is_whole_and_one_past_is_cut() -> N
     (pod,), error = from_list(pb.ListPodResourcesResponse(pod_resources=[long]))
     assert error == "answer cut to bounds: devices of ns/l past 256"
     assert pod.devices[0].device_ids == tuple(ids)
+
+
+def test_at_exactly_max_connections_none_is_shed_and_one_more_sheds_the_oldest_idle(
+    server: Any,
+) -> None:
+    """R-X8: `--http-max-connections` (here 2) open connections are all kept; a third makes
+    room by closing the one idle the longest, counted `shed_idle`."""
+    s = server(Limits(max_connections=2))
+    (first, a), (_, b) = s.connect(), s.connect()
+    assert not a.closed and not b.closed
+    s.connect()
+    assert a.closed and not b.closed
+    assert s.registry.counters.refused["shed_idle"] == 1
+    assert first.closing
+
+
+def test_a_newcomer_that_sheds_an_incomplete_request_is_served_in_full(server: Any) -> None:
+    """R-X8: at the bound, the oldest incomplete request is refused (503, `shed_incomplete`) to
+    make room, and the newcomer is then a connection like any other, not held to probes."""
+    s = server(Limits(max_connections=1))
+    old, transport = s.connect()
+    old.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n")  # not ended
+    new, _ = s.connect()
+    assert _status(transport) == b"503"
+    assert s.registry.counters.refused["shed_incomplete"] == 1
+    assert new.probes_only is False
+
+
+def test_a_refusal_on_a_connection_already_closing_is_not_counted_as_answered(
+    server: Any,
+) -> None:
+    """R-X8: `http_requests_total` counts answers sent: a refusal that finds its connection
+    closing sends nothing and counts nothing."""
+    s = server()
+    protocol, transport = s.connect()
+    transport.closed = True
+    protocol.refuse(503, "busy\n")
+    assert transport.writes == []
+    assert s.registry.counters.requests == {}
+
+
+def test_a_deadline_between_requests_is_not_a_slow_request(server: Any) -> None:
+    """R-X8: a connection that sent a whole request and is waiting between requests is not
+    `slow` when a deadline fires; one with a request half sent is, once."""
+    s = server()
+    protocol, _ = s.connect()
+    protocol.data_received(_request(b"Host: x"))
+    protocol.on_response_complete()
+    protocol._expired()
+    assert s.registry.counters.refused["slow"] == 0
+    half, _ = s.connect()
+    half.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n")
+    half._expired()
+    assert s.registry.counters.refused["slow"] == 1
+
+
+def test_a_connection_lost_in_its_handshake_ends_without_error(server: Any) -> None:
+    """R-X8: a protocol whose TLS handshake never finished was never made: losing it only
+    forgets it (serve/handshake.py), it has no transport to close."""
+    s = server()
+    never = s.cls(config=s.config, server_state=s.state, app_state={}, _loop=s.loop)
+    never.connection_lost(None)
+    assert never.transport is None
+
+
+def test_the_server_counts_into_the_counters_it_is_given() -> None:
+    """R-X8: the counters self-metrics read are the ones the server counts into."""
+    counters = HttpCounters()
+    _, registry = protocol_for(Limits(), counters=counters)
+    assert registry.counters is counters
+
+
+def test_freed_memory_is_given_back_after_exactly_64_connections_end() -> None:
+    """R-X8: the allocator is asked to give pages back once 64 connections have ended (the
+    64th schedules it), not before."""
+    registry = Connections(Limits())
+
+    async def end(n: int) -> bool:
+        for _ in range(n):
+            registry.ended()
+        scheduled = registry.trim is not None
+        if registry.trim is not None:
+            registry.trim.cancel()
+        return scheduled
+
+    assert asyncio.run(end(63)) is False
+    assert asyncio.run(end(1)) is True
+
+
+def test_the_date_header_is_renewed_when_a_new_second_begins() -> None:
+    """R-X8: the default headers carry this second's date: renewed on the first request of a
+    new second, kept within it."""
+    registry = Connections(Limits())
+    config = Config(app=_silent_app)
+    state = ServerState()
+    state.default_headers = []
+    registry.renew_date(state, config)
+    (name, value), *_ = state.default_headers
+    assert name == b"date" and value.endswith(b" GMT")
+    registry.date_second -= 1  # a second went by
+    state.default_headers = []
+    registry.renew_date(state, config)
+    assert state.default_headers[0][0] == b"date"
+
+
+class _Gate:
+    """A connection in the gate: aborted, it leaves the registry (as TlsGate's loss does)."""
+
+    def __init__(self, registry: Connections) -> None:
+        self.registry = registry
+        self.aborted = False
+
+    def abort(self) -> None:
+        self.aborted = True
+        self.registry.waiting.pop(cast(Any, self), None)
+        self.registry.handshaking.pop(cast(Any, self), None)
+
+
+def test_handshakes_at_exactly_max_connections_are_all_let_through() -> None:
+    """R-X8: accepted connections count against the bound from their accept: at exactly the
+    bound (2), none is aborted, even one silent for 5 s; a third aborts the one silent the
+    longest, counted `handshakes`."""
+    registry = Connections(Limits(max_connections=2))
+    now = time.monotonic()
+    old, new = _Gate(registry), _Gate(registry)
+    registry.waiting = cast(Any, {old: now - 5.0, new: now})
+    registry.gate_room(cast(Any, new))
+    assert not old.aborted and not new.aborted
+    assert registry.counters.refused["handshakes"] == 0
+    third = _Gate(registry)
+    registry.waiting[cast(Any, third)] = now
+    registry.gate_room(cast(Any, third))
+    assert old.aborted and not new.aborted and not third.aborted
+    assert registry.counters.refused["handshakes"] == 1
+
+
+def test_past_the_bound_with_nobody_silent_the_oldest_still_silent_newcomer_goes() -> None:
+    """R-X8: with every waiting connection fresh, past the bound of handshakes (2) the oldest
+    other silent one is aborted; at exactly the bound none is."""
+    registry = Connections(Limits(max_connections=2))
+    now = time.monotonic()
+    gates = [_Gate(registry), _Gate(registry), _Gate(registry)]
+    registry.handshaking = cast(Any, {gates[0]: now})
+    registry.waiting = cast(Any, {gates[1]: now})
+    registry.gate_room(cast(Any, gates[1]))
+    assert not any(g.aborted for g in gates)
+    registry.waiting[cast(Any, gates[2])] = now + 0.001
+    registry.gate_room(cast(Any, gates[2]))
+    assert [g.aborted for g in gates] == [False, True, False]
+
+
+def test_a_poller_never_read_says_so() -> None:
+    """R-X2: before its first read the poller has no answer, and says that, not a crash."""
+    poller = PodResourcesPoller(PodResourcesClient(Path("/nonexistent")), interval=10)
+    answer = poller()
+    assert answer.pods is None
+    assert answer.error == "the kubelet's pod-resources have not been read yet"
+
+
+# -- the vendors' health reads (R-X7) ------------------------------------------------------------
+
+
+def test_a_remap_failure_outranks_a_pending_remap_when_both_are_flagged() -> None:
+    """R-X7: the unhealthy reason is the most severe signal: rows that failed to remap before
+    rows waiting for a reset, when NVML flags both."""
+    (card,) = nvidia_card(nvmlDeviceGetRemappedRows={"isPending": 1, "failureOccurred": 1})
+    assert card.unhealthy is True and card.unhealthy_reason == "row_remap_failure"
