@@ -311,6 +311,40 @@ EQUIVALENT: dict[str, str] = {
         "stopping right after the 2,048th claim is stored instead of before the 2,049th: the "
         "same 2,048 claims either way (a claim named again only rewrites its own entry)"
     ),
+    "kube/dra:SliceReflector.replace_all:f'{item.reason}, {item.size} characters "
+    "{jsonlist.named(item.raw)}'...  ->  f'{item.reason}, {item.size} characters "
+    "{jsonlist.named(item.raw)}'": (
+        "the strip() of a refusal's detail, which only the log line carries: no figure or "
+        "count depends on it"
+    ),
+    "figures/ranges:_card:guard after its step: if not invalid and health is card.health ... "
+    "after refused.extend((f'{path}.{name}' for name in invalid))": (
+        "when the guard returns, `invalid` is empty: extending `refused` by nothing first "
+        "changes nothing"
+    ),
+    "figures/ranges:_health:guard after its step: if not invalid ... after "
+    "refused.extend((f'{path}.{name}' for name in invalid))": (
+        "when the guard returns, `invalid` is empty: extending `refused` by nothing first "
+        "changes nothing"
+    ),
+    **{
+        f"kube/podresources:describe:check after the next: if isinstance(exc, {a}) ... after "
+        f"if isinstance(exc, {b}) ...": (
+            f"{a} and {b} are disjoint (no exception is both), so which is asked first "
+            "decides nothing"
+        )
+        for a, b in (
+            ("TimeoutError", "GRPCError"),
+            ("GRPCError", "Refused"),
+            ("Refused", "DecodeError"),
+            ("DecodeError", "(OSError, StreamTerminatedError)"),
+        )
+    },
+    "vendors/_nvml_family:parse_xid_counts:check after the next: if (code := _error(value)) "
+    "is not None ... after if not isinstance(value, Mapping) or len(value) > MAX_ERROR_... ...": (
+        "a recorded failure is a Mapping of two or three keys (error, code, message), never "
+        "past 65: the shape test lets it through to the error test either way"
+    ),
     "pods:pod_info:isinstance(spec, Mapping) and isinstance(status, Mapping)  ->  "
     "isinstance(spec, Mapping) or isinstance(status, Mapping)": (
         "an assert for the type checker: the two lines above make both Mappings always"

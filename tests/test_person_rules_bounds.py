@@ -50,6 +50,7 @@ from devicemanager.serve.http import (
 from tests.conftest import NODES
 from tests.podresources_server import Behaviour, load, serving
 from tests.vendors.test_nvidia_parse import parse_card as nvidia_card
+from vendors._nvml_family import parse_xid_counts
 
 # -- DRA: the node's inventory and a device's ids (R-X6) ---------------------------------------
 
@@ -918,3 +919,20 @@ def test_a_remap_failure_outranks_a_pending_remap_when_both_are_flagged() -> Non
     rows waiting for a reset, when NVML flags both."""
     (card,) = nvidia_card(nvmlDeviceGetRemappedRows={"isPending": 1, "failureOccurred": 1})
     assert card.unhealthy is True and card.unhealthy_reason == "row_remap_failure"
+
+
+def test_xid_counts_hold_64_codes_and_other_and_a_count_short_of_the_sentinel() -> None:
+    """R-X7: a card's XID counts are at most 64 codes and `other` (65 entries; 66 is no answer
+    the backend writes: invalid_data), each count from 1 to UINT64_MAX - 1 (UINT64_MAX is
+    NVML's "not available", never a count)."""
+    full = {str(n): 1 for n in range(1, 65)} | {"other": 3}
+    counts, reason = parse_xid_counts(full)
+    assert reason is None and counts is not None and len(counts) == 65
+    assert counts[-1] == ("other", 3)
+    assert parse_xid_counts({**full, "65": 1}) == (None, Reason.INVALID_DATA)
+    assert parse_xid_counts({"79": 18446744073709551614}) == (
+        (("79", 18446744073709551614),),
+        None,
+    )
+    assert parse_xid_counts({"79": 18446744073709551615}) == (None, Reason.INVALID_DATA)
+    assert parse_xid_counts({"79": 0}) == (None, Reason.INVALID_DATA)
