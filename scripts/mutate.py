@@ -345,6 +345,11 @@ EQUIVALENT: dict[str, str] = {
         "a recorded failure is a Mapping of two or three keys (error, code, message), never "
         "past 65: the shape test lets it through to the error test either way"
     ),
+    "vendors/amd:AmdBackend._figures:kept under None: self._violation[uuid] = held": (
+        "the look-up above never asks for a board without a UUID (`held` is None for it), so "
+        "an entry under None is never read; both guards dropped together, the shared answer "
+        "is caught by test_amd_boards_that_do_not_answer_their_uuid_each_read_their_own_violations"
+    ),
     "pods:pod_info:isinstance(spec, Mapping) and isinstance(status, Mapping)  ->  "
     "isinstance(spec, Mapping) or isinstance(status, Mapping)": (
         "an assert for the type checker: the two lines above make both Mappings always"
@@ -530,6 +535,26 @@ def _reads(stmt: ast.stmt, target: ast.expr) -> bool:
     )
 
 
+def _guards_a_store_by(node: ast.If) -> bool:
+    """`if key is not None: table[key] = value` (nothing else, no else)."""
+    test = node.test
+    if not (
+        isinstance(test, ast.Compare)
+        and isinstance(test.ops[0], ast.IsNot)
+        and len(test.ops) == 1
+        and isinstance(test.left, ast.Name)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    ):
+        return False
+    if node.orelse or len(node.body) != 1 or not isinstance(node.body[0], ast.Assign):
+        return False
+    key = test.left.id
+    return any(
+        isinstance(t, ast.Subscript) and key in _names(t.slice) for t in node.body[0].targets
+    )
+
+
 def _first_line(node: ast.AST) -> str:
     text = ast.unparse(node).splitlines()[0]
     return text if len(text) <= 60 else text[:57] + "..."
@@ -685,6 +710,18 @@ class Mutator(ast.NodeTransformer):
             return node
         self._mark_test(node.test)
         node = self.generic_visit(node)  # type: ignore[assignment]
+        if _guards_a_store_by(node):
+            # `if uuid is not None: cache[uuid] = x` -> `cache[uuid] = x`: whatever has no key
+            # is stored under None, one entry every keyless thing then shares.
+            store = node.body[0]
+            found = self._offer(
+                node,
+                lambda: copy.deepcopy(store),
+                "semantic",
+                f"kept under None: {_first_line(store)}",
+            )
+            if found is not None:
+                return found
         if node.orelse or not _leaves(node.body):
             return node
         if len(node.body) > 1 and any(

@@ -34,10 +34,11 @@ from devicemanager.grants.dra import (
     inventory_of,
 )
 from devicemanager.kube import dra as kube_dra
-from devicemanager.kube.client import KubeClient, KubeError
+from devicemanager.kube.client import KubeClient, KubeError, WatchEvent
 from devicemanager.kube.podresources import PodResourcesClient, PodResourcesPoller, from_list
 from devicemanager.kube.proto import podresources_v1_pb2 as pb
 from devicemanager.model import DeviceProcesses, ProcessRow, Reason, VendorReading
+from devicemanager.node import jsonlist
 from devicemanager.serve import access, mint
 from devicemanager.serve.counters import HttpCounters
 from devicemanager.serve.http import (
@@ -936,3 +937,30 @@ def test_xid_counts_hold_64_codes_and_other_and_a_count_short_of_the_sentinel() 
     )
     assert parse_xid_counts({"79": 18446744073709551615}) == (None, Reason.INVALID_DATA)
     assert parse_xid_counts({"79": 0}) == (None, Reason.INVALID_DATA)
+
+
+def test_a_nameless_refusal_takes_no_slot_among_the_named_ones(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """R-X6: a list item refused without a name (past 2 MiB, never decoded) is counted and
+    logged, and takes none of the 256 slots of refused slices named in the log: with 255
+    named and one nameless, the 256th named one is still logged."""
+    caplog.set_level(logging.WARNING, "devicemanager.kube.dra")
+    reflector = _reflector()
+    broken = [{"metadata": {"name": f"bad-{n:03d}"}, "spec": "not a spec"} for n in range(255)]
+    reflector.replace_all(broken, "1", [jsonlist.Refused(0, jsonlist.TOO_LARGE, 3 << 20)])
+    assert reflector.refused == {"malformed": 255, "too_large": 1}
+    reflector.apply(WatchEvent("ADDED", {"metadata": {"name": "bad-255"}, "spec": "no"}))
+    logged = [r for r in caplog.records if r.name == "devicemanager.kube.dra"]
+    assert len(logged) == 257
+
+
+def test_the_kubelets_word_on_an_id_naming_no_card_is_left_out() -> None:
+    """R-X7: a device the kubelet reports unhealthy that names no card the agent knows (a DRA
+    id the slices do not hold, or a plugin id no alias names) marks nothing."""
+    aliases = {("acme", "card-a"): "card-a"}
+    inventory = inventory_of([_device("d0", serial="card-a")])
+    reports = [(f"{DRIVER}/pool/gone", "Unhealthy"), ("no-such-id", "Unhealthy")]
+    assert dra.kubelet_health(reports, inventory, aliases) == {}
+    marked = dra.kubelet_health([(f"{DRIVER}/pool/d0", "Unhealthy")], inventory, aliases)
+    assert marked == {("acme", "card-a"): "kubelet:Unhealthy"}

@@ -468,3 +468,37 @@ def test_hygon_read_asks_edge_then_junction(
     assert [c.temperature_celsius for c in reading.cards] == [51.5, 78.25, None]
     first = payload["devices"][0]["rsmi_dev_temp_metric_get"]
     assert first == {"edge": 51_500}  # edge answered: junction is not asked
+
+
+@pytest.mark.timeout(90)
+def test_amd_boards_that_do_not_answer_their_uuid_each_read_their_own_violations(
+    rocm_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(R-X7) The violation status is carried between rounds by the board's UUID: two boards
+    that do not answer theirs share no entry. Each is asked every round, one second apart
+    (inside the 5 s a UUID-keyed answer is kept), and each shows its own flags."""
+    faults = {"amdsmi_get_gpu_device_uuid": fake_amd.NOT_SUPPORTED}
+    doc = fake_amd.scenario(
+        [
+            fake_amd.card(0, faults=faults, violation={"ppt": 1, "hbm": 0}),
+            fake_amd.card(1, faults=faults, violation={"ppt": 0, "hbm": 1}),
+        ]
+    )
+    monkeypatch.setenv(fake_amd.SCENARIO_ENV, str(fake_amd.write(tmp_path / "s.txt", doc)))
+    sysfs = fake_amd.sysfs(tmp_path / "sys", doc["devices"])
+    ticks = iter(1000.0 + i for i in range(10))
+    backend = AmdBackend({"amd_smi": str(rocm_root)}, clock=lambda: next(ticks), sysfs=sysfs)
+    backend.open()
+    try:
+        payloads = [backend.read(ReadRequest()) for _ in range(2)]
+    finally:
+        backend.close()
+    for n, payload in enumerate(payloads):
+        boards = [s["processors"][0] for s in payload["sockets"]]
+        assert [b["amdsmi_get_gpu_device_uuid"].get("code") for b in boards] == [2, 2]
+        flags = [
+            (b[amd.VIOLATIONS]["active_ppt_pwr"], b[amd.VIOLATIONS]["active_hbm_thrm"])
+            for b in boards
+        ]
+        assert flags == [(True, False), (False, True)], n
+        assert [b["violationReadAt"] for b in boards] == [1000.0 + n] * 2
