@@ -350,6 +350,11 @@ EQUIVALENT: dict[str, str] = {
         "an entry under None is never read; both guards dropped together, the shared answer "
         "is caught by test_amd_boards_that_do_not_answer_their_uuid_each_read_their_own_violations"
     ),
+    "vendors/_nvml_family:NvmlFamilyBackend._register_xid_events:guard after its step: if "
+    "_error(events) is not None ... after self._events_failed = None": (
+        "the guard's branch sets `_events_failed` to the failure itself, so clearing it first "
+        "is overwritten; past the guard it is cleared either way"
+    ),
     "pods:pod_info:isinstance(spec, Mapping) and isinstance(status, Mapping)  ->  "
     "isinstance(spec, Mapping) or isinstance(status, Mapping)": (
         "an assert for the type checker: the two lines above make both Mappings always"

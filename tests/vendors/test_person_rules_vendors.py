@@ -502,3 +502,58 @@ def test_amd_boards_that_do_not_answer_their_uuid_each_read_their_own_violations
         ]
         assert flags == [(True, False), (False, True)], n
         assert [b["violationReadAt"] for b in boards] == [1000.0 + n] * 2
+
+
+@pytest.mark.timeout(90)
+def test_amd_board_figures_come_from_the_xcp_of_partition_0_wherever_it_is_listed(
+    rocm_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(R-X7) A CPX board's figures (power, temperature, ECC, violations) are read on the XCP
+    whose partition id is 0, marked `board`, and on no other, even when the library lists it
+    last: the card's power is that XCP's 402 W."""
+    doc = fake_amd.scenario(list(reversed(fake_amd.cpx_card(0))))
+    monkeypatch.setenv(fake_amd.SCENARIO_ENV, str(fake_amd.write(tmp_path / "s.txt", doc)))
+    sysfs = fake_amd.sysfs(tmp_path / "sys", doc["devices"])
+    backend = AmdBackend({"amd_smi": str(rocm_root)}, clock=lambda: 1000.0, sysfs=sysfs)
+    backend.open()
+    try:
+        payload = backend.read(ReadRequest())
+    finally:
+        backend.close()
+    (socket,) = payload["sockets"]
+    processors = socket["processors"]
+    assert [p["amdsmi_get_gpu_kfd_info"]["current_partition_id"] for p in processors] == [
+        7,
+        6,
+        5,
+        4,
+        3,
+        2,
+        1,
+        0,
+    ]
+    assert [p.get("board") for p in processors] == [None] * 7 + [True]
+    assert ["amdsmi_get_power_info" in p for p in processors] == [False] * 7 + [True]
+
+
+def test_nvidia_keeps_64_fatal_xid_codes_for_unhealthy_and_not_a_65th(
+    libnvml: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(R-X7) A card keeps at most 64 XID codes that make it unhealthy (MAX_ERROR_CODES): of
+    65 distinct fatal codes the first 64 are recorded, the 65th is counted under `other`."""
+    from tests.fakelib import nvidia as fake_nvml
+    from tests.world import gpu
+    from vendors.nvidia import NvidiaBackend
+
+    codes = list(range(1000, 1065))
+    path = fake_nvml.write(tmp_path / "s.txt", "550.90.07", [fake_nvml.device(gpu(0), xids=codes)])
+    monkeypatch.setenv("FAKE_NVML_SCENARIO", str(path))
+    backend = NvidiaBackend({"nvml": str(libnvml)})
+    backend.open()
+    try:
+        payload = backend.read(ReadRequest())
+    finally:
+        backend.close()
+    (device,) = payload["devices"]
+    assert device["xidCriticalErrors"] == list(range(1000, 1064))
+    assert device["xidErrorCounts"]["other"] == 1
