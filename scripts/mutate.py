@@ -355,6 +355,11 @@ EQUIVALENT: dict[str, str] = {
         "the guard's branch sets `_events_failed` to the failure itself, so clearing it first "
         "is overwritten; past the guard it is cleared either way"
     ),
+    "vendors/_amd_smi:throttle:check after the next: if (code := error_code(answer)) is not "
+    "None ... after if not isinstance(answer, Mapping) ...": (
+        "only a Mapping carries an error code (vendors/_common.error_code): the two tests "
+        "never both hold, so their order decides nothing"
+    ),
     "pods:pod_info:isinstance(spec, Mapping) and isinstance(status, Mapping)  ->  "
     "isinstance(spec, Mapping) or isinstance(status, Mapping)": (
         "an assert for the type checker: the two lines above make both Mappings always"
