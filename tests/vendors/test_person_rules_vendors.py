@@ -557,3 +557,27 @@ def test_nvidia_keeps_64_fatal_xid_codes_for_unhealthy_and_not_a_65th(
     (device,) = payload["devices"]
     assert device["xidCriticalErrors"] == list(range(1000, 1064))
     assert device["xidErrorCounts"]["other"] == 1
+
+
+@pytest.mark.timeout(90)
+def test_hygon_reads_4096_retired_pages_and_refuses_a_4097th(
+    hygon_libs: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(R-X7) One read takes at most 4,096 retired-page records: a card with exactly 4,096
+    has them all read, one with 4,097 is recorded as INSUFFICIENT_SIZE (its pages figures
+    absent), never read past the bound."""
+    cards = [
+        fake_hygon.card(0x11, 0x03, pages=[0] * 4096),
+        fake_hygon.card(0x22, 0x23, pages=[0] * 4097),
+    ]
+    for key, value in fake_hygon.write(tmp_path / "scenario", fake_hygon.node(cards)).items():
+        monkeypatch.setenv(key, value)
+    backend = HygonBackend(hygon_libs, mig_config="/nonexistent")
+    backend.open()
+    try:
+        payload = backend.read(ReadRequest())
+    finally:
+        backend.close()
+    at, over = (d["rsmi_dev_memory_reserved_pages_get"] for d in payload["devices"])
+    assert at == [0] * 4096
+    assert over["error"] == "RSMI_STATUS_INSUFFICIENT_SIZE"
