@@ -12,9 +12,21 @@ day (`--semantic` runs only them): two chained `.replace()` calls in the other o
 that no longer round-trips), a `strip()` dropped, two fallbacks of an `or` swapped, the guard
 before a division dropped (the `if` that returns before dividing, or the `x / y if y else …`
 that becomes `x / y`), and the refusal of several matches dropped (an `if len(found) != 1:
-return …` removed, so the first match is taken). Each mutant carries the requirement ids
-(`R-…`) its function's docstring cites, else its module's, and the report lists survivors by
-requirement.
+return …` removed, so the first match is taken), and the slips of issue 45: a guard moved
+after the step it guards (`if len(seen) >= MAX: return` after `seen.append(x)`) or after the
+next check (an admin-access claim judged once its device resolves), a duplicate kept first in
+silence (`if key in seen: duplicates.add(key); continue` become `if key in seen: continue`),
+`<` for `<=` (and back) against a named bound (`MAX_SLICES`, `self.limits.max_headers`), a
+count one round late (`self.n += 1` after the line that reads it, `self.rounds + 1` become
+`self.rounds`), a store keyed by something that may be None made unconditional (one entry every
+keyless thing shares), and a unit slip (1024 for 1000 and back, MiB for MB, `2 << 20` for
+`2 * 10**6`). Each mutant carries the requirement ids (`R-…`) its function's docstring cites,
+else its module's, and the report lists survivors by requirement.
+
+Beside the core, the newest modules are named by their path (`-m grants/dra`, `-m serve/http`,
+`-m vendors/amd`): DRA, ranges, the server, access review, the self-signed pair's child,
+self-metrics, the pod-resources read, and the vendors' health reads (only the functions ONLY
+names), each with its own tests, fastest to kill first.
 
 Every mutant runs the module's own tests (ordered fastest-to-kill first, stopping at the first
 failure) in a private copy of the working tree, under a time limit; a mutant the tests pass is
@@ -26,6 +38,8 @@ in EQUIVALENT below, each with its reason, and counted out of the score.
     scripts/mutate --list -m grants      # the mutants, without running anything
     scripts/mutate --json report.json    # the outcome of every mutant
     scripts/mutate --semantic -j 2       # only the semantic mutants
+    scripts/mutate --semantic -m grants/dra -m kube/dra   # newest modules, by path
+    scripts/mutate --semantic --newest   # every newest module (PATHS) instead of the core
 
 Not part of CI: on the 2-core development machine the whole core takes about 25 minutes with
 -j 2; docs/design.md has the last run's table.
@@ -1184,9 +1198,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the mutants, run nothing")
     parser.add_argument("--only", help="run only mutants whose key contains this text")
     parser.add_argument("--semantic", action="store_true", help="run only the semantic mutants")
+    parser.add_argument(
+        "--newest", action="store_true", help="the newest modules (PATHS) instead of the core"
+    )
     parser.add_argument("--json", type=Path, help="write every mutant's outcome here")
     args = parser.parse_args(argv)
-    modules = args.module or sorted(TESTS)
+    modules = args.module or sorted(PATHS if args.newest else set(TESTS) - set(PATHS))
     mutants = [m for module in modules for m in enumerate_mutants(module)]
     if args.only:
         mutants = [m for m in mutants if args.only in m.key]
