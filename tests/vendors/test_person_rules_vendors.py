@@ -581,3 +581,12 @@ def test_hygon_reads_4096_retired_pages_and_refuses_a_4097th(
     at, over = (d["rsmi_dev_memory_reserved_pages_get"] for d in payload["devices"])
     assert at == [0] * 4096
     assert over["error"] == "RSMI_STATUS_INSUFFICIENT_SIZE"
+
+
+def test_metax_a_lost_card_outranks_one_the_driver_marks_unavailable() -> None:
+    """(R-X7) The unhealthy reason is the most severe signal: a card MXSML no longer finds is
+    `device_lost` even when its last state also said not available."""
+    from tests.vendors.test_metax_parse import only_card
+
+    card = only_card(mxSmlGetDeviceState=0, mxSmlGetMemoryInfo={"error": "NoDevice", "code": 2})
+    assert (card.unhealthy, card.unhealthy_reason) == (True, "device_lost")
