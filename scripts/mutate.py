@@ -388,6 +388,13 @@ EQUIVALENT: dict[str, str] = {
         "touching its output on an error): a failed probe is never past the bound, so it "
         "reaches the rc test either way"
     ),
+    "serve/mint:names_message:guard after its step: if not raw or b'\\n' in raw or len(raw) "
+    "> MAX_NAME_BYTES ... after lines.append(raw + b'\\n')": (
+        "the guard raises: the line appended first is thrown away with the whole message"
+    ),
+    "serve/mint:read_names:check after the next: if line == b'\\n' ... after if not line ...": (
+        "an empty read and a line break alone never both hold: their order decides nothing"
+    ),
     "pods:pod_info:isinstance(spec, Mapping) and isinstance(status, Mapping)  ->  "
     "isinstance(spec, Mapping) or isinstance(status, Mapping)": (
         "an assert for the type checker: the two lines above make both Mappings always"

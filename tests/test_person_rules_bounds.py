@@ -964,3 +964,34 @@ def test_the_kubelets_word_on_an_id_naming_no_card_is_left_out() -> None:
     assert dra.kubelet_health(reports, inventory, aliases) == {}
     marked = dra.kubelet_health([(f"{DRIVER}/pool/d0", "Unhealthy")], inventory, aliases)
     assert marked == {("acme", "card-a"): "kubelet:Unhealthy"}
+
+
+def test_a_capacity_is_a_quantity_string_or_a_whole_number_of_base_units() -> None:
+    """R-X6: a device's capacity is read as `{value: "80Gi"}`, `{value: 1024}` or, as some
+    servers wrote it, the bare quantity; a negative one, or a string past 64 characters, is
+    left out."""
+    entry = _parsed(
+        [
+            {
+                "name": "d0",
+                "capacity": {
+                    "text": {"value": "2Ki"},
+                    "number": {"value": 1024},
+                    "bare": 4096,
+                    "negative": {"value": -1},
+                    "long": {"value": "1" * 65},
+                },
+            }
+        ]
+    )
+    assert isinstance(entry, kube_dra.SliceEntry)
+    assert dict(entry.devices[0].capacity) == {"text": 2048, "number": 1024, "bare": 4096}
+
+
+def test_the_childs_names_say_which_bound_they_broke() -> None:
+    """R-O1: past 64 names a line too long is refused as too long (the line is judged before
+    the count), and the empty line ends the names however many came before."""
+    hosts = [f"h{n}" for n in range(64)]
+    message = mint.names_message(hosts)
+    with pytest.raises(ValueError, match="longer than 253"):
+        mint.read_names(io.BytesIO(message[:-1] + b"h" * 254 + b"\n\n"))
