@@ -395,6 +395,21 @@ EQUIVALENT: dict[str, str] = {
     "serve/mint:read_names:check after the next: if line == b'\\n' ... after if not line ...": (
         "an empty read and a line break alone never both hold: their order decides nothing"
     ),
+    "kube/dra:_names:check after the next: if requirement.get('operator') == 'In' ... after "
+    "if requirement.get('operator') == 'NotIn' ...": (
+        "one operator is never both In and NotIn: their order decides nothing"
+    ),
+    "kube/dra:SliceReflector._refuse:check after the next: if key is not None and "
+    "self._refused_names.get(key) == reason ... after if key is not None and "
+    "len(self._refused_names) >= MAX_SLICES ...": (
+        "both checks only return, before the same count and after it nothing: a slice that "
+        "passes neither is logged either way, one that meets either is not"
+    ),
+    "kube/dra:SliceReflector._admit:check after the next: if before is None and len(entries) "
+    ">= MAX_SLICES ... after if devices > dra.MAX_SLICE_DEVICES ...": (
+        "both refuse with the same reason (too_many_slices) and keep `held`: only the log "
+        "line's detail says which bound, and no figure or count depends on it"
+    ),
     "pods:pod_info:isinstance(spec, Mapping) and isinstance(status, Mapping)  ->  "
     "isinstance(spec, Mapping) or isinstance(status, Mapping)": (
         "an assert for the type checker: the two lines above make both Mappings always"

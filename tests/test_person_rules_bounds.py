@@ -995,3 +995,22 @@ def test_the_childs_names_say_which_bound_they_broke() -> None:
     message = mint.names_message(hosts)
     with pytest.raises(ValueError, match="longer than 253"):
         mint.read_names(io.BytesIO(message[:-1] + b"h" * 254 + b"\n\n"))
+
+
+def test_a_slice_that_names_its_node_reaches_only_that_node() -> None:
+    """R-X6: a slice's `nodeName` decides where it is when set, before `allNodes`: one naming
+    another node is not this node's, whatever else it says."""
+    obj = _slice("s", [{"name": "d0"}])
+    obj["spec"] |= {"nodeName": "node-2", "allNodes": True}
+    assert kube_dra.parse_slice(obj, NODE) is None
+    obj["spec"] |= {"nodeName": "", "allNodes": True}
+    assert isinstance(kube_dra.parse_slice(obj, NODE), kube_dra.SliceEntry)
+
+
+def test_devices_that_are_no_list_are_malformed_whatever_their_size() -> None:
+    """R-X6: `devices` that is no list is a malformed slice (judged before it is counted): a
+    number, or a string of 200 characters, is not 200 devices."""
+    for devices in (7, "d" * 200, {"d": 1}):
+        refused = kube_dra.parse_slice(_slice("s", cast(Any, devices)), NODE)
+        assert isinstance(refused, kube_dra.RefusedSlice), devices
+        assert refused.reason == "malformed", devices
