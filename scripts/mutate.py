@@ -410,6 +410,14 @@ EQUIVALENT: dict[str, str] = {
         "both refuse with the same reason (too_many_slices) and keep `held`: only the log "
         "line's detail says which bound, and no figure or count depends on it"
     ),
+    "serve/access:_user:doc.get('groups') or []  ->  [] or doc.get('groups')": (
+        "`[] or x` is x: a missing or empty groups value then fails the list test below and "
+        "gives no groups, as [] does"
+    ),
+    "serve/access:_user:doc.get('extra') or {}  ->  {} or doc.get('extra')": (
+        "`{} or x` is x: a missing or empty extra then fails the dict test below and gives no "
+        "extra, as {} does"
+    ),
     "pods:pod_info:isinstance(spec, Mapping) and isinstance(status, Mapping)  ->  "
     "isinstance(spec, Mapping) or isinstance(status, Mapping)": (
         "an assert for the type checker: the two lines above make both Mappings always"

@@ -11,6 +11,7 @@ import io
 import logging
 import shutil
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -1014,3 +1015,65 @@ def test_devices_that_are_no_list_are_malformed_whatever_their_size() -> None:
         refused = kube_dra.parse_slice(_slice("s", cast(Any, devices)), NODE)
         assert isinstance(refused, kube_dra.RefusedSlice), devices
         assert refused.reason == "malformed", devices
+
+
+class _Held:
+    """An API server whose TokenReviews wait until `go` is set."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+        self.reviews = 0
+
+    def create(self, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+        if path == access.TOKEN_REVIEWS:
+            self.reviews += 1
+            self.go.wait(10)
+            return {"status": {"authenticated": True, "user": {"username": "someone"}}}
+        return {"status": {"allowed": True}}
+
+
+def test_a_request_for_a_token_under_review_joins_it_without_a_new_start() -> None:
+    """R-X4: a token already being reviewed is answered by that review: the second request
+    waits for it, takes nothing from the bucket of new starts (here 1) and is never refused."""
+    api, refusals = _Held(), []
+    reviewer = access.Reviewer(
+        cast(KubeClient, api),
+        new_burst=1,
+        new_per_second=0.001,
+        refused=refusals.append,
+        clock=_Clock(),
+    )
+
+    async def scenario() -> list[access.Verdict]:
+        first = asyncio.create_task(reviewer.check("t", "/metrics"))
+        while not api.reviews:  # the review started on its thread
+            await asyncio.sleep(0.001)
+        second = asyncio.create_task(reviewer.check("t", "/metrics"))
+        await asyncio.sleep(0)
+        api.go.set()
+        return list(await asyncio.gather(first, second))
+
+    verdicts = asyncio.run(scenario())
+    assert [v.status for v in verdicts] == [200, 200]
+    assert (api.reviews, refusals) == (1, [])
+
+
+def test_the_guard_leaves_other_routes_and_methods_to_the_app() -> None:
+    """R-X4: only a guarded route is the guard's: a POST to another path, and a scope that is
+    no HTTP request, go to the app as they are (its own 404 or 405), never the guard's 405."""
+    seen: list[tuple[str, str]] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append((scope["type"], scope.get("path", "")))
+
+    guard = access.Guard(app, routes={"/metrics"})
+
+    async def send(message: Any) -> None:
+        raise AssertionError(f"the guard answered: {message}")
+
+    async def receive() -> Any:
+        return {}
+
+    asyncio.run(guard({"type": "http", "path": "/other", "method": "POST"}, receive, send))
+    asyncio.run(guard({"type": "lifespan"}, receive, send))
+    assert seen == [("http", "/other"), ("lifespan", "")]
