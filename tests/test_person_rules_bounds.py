@@ -1077,3 +1077,63 @@ def test_the_guard_leaves_other_routes_and_methods_to_the_app() -> None:
     asyncio.run(guard({"type": "http", "path": "/other", "method": "POST"}, receive, send))
     asyncio.run(guard({"type": "lifespan"}, receive, send))
     assert seen == [("http", "/other"), ("lifespan", "")]
+
+
+def test_a_deadline_closes_a_silent_connection_once_and_leaves_a_closing_one_alone(
+    server: Any,
+) -> None:
+    """R-X8: at its deadline a connection that never sent a byte is closed and counted
+    `silent`; one already closing is neither counted nor closed again."""
+    s = server()
+    protocol, transport = s.connect()
+    protocol._expired()
+    assert transport.closed and s.registry.counters.refused["silent"] == 1
+    protocol, transport = s.connect()
+    transport.closed = True
+    protocol._expired()
+    assert s.registry.counters.refused["silent"] == 1
+
+
+def test_a_header_section_past_its_bound_is_counted_oversized_once(server: Any) -> None:
+    """R-X8: the header past the bound refuses the request (431, `oversized`); the fields
+    after it are not judged again."""
+    s = server()
+    protocol, transport = s.connect()
+    protocol.data_received(_request(b"X: " + b"v" * 40000, b"A: 1", b"B: 2", b"C: 3"))
+    assert _status(transport) == b"431"
+    assert s.registry.counters.refused["oversized"] == 1
+
+
+def test_too_many_header_fields_are_refused_as_such_before_the_body_is_judged(
+    server: Any,
+) -> None:
+    """R-X8: a request with too many fields is 431 `too_many_headers`, even when it also
+    declares a body past 64 KiB; a CONNECT that declares one is 413 before it is 405."""
+    s = server()
+    protocol, transport = s.connect()
+    fields = [b"H%d: v" % n for n in range(100)]
+    protocol.data_received(_request(b"Content-Length: 70000", *fields))
+    assert _status(transport) == b"431"
+    assert s.registry.counters.refused["too_many_headers"] == 1
+    assert s.registry.counters.refused["body"] == 0
+    protocol, transport = s.connect()
+    protocol.data_received(
+        b"CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\nContent-Length: 70000\r\n\r\n"
+    )
+    assert _status(transport) == b"413"
+
+
+def test_a_fast_routes_get_with_a_body_past_64_kib_is_refused_and_not_answered(
+    server: Any,
+) -> None:
+    """R-X8: the body bound holds on the fast path too: a GET of a fast route with a chunked
+    body past 64 KiB is 413 (counted `body`), and the route's answer is never written after
+    it."""
+    s = server(Limits(), _Routes(5))
+    protocol, transport = s.connect()
+    body = b"10001\r\n" + b"b" * 65537 + b"\r\n0\r\n\r\n"
+    protocol.data_received(_request(b"Host: x", b"Transfer-Encoding: chunked", target=b"/x") + body)
+    assert _status(transport) == b"413"
+    assert b"HTTP/1.1 200" not in transport.out
+    assert s.registry.counters.refused["body"] == 1
+    assert s.registry.counters.requests == {("other", 413): 1}  # /x is no route the agent names
