@@ -418,6 +418,64 @@ EQUIVALENT: dict[str, str] = {
         "`{} or x` is x: a missing or empty extra then fails the dict test below and gives no "
         "extra, as {} does"
     ),
+    "serve/http:BoundedHttpProtocol.data_received:guard after its step: if self.refused or "
+    "self.closing ... after self.sent_any = True": (
+        "a refused connection is closing (refuse closes it, the pipelining bound aborts it), "
+        "and `sent_any` is read only of connections not closing: setting it on one changes "
+        "nothing"
+    ),
+    "serve/http:BoundedHttpProtocol.on_header:guard after its step: if not "
+    "self._within_header_bound(len(name) + len(value) + 4) ... after self.header_count += 1": (
+        "the field past the byte bound refuses the request: every later callback returns on "
+        "`refused`, so the count it added is never read"
+    ),
+    "serve/http:BoundedHttpProtocol.on_header:guard after its step: if self.header_count > "
+    "self.limits.max_headers ... after super().on_header(name, value)": (
+        "a request with too many fields is refused (431) when its section ends whatever was "
+        "kept; the fields kept meanwhile are bounded by the 32 KiB section and go with it"
+    ),
+    "serve/http:BoundedHttpProtocol.on_headers_complete:guard after its step: if self.refused "
+    "... after self.headers_done = True": (
+        "`headers_done` is read by data_received (which returns first on a refused "
+        "connection) and to label a refusal already counted: setting it then changes nothing"
+    ),
+    "serve/http:BoundedHttpProtocol.on_headers_complete:check after the next: if "
+    "len(self.pipeline) >= MAX_PIPELINED ... after if self._take_fast() ...": (
+        "_take_fast declines whenever anything is queued (`or self.pipeline`), so a full "
+        "queue reaches the bound either way"
+    ),
+    **{
+        "serve/http:BoundedHttpProtocol._take_fast:check after the next: " + pair: (
+            "each check only declines (returns False) and none can raise: any order declines "
+            "the same requests"
+        )
+        for pair in (
+            "if routes is None or self.parser.get_method() != b'GET' or s... ... after if "
+            "self.flow.write_paused ...",
+            "if self.flow.write_paused ... after if self.cycle is not None and (not "
+            "self.cycle.response_compl... ...",
+            "if self.cycle is not None and (not self.cycle.response_compl... ... after if "
+            "self.parser.should_upgrade() ...",
+        )
+    },
+    "serve/http:BoundedHttpProtocol.on_body:guard after its step: if self.refused ... after "
+    "self.body_bytes += len(body)": (
+        "a refused request's body count is never read again: the guard returns either way"
+    ),
+    "serve/app:accepts_gzip:part.strip()  ->  part": (
+        "the coding is stripped after the split, and the parameters are read with every space "
+        "removed: the part's own strip adds nothing"
+    ),
+    "serve/app:Routes.answer:check after the next: if path == LANDING ... after if path == "
+    "'/metrics' ...": ("one path is never two: the order of equality tests decides nothing"),
+    "serve/app:Routes.answer:check after the next: if path == '/metrics' ... after if path == "
+    "'/monitor/snapshot' ...": (
+        "one path is never two: the order of equality tests decides nothing"
+    ),
+    "agent/selfmetrics:http_families:0  ->  1": (
+        "HttpCounters starts with every reason at 0 (dict.fromkeys(REASONS, 0)) and only adds: "
+        "the default of the .get is never read"
+    ),
     "pods:pod_info:isinstance(spec, Mapping) and isinstance(status, Mapping)  ->  "
     "isinstance(spec, Mapping) or isinstance(status, Mapping)": (
         "an assert for the type checker: the two lines above make both Mappings always"

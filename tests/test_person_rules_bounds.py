@@ -20,9 +20,12 @@ from types import MappingProxyType
 from typing import Any, cast
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
+from devicemanager.agent.monitor import BackendWorker, Monitor
+from devicemanager.agent.selfmetrics import SelfMetrics
 from devicemanager.figures.ranges import plausible_reading
 from devicemanager.grants import dra
 from devicemanager.grants.deviceplugins import KubeletAnswer
@@ -41,6 +44,8 @@ from devicemanager.kube.proto import podresources_v1_pb2 as pb
 from devicemanager.model import DeviceProcesses, ProcessRow, Reason, VendorReading
 from devicemanager.node import jsonlist
 from devicemanager.serve import access, mint
+from devicemanager.serve import http as http_module
+from devicemanager.serve.app import accepts_gzip
 from devicemanager.serve.counters import HttpCounters
 from devicemanager.serve.http import (
     Answer,
@@ -50,6 +55,7 @@ from devicemanager.serve.http import (
     protocol_for,
 )
 from tests.conftest import NODES
+from tests.fakes import StaticBackend
 from tests.podresources_server import Behaviour, load, serving
 from tests.vendors.test_nvidia_parse import parse_card as nvidia_card
 from vendors._nvml_family import parse_xid_counts
@@ -1137,3 +1143,95 @@ def test_a_fast_routes_get_with_a_body_past_64_kib_is_refused_and_not_answered(
     assert b"HTTP/1.1 200" not in transport.out
     assert s.registry.counters.refused["body"] == 1
     assert s.registry.counters.requests == {("other", 413): 1}  # /x is no route the agent names
+
+
+def test_a_fast_routes_get_with_a_small_body_is_answered_and_the_body_dropped(
+    server: Any,
+) -> None:
+    """R-X8: a GET of a fast route that carries a body within the bound is answered by the
+    fast path; the body, which no route reads, is dropped."""
+    s = server(Limits(), _Routes(5))
+    protocol, transport = s.connect()
+    protocol.data_received(_request(b"Host: x", b"Content-Length: 5", target=b"/x") + b"hello")
+    assert transport.out.startswith(b"HTTP/1.1 200")
+    assert transport.out.endswith(b"aaaaa")
+
+
+def test_the_silent_and_stalled_grace_periods_hold_from_exactly_their_length(
+    server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-X8: past the bound (2: one open connection and two accepted), room is made from a
+    connection silent for exactly 1 s, else a handshake stalled for exactly 3 s (counted
+    `handshakes`); a hair younger, none of them goes."""
+    monkeypatch.setattr(http_module.time, "monotonic", lambda: 100.0)
+    for age, goes in ((1.0, True), (0.999, False)):
+        s = server(Limits(max_connections=2))
+        s.connect()
+        old, new = _Gate(s.registry), _Gate(s.registry)
+        s.registry.waiting = cast(Any, {old: 100.0 - age, new: 100.0})
+        s.registry.gate_room(cast(Any, new))
+        assert (old.aborted, new.aborted) == (goes, False), age
+        assert s.registry.counters.refused["handshakes"] == int(goes)
+    for age, goes in ((3.0, True), (2.999, False)):
+        s = server(Limits(max_connections=2))
+        s.connect()
+        stalled, new = _Gate(s.registry), _Gate(s.registry)
+        s.registry.handshaking = cast(Any, {stalled: 100.0 - age})
+        s.registry.waiting = cast(Any, {new: 100.0})
+        s.registry.gate_room(cast(Any, new))
+        assert (stalled.aborted, new.aborted) == (goes, False), age
+
+
+def test_an_open_connection_that_never_spoke_for_exactly_1_s_makes_room(
+    server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-X8: at the bound, an open connection that finished its handshake and has sent nothing
+    for exactly 1 s is aborted to make room (`shed_idle`)."""
+    clock = [100.0]
+    monkeypatch.setattr(http_module.time, "monotonic", lambda: clock[0])
+    s = server(Limits(max_connections=1))
+    _, mute = s.connect()
+    clock[0] = 101.0
+    newcomer = _Gate(s.registry)
+    s.registry.waiting[cast(Any, newcomer)] = 101.0
+    s.registry.gate_room(cast(Any, newcomer))
+    assert mute.aborted and not newcomer.aborted
+    assert s.registry.counters.refused["shed_idle"] == 1
+
+
+# -- self-metrics: counts in the round they describe (R-X8) --------------------------------------
+
+
+def test_rounds_total_counts_the_round_that_publishes_it() -> None:
+    """R-X8: `rounds_total` includes the round it is published with: 1 in the first round's
+    exposition, 2 in the second's, never a round behind."""
+    monitor = Monitor(
+        [BackendWorker(StaticBackend())],
+        period=15.0,
+        deadline=2.0,
+        liveness_timeout=30.0,
+        node="n1",
+        own=SelfMetrics(HttpCounters()).families,
+    )
+    try:
+        seen = []
+        for _ in range(2):
+            monitor.run_round()
+            text = monitor.current.metrics.plain.decode()
+            (total,) = (
+                s.value
+                for f in text_string_to_metric_families(text)
+                for s in f.samples
+                if s.name == "gpustack_device_manager_rounds_total"
+            )
+            seen.append(total)
+        assert seen == [1.0, 2.0]
+    finally:
+        monitor.stop()
+
+
+def test_accept_encoding_codings_may_carry_spaces() -> None:
+    """R-E1: Accept-Encoding's codings may carry spaces around them and before their
+    parameters (`gzip ;q=0.5`): still gzip; `q=0` with spaces still refuses it."""
+    assert accepts_gzip("deflate , gzip ;q=0.5") is True
+    assert accepts_gzip("gzip ; q = 0") is False
