@@ -476,6 +476,16 @@ EQUIVALENT: dict[str, str] = {
         "HttpCounters starts with every reason at 0 (dict.fromkeys(REASONS, 0)) and only adds: "
         "the default of the .get is never read"
     ),
+    "kube/dra:SliceReflector.apply:check after the next: if event.type == 'BOOKMARK' or key "
+    "is None ... after if event.type == 'DELETED' ...": (
+        "a bookmark is never a deletion, and a deletion without a name pops nothing (no entry "
+        "is kept under None): either order returns having changed nothing"
+    ),
+    "kube/dra:DraSource.__call__:check after the next: if all((r.absent for r in "
+    "self.reflectors)) ... after if not all((r.synced for r in self.reflectors)) ...": (
+        "a reflector that found no resource.k8s.io API is synced too (_absent sets both, and "
+        "only the constructor clears `synced`): all absent passes the synced test either way"
+    ),
     "pods:pod_info:isinstance(spec, Mapping) and isinstance(status, Mapping)  ->  "
     "isinstance(spec, Mapping) or isinstance(status, Mapping)": (
         "an assert for the type checker: the two lines above make both Mappings always"
