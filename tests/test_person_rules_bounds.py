@@ -1235,3 +1235,20 @@ def test_accept_encoding_codings_may_carry_spaces() -> None:
     parameters (`gzip ;q=0.5`): still gzip; `q=0` with spaces still refuses it."""
     assert accepts_gzip("deflate , gzip ;q=0.5") is True
     assert accepts_gzip("gzip ; q = 0") is False
+
+
+def test_a_target_refused_in_its_middle_is_counted_under_other(server: Any) -> None:
+    """R-X8: a refusal is labelled by its route only when its target arrived whole: a target
+    whose part past the header bound comes in a later read (`/metrics` and then 40,000 bytes
+    more) is 431 under `other`, not under the route its first part spells; a target that
+    arrived whole before its headers broke the bound keeps its route."""
+    s = server()
+    protocol, transport = s.connect()
+    protocol.data_received(b"GET /metrics")
+    protocol.data_received(b"a" * 40000)
+    assert _status(transport) == b"431"
+    assert s.registry.counters.requests == {("other", 431): 1}
+    protocol, transport = s.connect()
+    protocol.data_received(_request(b"X: " + b"v" * 40000, target=b"/metrics"))
+    assert _status(transport) == b"431"
+    assert s.registry.counters.requests == {("other", 431): 1, ("/metrics", 431): 1}
