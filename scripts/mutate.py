@@ -462,6 +462,11 @@ EQUIVALENT: dict[str, str] = {
     "self.body_bytes += len(body)": (
         "a refused request's body count is never read again: the guard returns either way"
     ),
+    "serve/http:BoundedHttpProtocol.on_url:guard after its step: if self.refused ... after "
+    "super().on_url(url)": (
+        "once refused, the request's target is never read again (its refusal was labelled "
+        "when it was made): appending to it first changes nothing"
+    ),
     "serve/app:accepts_gzip:part.strip()  ->  part": (
         "the coding is stripped after the split, and the parameters are read with every space "
         "removed: the part's own strip adds nothing"
