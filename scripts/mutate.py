@@ -467,6 +467,12 @@ EQUIVALENT: dict[str, str] = {
         "once refused, the request's target is never read again (its refusal was labelled "
         "when it was made): appending to it first changes nothing"
     ),
+    "serve/http:BoundedHttpProtocol.on_message_complete:guard after its step: if self.cycle "
+    "is None ... after super().on_message_complete()": (
+        "past the refused and fast returns the cycle is None only for an upgrade uvicorn takes "
+        "(its on_headers_complete returns before making one), and uvicorn's "
+        "on_message_complete returns first on exactly that condition"
+    ),
     "serve/app:accepts_gzip:part.strip()  ->  part": (
         "the coding is stripped after the split, and the parameters are read with every space "
         "removed: the part's own strip adds nothing"
