@@ -12,9 +12,21 @@ day (`--semantic` runs only them): two chained `.replace()` calls in the other o
 that no longer round-trips), a `strip()` dropped, two fallbacks of an `or` swapped, the guard
 before a division dropped (the `if` that returns before dividing, or the `x / y if y else …`
 that becomes `x / y`), and the refusal of several matches dropped (an `if len(found) != 1:
-return …` removed, so the first match is taken). Each mutant carries the requirement ids
-(`R-…`) its function's docstring cites, else its module's, and the report lists survivors by
-requirement.
+return …` removed, so the first match is taken), and the slips of issue 45: a guard moved
+after the step it guards (`if len(seen) >= MAX: return` after `seen.append(x)`) or after the
+next check (an admin-access claim judged once its device resolves), a duplicate kept first in
+silence (`if key in seen: duplicates.add(key); continue` become `if key in seen: continue`),
+`<` for `<=` (and back) against a named bound (`MAX_SLICES`, `self.limits.max_headers`), a
+count one round late (`self.n += 1` after the line that reads it, `self.rounds + 1` become
+`self.rounds`), a store keyed by something that may be None made unconditional (one entry every
+keyless thing shares), and a unit slip (1024 for 1000 and back, MiB for MB, `2 << 20` for
+`2 * 10**6`). Each mutant carries the requirement ids (`R-…`) its function's docstring cites,
+else its module's, and the report lists survivors by requirement.
+
+Beside the core, the newest modules are named by their path (`-m grants/dra`, `-m serve/http`,
+`-m vendors/amd`): DRA, ranges, the server, access review, the self-signed pair's child,
+self-metrics, the pod-resources read, and the vendors' health reads (only the functions ONLY
+names), each with its own tests, fastest to kill first.
 
 Every mutant runs the module's own tests (ordered fastest-to-kill first, stopping at the first
 failure) in a private copy of the working tree, under a time limit; a mutant the tests pass is
@@ -26,6 +38,8 @@ in EQUIVALENT below, each with its reason, and counted out of the score.
     scripts/mutate --list -m grants      # the mutants, without running anything
     scripts/mutate --json report.json    # the outcome of every mutant
     scripts/mutate --semantic -j 2       # only the semantic mutants
+    scripts/mutate --semantic -m grants/dra -m kube/dra   # newest modules, by path
+    scripts/mutate --semantic --newest   # every newest module (PATHS) instead of the core
 
 Not part of CI: on the 2-core development machine the whole core takes about 25 minutes with
 -j 2; docs/design.md has the last run's table.
@@ -75,7 +89,49 @@ STEP = {
 }
 
 
+# The newest code outside the core's steps (issue 45), by its path under the repository: a
+# module named by its path (`grants/dra`, `serve/http`, `vendors/amd`) is that file.
+PATHS = {
+    name: f"devicemanager/{name}.py"
+    for name in (
+        "grants/dra",
+        "kube/dra",
+        "figures/ranges",
+        "serve/http",
+        "serve/access",
+        "serve/handshake",
+        "serve/counters",
+        "serve/app",
+        "serve/mint",
+        "agent/selfmetrics",
+        "agent/monitor",
+        "kube/podresources",
+    )
+} | {
+    name: f"{name}.py"
+    for name in (
+        "vendors/_nvml_family",
+        "vendors/amd",
+        "vendors/_amd_smi",
+        "vendors/ascend",
+        "vendors/hygon",
+        "vendors/metax",
+    )
+}
+# A vendor module is mutated only in its health reads (the functions these names match): the
+# rest of it is the library's calls, which its fixtures and fakes hold.
+HEALTH = re.compile(r"health|xid|violation|throttl", re.IGNORECASE)
+ONLY: dict[str, re.Pattern[str]] = {m: HEALTH for m in PATHS if m.startswith("vendors/")} | {
+    # the monitor asks for its own figures in run_round: the rounds counted there (R-X8)
+    "agent/monitor": re.compile(r"run_round"),
+    # amd.py reads the violation status (and caches it by UUID) among its other figures
+    "vendors/amd": re.compile(r"health|violation|_figures"),
+}
+
+
 def source_path(root: Path, module: str) -> Path:
+    if module in PATHS:
+        return root / PATHS[module]
     return root / "devicemanager" / STEP[module] / f"{module}.py"
 
 
@@ -147,6 +203,59 @@ TESTS: dict[str, list[str]] = {  # PERSON_RULES first for every module, added be
 
 TESTS = {module: [*PERSON_RULES, *tests] for module, tests in TESTS.items()}
 
+# The newest modules' tests (issue 45), the rules a person breaks first; no PERSON_RULES (the
+# core's): each list is what holds that file, fastest to kill first.
+BOUNDS_RULES = "tests/test_person_rules_bounds.py"
+DRA_TESTS = [BOUNDS_RULES, "tests/test_dra.py", "tests/test_kube_dra.py", "tests/test_round.py"]
+SERVE_TESTS = [
+    BOUNDS_RULES,
+    "tests/test_serving_rules.py",
+    "tests/test_person_rules_serving.py",
+    "tests/test_fast_path.py",
+    "tests/test_selfmetrics.py",
+    "tests/test_server.py",
+    "tests/test_abuse.py",
+]
+VENDOR_TESTS = [BOUNDS_RULES, "tests/vendors/test_person_rules_vendors.py"]
+TESTS |= {
+    "grants/dra": DRA_TESTS,
+    "kube/dra": [BOUNDS_RULES, "tests/test_kube_dra.py", "tests/test_dra.py"],
+    "figures/ranges": [
+        BOUNDS_RULES,
+        "tests/test_ranges.py",
+        "tests/test_figure_table.py",
+        "tests/vendors/test_amd_fake.py",
+    ],
+    **dict.fromkeys(("serve/http", "serve/counters"), SERVE_TESTS),
+    **dict.fromkeys(("serve/handshake", "serve/app"), SERVE_TESTS[:4]),
+    "serve/access": [BOUNDS_RULES, "tests/test_access.py", "tests/test_person_rules_serving.py"],
+    "serve/mint": [BOUNDS_RULES, "tests/test_self_signed.py", "tests/test_tls_rotation.py"],
+    "agent/selfmetrics": [BOUNDS_RULES, "tests/test_selfmetrics.py", "tests/test_docs.py"],
+    "agent/monitor": [BOUNDS_RULES, "tests/test_selfmetrics.py", "tests/test_monitor.py"],
+    "kube/podresources": [BOUNDS_RULES, "tests/test_podresources.py"],
+    "vendors/_nvml_family": [
+        *VENDOR_TESTS,
+        "tests/vendors/test_nvidia_parse.py",
+        "tests/vendors/test_nvidia_fake.py",
+        "tests/vendors/test_nvidia_kit.py",
+    ],
+    **{
+        f"vendors/{name}": [
+            *VENDOR_TESTS,
+            f"tests/vendors/test_{vendor}_parse.py",
+            f"tests/vendors/test_{vendor}_fake.py",
+            f"tests/vendors/test_{vendor}_kit.py",
+        ]
+        for name, vendor in (
+            ("amd", "amd"),
+            ("_amd_smi", "amd"),
+            ("ascend", "ascend"),
+            ("hygon", "hygon"),
+            ("metax", "metax"),
+        )
+    },
+}
+
 # Survivors that no input can tell from the original, by key, with the reason.
 EQUIVALENT: dict[str, str] = {
     "attribution:attribute_device:True  ->  False": (
@@ -214,6 +323,179 @@ EQUIVALENT: dict[str, str] = {
     ".replace('\\n', '\\\\n')": (
         "the quote and the newline escapes in the other order: neither writes the other's "
         "character, so every value comes out the same"
+    ),
+    "grants/dra:inventory_of:guard after its step: if len(by_name) >= MAX_CLAIMS ... after "
+    "by_name[claim.namespace, claim.name] = claim": (
+        "stopping right after the 2,048th claim is stored instead of before the 2,049th: the "
+        "same 2,048 claims either way (a claim named again only rewrites its own entry)"
+    ),
+    "kube/dra:SliceReflector.replace_all:f'{item.reason}, {item.size} characters "
+    "{jsonlist.named(item.raw)}'...  ->  f'{item.reason}, {item.size} characters "
+    "{jsonlist.named(item.raw)}'": (
+        "the strip() of a refusal's detail, which only the log line carries: no figure or "
+        "count depends on it"
+    ),
+    "figures/ranges:_card:guard after its step: if not invalid and health is card.health ... "
+    "after refused.extend((f'{path}.{name}' for name in invalid))": (
+        "when the guard returns, `invalid` is empty: extending `refused` by nothing first "
+        "changes nothing"
+    ),
+    "figures/ranges:_health:guard after its step: if not invalid ... after "
+    "refused.extend((f'{path}.{name}' for name in invalid))": (
+        "when the guard returns, `invalid` is empty: extending `refused` by nothing first "
+        "changes nothing"
+    ),
+    **{
+        f"kube/podresources:describe:check after the next: if isinstance(exc, {a}) ... after "
+        f"if isinstance(exc, {b}) ...": (
+            f"{a} and {b} are disjoint (no exception is both), so which is asked first "
+            "decides nothing"
+        )
+        for a, b in (
+            ("TimeoutError", "GRPCError"),
+            ("GRPCError", "Refused"),
+            ("Refused", "DecodeError"),
+            ("DecodeError", "(OSError, StreamTerminatedError)"),
+        )
+    },
+    "vendors/_nvml_family:parse_xid_counts:check after the next: if (code := _error(value)) "
+    "is not None ... after if not isinstance(value, Mapping) or len(value) > MAX_ERROR_... ...": (
+        "a recorded failure is a Mapping of two or three keys (error, code, message), never "
+        "past 65: the shape test lets it through to the error test either way"
+    ),
+    "vendors/amd:AmdBackend._figures:kept under None: self._violation[uuid] = held": (
+        "the look-up above never asks for a board without a UUID (`held` is None for it), so "
+        "an entry under None is never read; both guards dropped together, the shared answer "
+        "is caught by test_amd_boards_that_do_not_answer_their_uuid_each_read_their_own_violations"
+    ),
+    "vendors/_nvml_family:NvmlFamilyBackend._register_xid_events:guard after its step: if "
+    "_error(events) is not None ... after self._events_failed = None": (
+        "the guard's branch sets `_events_failed` to the failure itself, so clearing it first "
+        "is overwritten; past the guard it is cleared either way"
+    ),
+    "vendors/_amd_smi:throttle:check after the next: if (code := error_code(answer)) is not "
+    "None ... after if not isinstance(answer, Mapping) ...": (
+        "only a Mapping carries an error code (vendors/_common.error_code): the two tests "
+        "never both hold, so their order decides nothing"
+    ),
+    "vendors/hygon:_unhealthy:_cannot(identity) or _cannot(memory)  ->  "
+    "_cannot(memory) or _cannot(identity)": (
+        "an `or` of two pure tests of values already read: either order, the same answer"
+    ),
+    "vendors/hygon:HygonBackend._health:check after the next: if rc != lib.RSMI_SUCCESS ... "
+    "after if count.value > MAX_RETIRED_PAGES ...": (
+        "`count` starts at 0 and only a probe that succeeds writes it (ROCm SMI returns before "
+        "touching its output on an error): a failed probe is never past the bound, so it "
+        "reaches the rc test either way"
+    ),
+    "serve/mint:names_message:guard after its step: if not raw or b'\\n' in raw or len(raw) "
+    "> MAX_NAME_BYTES ... after lines.append(raw + b'\\n')": (
+        "the guard raises: the line appended first is thrown away with the whole message"
+    ),
+    "serve/mint:read_names:check after the next: if line == b'\\n' ... after if not line ...": (
+        "an empty read and a line break alone never both hold: their order decides nothing"
+    ),
+    "kube/dra:_names:check after the next: if requirement.get('operator') == 'In' ... after "
+    "if requirement.get('operator') == 'NotIn' ...": (
+        "one operator is never both In and NotIn: their order decides nothing"
+    ),
+    "kube/dra:SliceReflector._refuse:check after the next: if key is not None and "
+    "self._refused_names.get(key) == reason ... after if key is not None and "
+    "len(self._refused_names) >= MAX_SLICES ...": (
+        "both checks only return, before the same count and after it nothing: a slice that "
+        "passes neither is logged either way, one that meets either is not"
+    ),
+    "kube/dra:SliceReflector._admit:check after the next: if before is None and len(entries) "
+    ">= MAX_SLICES ... after if devices > dra.MAX_SLICE_DEVICES ...": (
+        "both refuse with the same reason (too_many_slices) and keep `held`: only the log "
+        "line's detail says which bound, and no figure or count depends on it"
+    ),
+    "serve/access:_user:doc.get('groups') or []  ->  [] or doc.get('groups')": (
+        "`[] or x` is x: a missing or empty groups value then fails the list test below and "
+        "gives no groups, as [] does"
+    ),
+    "serve/access:_user:doc.get('extra') or {}  ->  {} or doc.get('extra')": (
+        "`{} or x` is x: a missing or empty extra then fails the dict test below and gives no "
+        "extra, as {} does"
+    ),
+    "serve/http:BoundedHttpProtocol.data_received:guard after its step: if self.refused or "
+    "self.closing ... after self.sent_any = True": (
+        "a refused connection is closing (refuse closes it, the pipelining bound aborts it), "
+        "and `sent_any` is read only of connections not closing: setting it on one changes "
+        "nothing"
+    ),
+    "serve/http:BoundedHttpProtocol.on_header:guard after its step: if not "
+    "self._within_header_bound(len(name) + len(value) + 4) ... after self.header_count += 1": (
+        "the field past the byte bound refuses the request: every later callback returns on "
+        "`refused`, so the count it added is never read"
+    ),
+    "serve/http:BoundedHttpProtocol.on_header:guard after its step: if self.header_count > "
+    "self.limits.max_headers ... after super().on_header(name, value)": (
+        "a request with too many fields is refused (431) when its section ends whatever was "
+        "kept; the fields kept meanwhile are bounded by the 32 KiB section and go with it"
+    ),
+    "serve/http:BoundedHttpProtocol.on_headers_complete:guard after its step: if self.refused "
+    "... after self.headers_done = True": (
+        "`headers_done` is read by data_received (which returns first on a refused "
+        "connection) and to label a refusal already counted: setting it then changes nothing"
+    ),
+    "serve/http:BoundedHttpProtocol.on_headers_complete:check after the next: if "
+    "len(self.pipeline) >= MAX_PIPELINED ... after if self._take_fast() ...": (
+        "_take_fast declines whenever anything is queued (`or self.pipeline`), so a full "
+        "queue reaches the bound either way"
+    ),
+    **{
+        "serve/http:BoundedHttpProtocol._take_fast:check after the next: " + pair: (
+            "each check only declines (returns False) and none can raise: any order declines "
+            "the same requests"
+        )
+        for pair in (
+            "if routes is None or self.parser.get_method() != b'GET' or s... ... after if "
+            "self.flow.write_paused ...",
+            "if self.flow.write_paused ... after if self.cycle is not None and (not "
+            "self.cycle.response_compl... ...",
+            "if self.cycle is not None and (not self.cycle.response_compl... ... after if "
+            "self.parser.should_upgrade() ...",
+        )
+    },
+    "serve/http:BoundedHttpProtocol.on_body:guard after its step: if self.refused ... after "
+    "self.body_bytes += len(body)": (
+        "a refused request's body count is never read again: the guard returns either way"
+    ),
+    "serve/http:BoundedHttpProtocol.on_url:guard after its step: if self.refused ... after "
+    "super().on_url(url)": (
+        "once refused, the request's target is never read again (its refusal was labelled "
+        "when it was made): appending to it first changes nothing"
+    ),
+    "serve/http:BoundedHttpProtocol.on_message_complete:guard after its step: if self.cycle "
+    "is None ... after super().on_message_complete()": (
+        "past the refused and fast returns the cycle is None only for an upgrade uvicorn takes "
+        "(its on_headers_complete returns before making one), and uvicorn's "
+        "on_message_complete returns first on exactly that condition"
+    ),
+    "serve/app:accepts_gzip:part.strip()  ->  part": (
+        "the coding is stripped after the split, and the parameters are read with every space "
+        "removed: the part's own strip adds nothing"
+    ),
+    "serve/app:Routes.answer:check after the next: if path == LANDING ... after if path == "
+    "'/metrics' ...": ("one path is never two: the order of equality tests decides nothing"),
+    "serve/app:Routes.answer:check after the next: if path == '/metrics' ... after if path == "
+    "'/monitor/snapshot' ...": (
+        "one path is never two: the order of equality tests decides nothing"
+    ),
+    "agent/selfmetrics:http_families:0  ->  1": (
+        "HttpCounters starts with every reason at 0 (dict.fromkeys(REASONS, 0)) and only adds: "
+        "the default of the .get is never read"
+    ),
+    "kube/dra:SliceReflector.apply:check after the next: if event.type == 'BOOKMARK' or key "
+    "is None ... after if event.type == 'DELETED' ...": (
+        "a bookmark is never a deletion, and a deletion without a name pops nothing (no entry "
+        "is kept under None): either order returns having changed nothing"
+    ),
+    "kube/dra:DraSource.__call__:check after the next: if all((r.absent for r in "
+    "self.reflectors)) ... after if not all((r.synced for r in self.reflectors)) ...": (
+        "a reflector that found no resource.k8s.io API is synced too (_absent sets both, and "
+        "only the constructor clears `synced`): all absent passes the synced test either way"
     ),
     "pods:pod_info:isinstance(spec, Mapping) and isinstance(status, Mapping)  ->  "
     "isinstance(spec, Mapping) or isinstance(status, Mapping)": (
@@ -350,6 +632,93 @@ def _leaves(body: list[ast.stmt]) -> bool:
     return bool(body) and isinstance(body[-1], ast.Return | ast.Continue | ast.Raise | ast.Break)
 
 
+_ORDERINGS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+_BOUND_WORDS = {"max", "min", "limit", "bound", "cap", "most", "least"}
+
+
+def _is_bound(node: ast.AST) -> bool:
+    """Whether `node` names a bound: a named constant (`MAX_SLICES`, `dra.MAX_NAME`) or a
+    setting whose name says it is one (`self.max_connections`, `limit`)."""
+    for n in ast.walk(node):
+        name = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else ""
+        if len(name) > 1 and (name.isupper() or _BOUND_WORDS & set(name.lower().split("_"))):
+            return True
+    return False
+
+
+def _is_guard(stmt: ast.stmt) -> bool:
+    """`if …: …; return` (or continue, raise, break) with no else: a check that stops a step."""
+    return isinstance(stmt, ast.If) and not stmt.orelse and _leaves(stmt.body)
+
+
+def _is_step(stmt: ast.stmt) -> bool:
+    """A statement that changes state: a call made for its effect (not a log line), a store
+    into a container or an attribute, a count."""
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        func = stmt.value.func
+        return not (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id in _LOGGERS
+        )
+    if isinstance(stmt, ast.AugAssign):
+        return True
+    return isinstance(stmt, ast.Assign) and any(
+        isinstance(t, ast.Subscript | ast.Attribute) for t in stmt.targets
+    )
+
+
+def _is_count(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Add)
+
+
+def _reads(stmt: ast.stmt, target: ast.expr) -> bool:
+    text = ast.unparse(target)
+    return any(
+        isinstance(n, ast.Name | ast.Attribute | ast.Subscript)
+        and isinstance(n.ctx, ast.Load)
+        and ast.unparse(n) == text
+        for n in ast.walk(stmt)
+    )
+
+
+def _guards_a_store_by(node: ast.If) -> bool:
+    """`if key is not None: table[key] = value` (nothing else, no else)."""
+    test = node.test
+    if not (
+        isinstance(test, ast.Compare)
+        and isinstance(test.ops[0], ast.IsNot)
+        and len(test.ops) == 1
+        and isinstance(test.left, ast.Name)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    ):
+        return False
+    if node.orelse or len(node.body) != 1 or not isinstance(node.body[0], ast.Assign):
+        return False
+    key = test.left.id
+    return any(
+        isinstance(t, ast.Subscript) and key in _names(t.slice) for t in node.body[0].targets
+    )
+
+
+def _first_line(node: ast.AST) -> str:
+    text = ast.unparse(node).splitlines()[0]
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# A unit's two spellings: a binary factor for its decimal one and back (MiB for MB, KiB for kB).
+_UNIT_SLIPS = {
+    1024: 1000,
+    1000: 1024,
+    1 << 20: 10**6,
+    10**6: 1 << 20,
+    1 << 30: 10**9,
+    10**9: 1 << 30,
+}
+_UNIT_NAMES = {"KIB": 1000, "MIB": 10**6, "GIB": 10**9}
+
+
 class Mutator(ast.NodeTransformer):
     """Walks a module in a fixed order, numbering every possible mutation; applies the one
     numbered `target` (or none, with -1) and records all of them."""
@@ -375,19 +744,58 @@ class Mutator(ast.NodeTransformer):
         return node
 
     def _offer(
-        self, node: ast.AST, make: Callable[[], ast.AST], kind: str = "line"
+        self,
+        node: ast.AST,
+        make: Callable[[], ast.AST],
+        kind: str = "line",
+        change: str | None = None,
     ) -> ast.AST | None:
         number = self.count
         self.count += 1
         mutated = make()
         where = ".".join(self.scope) or "<module>"
-        change = f"{_short(node)}  ->  {_short(mutated)}"
+        change = change or f"{_short(node)}  ->  {_short(mutated)}"
         cited = next((ids for ids in reversed(self.requirements) if ids), ())
         self.found.append((getattr(node, "lineno", 0), where, change, kind, cited))
         if number == self.target:
             self.applied = True
             return mutated
         return None
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        node = super().generic_visit(node)
+        for name in ("body", "orelse", "finalbody"):
+            stmts = getattr(node, name, None)
+            if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
+                setattr(node, name, self._statements(stmts))
+        return node
+
+    def _statements(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
+        """Two neighbours in the other order: a guard moved after the step it guards (`if
+        len(seen) >= MAX: return` after `seen.append(x)`), or a count read before it is made
+        (`self.rounds += 1` after the line that reports `self.rounds`: one round late)."""
+        for i in range(len(stmts) - 1):
+            first, second = stmts[i], stmts[i + 1]
+            change = None
+            if _is_guard(first) and _is_step(second):
+                assert isinstance(first, ast.If)
+                change = (
+                    f"guard after its step: if {_first_line(first.test)} ... "
+                    f"after {_first_line(second)}"
+                )
+            elif _is_guard(first) and _is_guard(second):
+                # Two checks in the other order: the first one judged only once the second let
+                # the step through (an admin-access claim judged once its device resolves).
+                assert isinstance(first, ast.If) and isinstance(second, ast.If)
+                change = (
+                    f"check after the next: if {_first_line(first.test)} ... "
+                    f"after if {_first_line(second.test)} ..."
+                )
+            elif _is_count(first) and _reads(second, first.target):  # type: ignore[attr-defined]
+                change = f"count one round late: {_first_line(first)} after {_first_line(second)}"
+            if change and self._offer(first, lambda f=first: f, "semantic", change) is not None:
+                return [*stmts[:i], second, first, *stmts[i + 2 :]]
+        return stmts
 
     # -- what is never mutated -------------------------------------------------------------
 
@@ -398,7 +806,7 @@ class Mutator(ast.NodeTransformer):
         self.divisors.append(_divisors(node))
         node.args.defaults = [self.visit(d) for d in node.args.defaults]
         node.args.kw_defaults = [d if d is None else self.visit(d) for d in node.args.kw_defaults]
-        node.body = [self.visit(s) for s in node.body]
+        node.body = self._statements([self.visit(s) for s in node.body])
         self.divisors.pop()
         self.requirements.pop()
         self.scope.pop()
@@ -449,8 +857,35 @@ class Mutator(ast.NodeTransformer):
             return node
         self._mark_test(node.test)
         node = self.generic_visit(node)  # type: ignore[assignment]
+        if _guards_a_store_by(node):
+            # `if uuid is not None: cache[uuid] = x` -> `cache[uuid] = x`: whatever has no key
+            # is stored under None, one entry every keyless thing then shares.
+            store = node.body[0]
+            found = self._offer(
+                node,
+                lambda: copy.deepcopy(store),
+                "semantic",
+                f"kept under None: {_first_line(store)}",
+            )
+            if found is not None:
+                return found
         if node.orelse or not _leaves(node.body):
             return node
+        if len(node.body) > 1 and any(
+            isinstance(n, ast.Compare) and any(isinstance(op, ast.In) for op in n.ops)
+            for n in ast.walk(node.test)
+        ):
+            # `if key in seen: duplicates.add(key); continue` -> `if key in seen: continue`:
+            # a duplicate (or a refusal) no longer recorded, the first kept in silence.
+            leave = node.body[-1]
+            found = self._offer(
+                node,
+                lambda: ast.If(copy.deepcopy(node.test), [copy.deepcopy(leave)], []),
+                "semantic",
+                f"first kept silently: if {_first_line(node.test)}: {_first_line(leave)}",
+            )
+            if found is not None:
+                return found
         divisors = self.divisors[-1] if self.divisors else set()
         # A guard before a division (`if not total: return None`), or the refusal of several
         # matches (`if len(found) != 1: return None`): dropped, the code goes on past it.
@@ -544,7 +979,12 @@ class Mutator(ast.NodeTransformer):
                 out.ops[i] = flip()
                 return out
 
-            found = self._offer(node, flipped)
+            # `<` for `<=` against a named bound: off by one at the bound, a person's bug.
+            operands = [node.left, *node.comparators]
+            at_bound = isinstance(op, _ORDERINGS) and (
+                _is_bound(operands[i]) or _is_bound(operands[i + 1])
+            )
+            found = self._offer(node, flipped, "semantic" if at_bound else "line")
             if found is not None:
                 return found
         return node
@@ -583,8 +1023,36 @@ class Mutator(ast.NodeTransformer):
             return self._offer(node, lambda: copy.deepcopy(node.operand)) or node
         return node
 
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        factor = _UNIT_NAMES.get(node.id)
+        if factor is None or not isinstance(node.ctx, ast.Load):
+            return node
+        return self._offer(node, lambda: ast.Constant(factor), "semantic") or node
+
     def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
         node = self.generic_visit(node)  # type: ignore[assignment]
+        left, right = node.left, node.right
+        if (
+            isinstance(node.op, ast.LShift)
+            and isinstance(left, ast.Constant)
+            and isinstance(right, ast.Constant)
+            and right.value in (10, 20, 30)
+        ):
+            # `2 << 20` (MiB) for `2 * 10**6` (MB): a unit slip.
+            decimal = ast.BinOp(
+                copy.deepcopy(left), ast.Mult(), ast.Constant(1000 ** (right.value // 10))
+            )
+            return self._offer(node, lambda: decimal, "semantic") or node
+        if (
+            isinstance(node.op, ast.Add)
+            and isinstance(left, ast.Attribute)
+            and isinstance(right, ast.Constant)
+            and right.value == 1
+        ):
+            # `self.rounds + 1` -> `self.rounds`: the count as of the round before.
+            found = self._offer(node, lambda: copy.deepcopy(left), "semantic")
+            if found is not None:
+                return found
         swap = _BINOP_SWAPS.get(type(node.op))
         if swap is None:
             return node
@@ -602,6 +1070,11 @@ class Mutator(ast.NodeTransformer):
             new: object = not value
         elif isinstance(value, int):
             new = {0: 1, 1: 0}.get(value, value + 1)
+            slip = _UNIT_SLIPS.get(value)
+            if slip is not None:
+                found = self._offer(node, lambda: ast.Constant(slip), "semantic")
+                if found is not None:
+                    return found
         elif isinstance(value, float):
             new = value + 1.0
         else:
@@ -616,11 +1089,13 @@ def enumerate_mutants(module: str, source: str | None = None) -> list[Mutant]:
     mutator.visit(ast.parse(source))
     seen: dict[str, int] = {}
     out = []
+    only = ONLY.get(module)
     for number, (line, where, change, kind, cited) in enumerate(mutator.found):
         base = f"{module}:{where}:{change}"
         seen[base] = seen.get(base, 0) + 1
         key = base if seen[base] == 1 else f"{base}#{seen[base]}"
-        out.append(Mutant(module, number, line, where, change, key, kind, cited))
+        if only is None or only.search(where):
+            out.append(Mutant(module, number, line, where, change, key, kind, cited))
     return out
 
 
@@ -715,9 +1190,7 @@ class Workspace:
     def install(self, module: str, source: str) -> None:
         target = source_path(self.root, module)
         target.write_text(source)
-        for stale in (source_path(self.root, module).parent / "__pycache__").glob(
-            f"{module}.*.pyc"
-        ):
+        for stale in (target.parent / "__pycache__").glob(f"{target.stem}.*.pyc"):
             stale.unlink()
 
     def restore(self, module: str) -> None:
@@ -834,9 +1307,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the mutants, run nothing")
     parser.add_argument("--only", help="run only mutants whose key contains this text")
     parser.add_argument("--semantic", action="store_true", help="run only the semantic mutants")
+    parser.add_argument(
+        "--newest", action="store_true", help="the newest modules (PATHS) instead of the core"
+    )
     parser.add_argument("--json", type=Path, help="write every mutant's outcome here")
     args = parser.parse_args(argv)
-    modules = args.module or sorted(TESTS)
+    modules = args.module or sorted(PATHS if args.newest else set(TESTS) - set(PATHS))
     mutants = [m for module in modules for m in enumerate_mutants(module)]
     if args.only:
         mutants = [m for m in mutants if args.only in m.key]

@@ -3,7 +3,7 @@
 
 It serves a recorded answer (a scenario's podresources.json, parsed into the real messages and
 serialised by protobuf), and can be told to be slow, to be a kubelet that predates v1 or
-GetAllocatableResources, or to answer bytes that are no message at all.
+GetAllocatableResources, to answer bytes that are no message at all, or to fail after its headers.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ class Behaviour:
     serve_allocatable: bool = True  # False: a kubelet before 1.21
     garbage: bool = False  # answer bytes that do not decode
     answer_bytes: int = 0  # > 0: answer this many bytes (a message larger than any bound)
+    fail_after_headers: bool = False  # headers, then no message: UNAVAILABLE in the trailers
     calls: list[str] = field(default_factory=list)
     released: threading.Event = field(default_factory=threading.Event)
 
@@ -45,6 +46,9 @@ def _handler(behaviour: Behaviour, method: str, response: Any) -> grpc.RpcMethod
         behaviour.calls.append(method)
         if behaviour.delay:
             behaviour.released.wait(behaviour.delay)
+        if behaviour.fail_after_headers:
+            context.send_initial_metadata(())
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the kubelet is shutting down")
         if behaviour.garbage:
             return b"\xff\xff\xff\xff not a protobuf message"
         if behaviour.answer_bytes:

@@ -399,9 +399,13 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         # once this read has been parsed, if the request is not complete by then.
 
     def on_url(self, url: bytes) -> None:
-        if self.refused or not self._within_header_bound(len(url)):
+        if self.refused:
             return
+        # Kept before it is judged: a target refused in its middle (its part past the bound
+        # in a later read) is then not whole, and its refusal is labelled `other`, never the
+        # route its first part spells (`_route`).
         super().on_url(url)
+        self._within_header_bound(len(url))
 
     def _within_header_bound(self, parsed: int) -> bool:
         """Counts parsed header-section bytes as the parser hands them over: the bound holds

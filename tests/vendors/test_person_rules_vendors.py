@@ -468,3 +468,125 @@ def test_hygon_read_asks_edge_then_junction(
     assert [c.temperature_celsius for c in reading.cards] == [51.5, 78.25, None]
     first = payload["devices"][0]["rsmi_dev_temp_metric_get"]
     assert first == {"edge": 51_500}  # edge answered: junction is not asked
+
+
+@pytest.mark.timeout(90)
+def test_amd_boards_that_do_not_answer_their_uuid_each_read_their_own_violations(
+    rocm_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(R-X7) The violation status is carried between rounds by the board's UUID: two boards
+    that do not answer theirs share no entry. Each is asked every round, one second apart
+    (inside the 5 s a UUID-keyed answer is kept), and each shows its own flags."""
+    faults = {"amdsmi_get_gpu_device_uuid": fake_amd.NOT_SUPPORTED}
+    doc = fake_amd.scenario(
+        [
+            fake_amd.card(0, faults=faults, violation={"ppt": 1, "hbm": 0}),
+            fake_amd.card(1, faults=faults, violation={"ppt": 0, "hbm": 1}),
+        ]
+    )
+    monkeypatch.setenv(fake_amd.SCENARIO_ENV, str(fake_amd.write(tmp_path / "s.txt", doc)))
+    sysfs = fake_amd.sysfs(tmp_path / "sys", doc["devices"])
+    ticks = iter(1000.0 + i for i in range(10))
+    backend = AmdBackend({"amd_smi": str(rocm_root)}, clock=lambda: next(ticks), sysfs=sysfs)
+    backend.open()
+    try:
+        payloads = [backend.read(ReadRequest()) for _ in range(2)]
+    finally:
+        backend.close()
+    for n, payload in enumerate(payloads):
+        boards = [s["processors"][0] for s in payload["sockets"]]
+        assert [b["amdsmi_get_gpu_device_uuid"].get("code") for b in boards] == [2, 2]
+        flags = [
+            (b[amd.VIOLATIONS]["active_ppt_pwr"], b[amd.VIOLATIONS]["active_hbm_thrm"])
+            for b in boards
+        ]
+        assert flags == [(True, False), (False, True)], n
+        assert [b["violationReadAt"] for b in boards] == [1000.0 + n] * 2
+
+
+@pytest.mark.timeout(90)
+def test_amd_board_figures_come_from_the_xcp_of_partition_0_wherever_it_is_listed(
+    rocm_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(R-X7) A CPX board's figures (power, temperature, ECC, violations) are read on the XCP
+    whose partition id is 0, marked `board`, and on no other, even when the library lists it
+    last: the card's power is that XCP's 402 W."""
+    doc = fake_amd.scenario(list(reversed(fake_amd.cpx_card(0))))
+    monkeypatch.setenv(fake_amd.SCENARIO_ENV, str(fake_amd.write(tmp_path / "s.txt", doc)))
+    sysfs = fake_amd.sysfs(tmp_path / "sys", doc["devices"])
+    backend = AmdBackend({"amd_smi": str(rocm_root)}, clock=lambda: 1000.0, sysfs=sysfs)
+    backend.open()
+    try:
+        payload = backend.read(ReadRequest())
+    finally:
+        backend.close()
+    (socket,) = payload["sockets"]
+    processors = socket["processors"]
+    assert [p["amdsmi_get_gpu_kfd_info"]["current_partition_id"] for p in processors] == [
+        7,
+        6,
+        5,
+        4,
+        3,
+        2,
+        1,
+        0,
+    ]
+    assert [p.get("board") for p in processors] == [None] * 7 + [True]
+    assert ["amdsmi_get_power_info" in p for p in processors] == [False] * 7 + [True]
+
+
+def test_nvidia_keeps_64_fatal_xid_codes_for_unhealthy_and_not_a_65th(
+    libnvml: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(R-X7) A card keeps at most 64 XID codes that make it unhealthy (MAX_ERROR_CODES): of
+    65 distinct fatal codes the first 64 are recorded, the 65th is counted under `other`."""
+    from tests.fakelib import nvidia as fake_nvml
+    from tests.world import gpu
+    from vendors.nvidia import NvidiaBackend
+
+    codes = list(range(1000, 1065))
+    path = fake_nvml.write(tmp_path / "s.txt", "550.90.07", [fake_nvml.device(gpu(0), xids=codes)])
+    monkeypatch.setenv("FAKE_NVML_SCENARIO", str(path))
+    backend = NvidiaBackend({"nvml": str(libnvml)})
+    backend.open()
+    try:
+        payload = backend.read(ReadRequest())
+    finally:
+        backend.close()
+    (device,) = payload["devices"]
+    assert device["xidCriticalErrors"] == list(range(1000, 1064))
+    assert device["xidErrorCounts"]["other"] == 1
+
+
+@pytest.mark.timeout(90)
+def test_hygon_reads_4096_retired_pages_and_refuses_a_4097th(
+    hygon_libs: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(R-X7) One read takes at most 4,096 retired-page records: a card with exactly 4,096
+    has them all read, one with 4,097 is recorded as INSUFFICIENT_SIZE (its pages figures
+    absent), never read past the bound."""
+    cards = [
+        fake_hygon.card(0x11, 0x03, pages=[0] * 4096),
+        fake_hygon.card(0x22, 0x23, pages=[0] * 4097),
+    ]
+    for key, value in fake_hygon.write(tmp_path / "scenario", fake_hygon.node(cards)).items():
+        monkeypatch.setenv(key, value)
+    backend = HygonBackend(hygon_libs, mig_config="/nonexistent")
+    backend.open()
+    try:
+        payload = backend.read(ReadRequest())
+    finally:
+        backend.close()
+    at, over = (d["rsmi_dev_memory_reserved_pages_get"] for d in payload["devices"])
+    assert at == [0] * 4096
+    assert over["error"] == "RSMI_STATUS_INSUFFICIENT_SIZE"
+
+
+def test_metax_a_lost_card_outranks_one_the_driver_marks_unavailable() -> None:
+    """(R-X7) The unhealthy reason is the most severe signal: a card MXSML no longer finds is
+    `device_lost` even when its last state also said not available."""
+    from tests.vendors.test_metax_parse import only_card
+
+    card = only_card(mxSmlGetDeviceState=0, mxSmlGetMemoryInfo={"error": "NoDevice", "code": 2})
+    assert (card.unhealthy, card.unhealthy_reason) == (True, "device_lost")
