@@ -345,6 +345,12 @@ EQUIVALENT: dict[str, str] = {
         "when the guard returns, `invalid` is empty: extending `refused` by nothing first "
         "changes nothing"
     ),
+    "kube/dra:RuleReflector.run_once:guard after its step: if exc.status != 404 ... after "
+    "self._served = None": (
+        "forgetting the version read before an error other than 404 is raised only makes the "
+        "next list ask the versions again from the newest, which answers the same one: the "
+        "same rules, held the same way"
+    ),
     **{
         f"kube/podresources:describe:check after the next: if isinstance(exc, {a}) ... after "
         f"if isinstance(exc, {b}) ...": (
@@ -352,10 +358,9 @@ EQUIVALENT: dict[str, str] = {
             "decides nothing"
         )
         for a, b in (
-            ("TimeoutError", "GRPCError"),
-            ("GRPCError", "Refused"),
+            ("GrpcError", "Refused"),
             ("Refused", "DecodeError"),
-            ("DecodeError", "(OSError, StreamTerminatedError)"),
+            ("DecodeError", "OSError"),
         )
     },
     "vendors/_nvml_family:parse_xid_counts:check after the next: if (code := _error(value)) "

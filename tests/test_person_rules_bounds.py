@@ -1252,3 +1252,76 @@ def test_a_target_refused_in_its_middle_is_counted_under_other(server: Any) -> N
     protocol.data_received(_request(b"X: " + b"v" * 40000, target=b"/metrics"))
     assert _status(transport) == b"431"
     assert s.registry.counters.requests == {("other", 431): 1, ("/metrics", 431): 1}
+
+
+# -- DRA health (issue 42): DeviceTaintRules held and refused, reasons bounded (R-X6) ---------
+
+_RMA = {"key": "example.com/maintenance", "value": "hbm-rma", "effect": "NoExecute"}
+
+
+def _rule(name: str, selector: dict[str, Any] | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"taint": _RMA}
+    if selector is not None:
+        spec["deviceSelector"] = selector
+    return {"kind": "DeviceTaintRule", "metadata": {"name": name}, "spec": spec}
+
+
+def test_1024_taint_rules_are_held_and_the_1025th_refused_and_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """R-X6: the cluster's DeviceTaintRules are held up to exactly 1,024; the 1,025th is refused
+    (counted, logged once by its name), and listing the same rules again counts it again
+    without logging it again. A rule named again replaces its own entry at the bound."""
+    caplog.set_level(logging.INFO, "devicemanager.kube.dra")
+    reflector = kube_dra.RuleReflector(cast(KubeClient, None))
+    rules = [_rule(f"r{n:04d}", {"device": f"gpu-{n}"}) for n in range(1025)]
+    reflector.replace_all(rules, "1")
+    held = reflector.rules()
+    assert len(held) == 1024 and held[-1].name == "r1023"
+    assert reflector.refused == 1
+    logged = [r for r in caplog.records if r.getMessage() == "a device taint rule is not applied"]
+    assert [getattr(r, "rule", None) for r in logged] == ["r1024"]
+    reflector.replace_all(rules, "2")
+    assert reflector.refused == 2 and len(reflector.rules()) == 1024
+    again = [r for r in caplog.records if r.getMessage() == "a device taint rule is not applied"]
+    assert len(again) == 1  # the same rule refused again: counted, not logged again
+
+
+def test_refused_taint_rules_are_logged_by_name_up_to_1024_names(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """R-X6: rules the agent cannot apply (no selector) are each logged once by name, for at
+    most 1,024 names; the 1,025th is counted, not logged."""
+    caplog.set_level(logging.INFO, "devicemanager.kube.dra")
+    reflector = kube_dra.RuleReflector(cast(KubeClient, None))
+    reflector.replace_all([_rule(f"n{n:04d}", None) for n in range(1025)], "1")
+    assert reflector.rules() == () and reflector.refused == 1025
+    logged = [r for r in caplog.records if r.getMessage() == "a device taint rule is not applied"]
+    assert len(logged) == 1024
+    assert getattr(logged[-1], "rule", None) == "n1023"
+
+
+def test_a_rule_is_read_up_to_64_kib() -> None:
+    """R-X6: one DeviceTaintRule's JSON is read up to 64 KiB (65,536 bytes), as
+    docs/kubernetes.md states; a longer one is refused whole by the list and the watch."""
+    assert kube_dra.MAX_RULE_BYTES == 65_536
+
+
+def test_a_cards_reason_from_dra_and_the_kubelet_is_cut_at_1024_characters() -> None:
+    """R-X6: the reasons DRA and the kubelet give a card, joined, are at most 1,024
+    characters; under that they are whole."""
+    assert len(dra.joined("a" * 700, "b" * 700)) == 1024
+    assert dra.joined("a" * 700, "b" * 323) == "a" * 700 + "," + "b" * 323  # 1,024 exactly
+
+
+def test_a_tainted_device_that_names_no_card_taints_nothing() -> None:
+    """R-X6: a device whose taint the slices carry but which names no card the libraries know
+    is left out of the cards' taints (the taint of a device the agent cannot place)."""
+    taint = dra.DeviceTaint("example.com/maintenance", "hbm-rma", "NoExecute")
+    device = DraDevice(DRIVER, "pool", "d0", MappingProxyType({"uuid": "nowhere"}), taints=(taint,))
+    placed = DraDevice(DRIVER, "pool", "d1", MappingProxyType({"uuid": "card-a"}), taints=(taint,))
+    aliases = {("acme", "card-a"): "card-a"}
+    assert dra.card_taints(inventory_of([device]), aliases) == {}
+    assert dra.card_taints(inventory_of([device, placed]), aliases) == {
+        ("acme", "card-a"): (taint,)
+    }
