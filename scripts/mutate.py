@@ -492,10 +492,11 @@ EQUIVALENT: dict[str, str] = {
         "HttpCounters starts with every reason at 0 (dict.fromkeys(REASONS, 0)) and only adds: "
         "the default of the .get is never read"
     ),
-    "kube/dra:SliceReflector.apply:check after the next: if event.type == 'BOOKMARK' or key "
-    "is None ... after if event.type == 'DELETED' ...": (
-        "a bookmark is never a deletion, and a deletion without a name pops nothing (no entry "
-        "is kept under None): either order returns having changed nothing"
+    "kube/dra:SliceReflector.apply:check after the next: if key is None ... after if "
+    "event.type == 'DELETED' ...": (
+        "the key is None for a bookmark, never a deletion, and for a nameless object, whose "
+        "deletion pops nothing (no entry is kept under None): either order returns having "
+        "changed nothing"
     ),
     "kube/dra:DraSource.__call__:check after the next: if all((r.absent for r in "
     "self.reflectors)) ... after if not all((r.synced for r in self.reflectors)) ...": (

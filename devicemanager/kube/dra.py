@@ -475,14 +475,9 @@ class SliceReflector(Reflector):
             self.synced, self.absent = True, False
 
     def apply(self, event: WatchEvent) -> None:
-        meta = event.object.get("metadata")
-        version = meta.get("resourceVersion") if isinstance(meta, dict) else None
         with self._lock:
-            self.events += 1
-            if isinstance(version, str) and version:
-                self.version = version
-            key = _slice_name(event.object)
-            if event.type == "BOOKMARK" or key is None:
+            key = _noted(self, event)
+            if key is None:
                 return
             if event.type == "DELETED":
                 self._entries.pop(key, None)
@@ -547,6 +542,18 @@ def _slice_name(obj: Any) -> str | None:
     return _name(meta.get("name")) if isinstance(meta, dict) else None
 
 
+def _noted(reflector: Reflector, event: WatchEvent) -> str | None:
+    """A watch event counted and its resource version kept (the caller holds the reflector's
+    lock): the name of the object it changes, None for a bookmark or a nameless object."""
+    meta = event.object.get("metadata")
+    version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    reflector.events += 1
+    if isinstance(version, str) and version:
+        reflector.version = version
+    key = _slice_name(event.object)
+    return None if event.type == "BOOKMARK" else key
+
+
 class RuleReflector(Reflector):
     """The cluster's DeviceTaintRules, kept current by list-then-watch (cluster-scoped: a
     cluster has few). The version is the newest the group lists whose collection answers; a
@@ -608,14 +615,9 @@ class RuleReflector(Reflector):
             self.synced, self.absent = True, False
 
     def apply(self, event: WatchEvent) -> None:
-        meta = event.object.get("metadata")
-        version = meta.get("resourceVersion") if isinstance(meta, dict) else None
         with self._lock:
-            self.events += 1
-            if isinstance(version, str) and version:
-                self.version = version
-            key = _slice_name(event.object)
-            if event.type == "BOOKMARK" or key is None:
+            key = _noted(self, event)
+            if key is None:
                 return
             if event.type == "DELETED":
                 self._rules.pop(key, None)
