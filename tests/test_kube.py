@@ -22,7 +22,7 @@ from devicemanager.figures.figures import InstanceMetricsUnavailable
 from devicemanager.figures.snapshot import from_json
 from devicemanager.grants.node import node_grants
 from devicemanager.kube.cache import SharedCache
-from devicemanager.kube.client import KubeClient, KubeError, config_from
+from devicemanager.kube.client import MAX_POD_EVENT_BYTES, KubeClient, KubeError, config_from
 from devicemanager.kube.cluster import ClusterRound
 from devicemanager.kube.informer import PodInformer
 from devicemanager.kube.kubelet import (
@@ -147,6 +147,30 @@ def test_list_then_watch_follows_the_node_and_only_it(
     assert api.count("list") == 1  # one list, then only the watch
     ((_, query),) = [r for r in api.requests if r[0] == "list"]
     assert query["fieldSelector"] == ["spec.nodeName=node-1"]
+
+
+def test_a_pod_event_past_its_bound_is_dropped_and_the_watch_goes_on(
+    api: FakeApiServer, informer: PodInformer
+) -> None:
+    """R-A4: one pod's watch event is read up to 4 MiB and its envelope; a longer line is
+    dropped as it arrives (counted as malformed), the pod keeps its last version and the
+    watch goes on to the next event, with no new list."""
+    a = kpod("a", None)
+    api.add(a)
+    informer.start()
+    wait(lambda: names(informer) == {"a"})
+    api.wait_for_watchers()
+    huge = copy.deepcopy(a)
+    huge["metadata"]["annotations"] = {"big": "x" * MAX_POD_EVENT_BYTES}
+    huge["metadata"]["labels"]["x"] = "huge"
+    api.modify(huge)
+    wait(lambda: informer.malformed == 1)
+    assert informer().get(uid("a")).labels.get("x") is None  # type: ignore[union-attr]
+    fine = copy.deepcopy(a)
+    fine["metadata"]["labels"]["x"] = "fine"
+    api.modify(fine)
+    wait(lambda: informer().get(uid("a")).labels.get("x") == "fine")  # type: ignore[union-attr]
+    assert api.count("list") == 1
 
 
 def test_bookmarks_cuts_and_410(api: FakeApiServer, informer: PodInformer) -> None:

@@ -26,6 +26,10 @@ SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 # A plain GET's or POST's answer (a review, a page of a list read by `list_all`) is read no
 # further than this; the bounded readers (`get_bytes`, `watch`) have their own bounds.
 MAX_ANSWER_BYTES = 64 << 20
+# One pod's watch event: the bound a pods file puts on one pod (node/pods.py MAX_POD_BYTES, far
+# above what the API server stores) and the event's envelope. A longer line is dropped as it
+# arrives, never held whole: the pod keeps its last version, the line is counted as malformed.
+MAX_POD_EVENT_BYTES = (4 << 20) + 4096
 
 
 class KubeError(Exception):
@@ -260,6 +264,7 @@ class KubeClient:
             resource_version,
             timeout_seconds,
             malformed,
+            max_line_bytes=MAX_POD_EVENT_BYTES,
         )
 
     def stats_summary(self, node: str) -> Any:
