@@ -241,3 +241,23 @@ def test_a_block_that_decodes_to_more_than_the_bound_is_an_error() -> None:
     assert decoder.decode(entry) == [("x-big", "v" * 4000)]
     with pytest.raises(hpack.HpackError, match="past 65536"):
         decoder.decode(bytes([0x80 | 62]) * 1000)  # index 62: the dynamic table's newest
+
+
+def test_an_answer_of_more_entries_than_the_bound_is_refused_before_it_is_built() -> None:
+    """R-X2: 2^18 repeated entries at every depth are decoded; one more is refused before it is
+    built, so an answer of millions of two-byte empty pods (16 MiB: 8 million objects) costs
+    no more than the bound. Strings count as entries too."""
+    assert messages.MAX_ENTRIES == 262_144
+    empty_pod = b"\x0a\x00"  # field 1, length 0: an empty PodResources
+    whole = messages.decode(messages.ListPodResourcesResponse, empty_pod * 262_144)
+    assert len(whole.pod_resources) == 262_144
+    with pytest.raises(messages.DecodeError, match="more than 262144 repeated entries"):
+        messages.decode(messages.ListPodResourcesResponse, empty_pod * 262_145)
+    # a pod with a container with a device of three ids: 1 + 1 + 1 + 3 entries
+    device = b"\x0a\x01r" + b"\x12\x01a" * 3
+    container = b"\x12" + bytes([len(device)]) + device
+    pod = b"\x1a" + bytes([len(container)]) + container
+    answer = b"\x0a" + bytes([len(pod)]) + pod
+    assert messages.decode(messages.ListPodResourcesResponse, answer, max_entries=6)
+    with pytest.raises(messages.DecodeError, match="more than 5 repeated entries"):
+        messages.decode(messages.ListPodResourcesResponse, answer, max_entries=5)

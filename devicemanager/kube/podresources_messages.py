@@ -150,15 +150,24 @@ def _varint(data: bytes, at: int, end: int) -> tuple[int, int]:
             raise DecodeError("a varint longer than ten bytes")
 
 
-def decode(kind: type[M], data: bytes | memoryview) -> M:
+# Repeated entries (messages and strings, at every depth) one answer may hold. An empty pod is
+# two bytes on the wire and a hundred in Python: 16 MiB of them would be 8 million objects.
+# The reader's own bounds (2,048 pods, 64 containers, 256 devices) cut a node's answer to far
+# fewer; a node's real answer holds a few thousand.
+MAX_ENTRIES = 1 << 18
+
+
+def decode(kind: type[M], data: bytes | memoryview, max_entries: int = MAX_ENTRIES) -> M:
     """One message from its wire bytes. A field we do not declare, or declared and sent with
     another wire type, is skipped as protobuf skips unknown fields; a singular field sent twice
-    keeps its last value, as protobuf's does."""
+    keeps its last value, as protobuf's does. Past `max_entries` repeated entries the answer is
+    refused (DecodeError) before another is built."""
     raw = bytes(data)
-    return _decode(kind, raw, 0, len(raw))
+    return _decode(kind, raw, 0, len(raw), [max_entries, max_entries])
 
 
-def _decode(kind: type[M], data: bytes, at: int, end: int) -> M:
+def _decode(kind: type[M], data: bytes, at: int, end: int, left: list[int]) -> M:
+    # left: the repeated entries still allowed, and the bound (for the refusal's text)
     plan, defaults = _PLANS[kind]
     values = list(defaults)
     lists: dict[int, list[Any]] = {}
@@ -185,13 +194,17 @@ def _decode(kind: type[M], data: bytes, at: int, end: int) -> M:
             spec = plan.get(number)
             if spec is not None:
                 index, held, repeated = spec
+                if repeated:
+                    left[0] -= 1
+                    if left[0] < 0:
+                        raise DecodeError(f"more than {left[1]} repeated entries")
                 if held is None:
                     try:
                         value: Any = data[at:stop].decode()
                     except UnicodeDecodeError as exc:
                         raise DecodeError(f"a string that is not UTF-8 ({exc.reason})") from None
                 else:
-                    value = _decode(held, data, at, stop)
+                    value = _decode(held, data, at, stop, left)
                 if repeated:
                     lists.setdefault(index, []).append(value)
                 else:
