@@ -179,3 +179,15 @@ def libhgml(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if why:
         pytest.skip(f"the fake libhgml cannot be built here: {why}")
     return hgml_fake.build(tmp_path_factory.mktemp("hgml"))
+
+
+@pytest.fixture(scope="session")
+def libdcmi(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fake libdcmi.so, compiled once per run for every Ascend test (a C compiler is
+    needed: without one the tests that load it are skipped, saying why)."""
+    from tests.fakelib import ascend as fake_dcmi
+
+    why = fake_dcmi.missing()
+    if why:
+        pytest.skip(f"the fake libdcmi cannot be built here: {why}")
+    return fake_dcmi.build(tmp_path_factory.mktemp("dcmi"))

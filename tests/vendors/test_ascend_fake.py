@@ -30,13 +30,6 @@ GPUSTACK_KEY = "device.gpustack.ai/accelerator.allocated"
 HAMI_KEY = "hami.io/Ascend910B-devices-allocated"
 
 
-@pytest.fixture(scope="session")
-def libdcmi(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if why := fake_dcmi.missing():
-        pytest.skip(f"the fake libdcmi cannot be built here: {why}")
-    return fake_dcmi.build(tmp_path_factory.getbasetemp() / "dcmi")
-
-
 @pytest.fixture
 def scenario(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     def _write(devices: list[dict[str, Any]], **top: Any) -> Path:

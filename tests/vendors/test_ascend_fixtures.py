@@ -182,13 +182,6 @@ def test_parse_over_the_fixture(name: str) -> None:
             )
 
 
-@pytest.fixture(scope="session")
-def libdcmi(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if why := fake_dcmi.missing():
-        pytest.skip(f"the fake libdcmi cannot be built here: {why}")
-    return fake_dcmi.build(tmp_path_factory.getbasetemp() / "dcmi")
-
-
 @pytest.mark.parametrize("name", sorted(TABLE))
 def test_the_fixture_is_what_read_records_from_the_fake(
     name: str, libdcmi: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

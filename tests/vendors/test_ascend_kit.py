@@ -22,13 +22,6 @@ from vendors.ascend import AscendBackend, DcmiError
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture(scope="session")
-def libdcmi(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if why := fake_dcmi.missing():
-        pytest.skip(f"the fake libdcmi cannot be built here: {why}")
-    return fake_dcmi.build(tmp_path_factory.getbasetemp() / "dcmi")
-
-
 @pytest.fixture
 def scenario(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     def _write(devices: list[dict[str, Any]], **top: Any) -> Path:

@@ -156,13 +156,6 @@ def test_ascends_hbm_bandwidth_and_vector_cores_from_the_replayed_atlas() -> Non
         assert seventh.reason(figure) is Reason.UNSUPPORTED, figure
 
 
-@pytest.fixture(scope="module")
-def libdcmi(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if why := fake_dcmi.missing():
-        pytest.skip(f"the fake libdcmi cannot be built here: {why}")
-    return fake_dcmi.build(tmp_path_factory.mktemp("dcmi"))
-
-
 def test_ascends_utilization_input_types_through_our_ctypes_and_the_fake(
     libdcmi: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
