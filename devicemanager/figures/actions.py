@@ -177,13 +177,13 @@ _TAINT_XID = re.compile(r"gpu\.nvidia\.com/xid=(\d{1,6})")
 
 def _one(manufacturer: str, reason: str) -> Action:
     reason = reason.strip()
-    found = _BY_REASON.get((manufacturer, reason))
-    if found is not None:
-        return found
+    # The reason whole, else its kind before a detail (`lost:<bus id>`, `kubelet:Unhealthy:…`).
+    for said in (reason, reason.split(":", 1)[0]):
+        found = _BY_REASON.get((manufacturer, said))
+        if found is not None:
+            return found
     if (m := _TAINT_XID.fullmatch(reason)) is not None:
         return _BY_REASON.get((manufacturer, f"xid_{int(m.group(1))}"), Action.UNKNOWN)
-    if reason.startswith("lost:"):  # the PCI bus's `lost:<bus id>` (node/pcibus.py)
-        return _BY_REASON.get((manufacturer, "lost"), Action.UNKNOWN)
     return Action.UNKNOWN
 
 
