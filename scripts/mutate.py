@@ -488,9 +488,10 @@ EQUIVALENT: dict[str, str] = {
     "'/monitor/snapshot' ...": (
         "one path is never two: the order of equality tests decides nothing"
     ),
-    "agent/selfmetrics:http_families:0  ->  1": (
-        "HttpCounters starts with every reason at 0 (dict.fromkeys(REASONS, 0)) and only adds: "
-        "the default of the .get is never read"
+    "agent/selfmetrics:_counted_by:0  ->  1": (
+        "both callers' counts start with every value at 0 and only add (HttpCounters: "
+        "dict.fromkeys(REASONS, 0); the Event writer: dict.fromkeys(OUTCOMES, 0)): the default "
+        "of the .get is never read"
     ),
     "kube/dra:SliceReflector.apply:check after the next: if key is None ... after if "
     "event.type == 'DELETED' ...": (

@@ -79,16 +79,37 @@ def http_families(counters: HttpCounters) -> tuple[GaugeFamily, GaugeFamily]:
     )
     for (route, code), count in sorted(requests.items()):
         answered.add_metric([route, str(code)], float(count))
-    bounds = GaugeFamily(
-        PREFIX + "http_refused_total",
+    bounds = _counted_by(
+        "http_refused_total",
         "Requests and connections a bound of the HTTP server refused or shed since the agent "
-        "started, by reason: " + "; ".join(f"{k}: {v}" for k, v in REASONS.items()) + ".",
-        labels=["reason"],
+        "started, by reason: ",
+        "reason",
+        REASONS,
+        refused,
+        ".",
+    )
+    return answered, bounds
+
+
+def _counted_by(
+    name: str,
+    head: str,
+    label: str,
+    meanings: Mapping[str, str],
+    counts: Mapping[str, int],
+    tail: str,
+) -> GaugeFamily:
+    """A counter with one series per value of `label`, every value always present (0 until
+    counted), each value's meaning in the HELP."""
+    family = GaugeFamily(
+        PREFIX + name,
+        head + "; ".join(f"{k}: {v}" for k, v in meanings.items()) + tail,
+        labels=[label],
         kind="counter",
     )
-    for reason in REASONS:
-        bounds.add_metric([reason], float(refused.get(reason, 0)))
-    return answered, bounds
+    for value in meanings:
+        family.add_metric([value], float(counts.get(value, 0)))
+    return family
 
 
 def round_families(rounds: int, failed: int) -> tuple[GaugeFamily, GaugeFamily]:
@@ -120,13 +141,12 @@ EVENT_OUTCOMES = {
 
 
 def event_families(counts: Mapping[str, int]) -> tuple[GaugeFamily]:
-    written = GaugeFamily(
-        PREFIX + "events_total",
-        "Kubernetes Events for unhealthy and recovered cards since the agent started, by "
-        "outcome: " + "; ".join(f"{k}: {v}" for k, v in EVENT_OUTCOMES.items()) + " (R-X11).",
-        labels=["outcome"],
-        kind="counter",
+    written = _counted_by(
+        "events_total",
+        "Kubernetes Events for unhealthy and recovered cards since the agent started, by outcome: ",
+        "outcome",
+        EVENT_OUTCOMES,
+        counts,
+        " (R-X11).",
     )
-    for outcome in EVENT_OUTCOMES:
-        written.add_metric([outcome], float(counts.get(outcome, 0)))
     return (written,)
