@@ -1,19 +1,25 @@
 """What GPM costs a round (issue 41): the whole monitor round with every card's activity read,
-against the same round where the driver serves no GPM, in the same run.
+against the round as it was when issue 41 was filed (the code of TODAY, on the same node and
+driver), and against this code on a driver that serves no GPM, in the same run.
 
 Eight H100 cards of the fake libnvidia-ml (tests/fakelib/nvidia, compiled against the real
 nvml.h and read through real pynvml), each held whole by a pod of its own, so each round does
 everything a live node does for GPM: per card one GPM sample allocated, taken and kept, the
-sixteen metrics between it and the previous round's sample asked and recorded, the parse into
-fourteen activity figures, their card and per-grant families and the snapshot. The baseline is
-the same node on a driver without GPM (`nvmlGpmQueryDeviceSupport` says no): one call per card,
-busy time only.
+fourteen metrics between it and the previous round's sample asked and recorded, the parse into
+fourteen activity figures, their card and per-grant families and the snapshot. Three variants:
+
+- `gpm`: this code, the driver serving GPM;
+- `today`: the code of TODAY (main before issue 41's first commit: it reads no whole card's
+  GPM), extracted with `git archive`, on the same driver and node: the issue's goal, "the
+  round's cost with GPM on every card stays within 10% of today", is gpm/today;
+- `without`: this code on a driver without GPM (`nvmlGpmQueryDeviceSupport` says no): one call
+  per card, busy time only; gpm/without is what GPM alone costs this code.
 
 pynvml binds its library once per process, so each variant runs in a child of its own; children
-alternate in pairs (the order swapped each pair, noise hitting both alike), each timing its
-steady rounds (the first two set the baseline sample) with GPM's 100 ms between rounds (the
-fake refuses closer samples, as the headers do), and the ratio of their medians is printed per
-pair, with its median and range. Goal: with GPM within 1.1x of without.
+take turns (the order rotated each turn, noise hitting all alike), each timing its steady rounds
+(the first two set the baseline sample) with GPM's 100 ms between rounds (the fake refuses
+closer samples, as the headers do), and the ratios of their medians are printed per turn, with
+their median and range. Goal: gpm/today within 1.1x.
 
 The fake answers in microseconds, so this is the agent's own cost of GPM (the calls through
 pynvml, the parse, the families), not the driver's: no timing of a real driver's GPM calls was
@@ -42,10 +48,14 @@ REPO = Path(__file__).resolve().parent.parent
 # GPM's interval (vendors/_nvml_family.py GPM_MIN_INTERVAL is 0.1 s), with room.
 GAP = 0.15
 WARMUP = 2  # the first round takes the baseline sample; the second is the first with metrics
+# Main before issue 41's first commit (b97e949): the round as it was when the issue was filed.
+TODAY = "2fb5426"
 
 
-def child(library: str, scenario: str, cards: int, rounds: int) -> dict[str, Any]:
-    """One variant's steady rounds, in this process (pynvml binds one library per process)."""
+def child(library: str, scenario: str, cards: int, rounds: int, tree: str) -> dict[str, Any]:
+    """One variant's steady rounds, in this process (pynvml binds one library per process), of
+    the code under `tree` (this checkout, or TODAY's)."""
+    sys.path.insert(0, tree)
     os.environ["FAKE_NVML_SCENARIO"] = scenario
     from devicemanager.agent.monitor import BackendWorker, Monitor
     from devicemanager.agent.wiring import settle_interpreter
@@ -113,10 +123,10 @@ def scenarios(directory: Path, cards: int) -> dict[str, Path]:
     return out
 
 
-def run_child(library: Path, scenario: Path, cards: int, rounds: int) -> dict[str, Any]:
+def run_child(library: Path, scenario: Path, cards: int, rounds: int, tree: Path) -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, __file__, "--child", str(library), str(scenario),
-         "--cards", str(cards), "--rounds", str(rounds)],
+         "--cards", str(cards), "--rounds", str(rounds), "--tree", str(tree)],
         cwd=REPO, capture_output=True, text=True, check=False,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )  # fmt: skip
@@ -125,40 +135,65 @@ def run_child(library: Path, scenario: Path, cards: int, rounds: int) -> dict[st
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
+def extract(commit: str, into: Path) -> Path:
+    """The tree of `commit`, written under `into` by git archive."""
+    into.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", commit], capture_output=True, check=False
+    )
+    if archive.returncode != 0:
+        raise SystemExit(f"git archive {commit} failed (a shallow clone?): {archive.stderr!r}")
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
+def _ratios(over: list[dict[str, Any]], under: list[dict[str, Any]]) -> list[float]:
+    return sorted(a["round_ms"] / b["round_ms"] for a, b in zip(over, under, strict=True))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cards", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=25)
     parser.add_argument("--pairs", type=int, default=7)
     parser.add_argument("--child", nargs=2, metavar=("LIBRARY", "SCENARIO"))
+    parser.add_argument("--tree", default=str(REPO))
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(*args.child, args.cards, args.rounds)))
+        print(json.dumps(child(*args.child, args.cards, args.rounds, args.tree)))
         return
     from tests.fakelib import nvidia as fake
 
     why = fake.missing()
     if why:
         raise SystemExit(f"the fake libnvidia-ml cannot be built here: {why}")
+    variants = ("gpm", "today", "without")
     with tempfile.TemporaryDirectory() as tmp:
         library = fake.build(Path(tmp))
         paths = scenarios(Path(tmp), args.cards)
-        runs: dict[str, list[dict[str, Any]]] = {"gpm": [], "without": []}
+        today = extract(TODAY, Path(tmp) / "today")
+        # (scenario, tree): the same GPM-serving node for this code and TODAY's.
+        setups = {
+            "gpm": (paths["gpm"], REPO),
+            "today": (paths["gpm"], today),
+            "without": (paths["without"], REPO),
+        }
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
         for n in range(args.pairs):
-            order = ("gpm", "without") if n % 2 == 0 else ("without", "gpm")
-            for name in order:
-                runs[name].append(run_child(library, paths[name], args.cards, args.rounds))
-    ratios = sorted(
-        g["round_ms"] / w["round_ms"] for g, w in zip(runs["gpm"], runs["without"], strict=True)
-    )
-    gpm_ms = statistics.median(r["round_ms"] for r in runs["gpm"])
-    without_ms = statistics.median(r["round_ms"] for r in runs["without"])
-    ratio = round(statistics.median(ratios), 3)
+            for name in variants[n % 3 :] + variants[: n % 3]:
+                scenario, tree = setups[name]
+                runs[name].append(run_child(library, scenario, args.cards, args.rounds, tree))
+    median = {name: statistics.median(r["round_ms"] for r in runs[name]) for name in variants}
+    over_today = _ratios(runs["gpm"], runs["today"])
+    over_without = _ratios(runs["gpm"], runs["without"])
+    ratio = round(statistics.median(over_today), 3)
     print(
-        f"{args.cards} cards, each held whole: a round with GPM {gpm_ms:.2f} ms "
-        f"({runs['gpm'][0]['series']} series), without {without_ms:.2f} ms "
-        f"({runs['without'][0]['series']} series); with/without median {ratio} "
-        f"(range {ratios[0]:.3f}-{ratios[-1]:.3f}) over {args.pairs} pairs"
+        f"{args.cards} cards, each held whole: a round with GPM {median['gpm']:.2f} ms "
+        f"({runs['gpm'][0]['series']} series); today ({TODAY}) {median['today']:.2f} ms "
+        f"({runs['today'][0]['series']} series); without GPM {median['without']:.2f} ms "
+        f"({runs['without'][0]['series']} series); gpm/today median {ratio} "
+        f"(range {over_today[0]:.3f}-{over_today[-1]:.3f}), gpm/without median "
+        f"{statistics.median(over_without):.3f} over {args.pairs} turns"
     )
     report(
         {
@@ -166,13 +201,18 @@ def main() -> None:
             "cards": args.cards,
             "rounds": args.rounds,
             "pairs": args.pairs,
-            "gpm_round_ms": round(gpm_ms, 2),
-            "without_round_ms": round(without_ms, 2),
+            "today": TODAY,
+            "gpm_round_ms": round(median["gpm"], 2),
+            "today_round_ms": round(median["today"], 2),
+            "without_round_ms": round(median["without"], 2),
             "gpm_series": runs["gpm"][0]["series"],
+            "today_series": runs["today"][0]["series"],
             "without_series": runs["without"][0]["series"],
             "grant_activity_series": runs["gpm"][0]["grant_activity_series"],
-            "gpm_over_without": ratio,
-            "gpm_over_without_range": [round(ratios[0], 3), round(ratios[-1], 3)],
+            "gpm_over_today": ratio,
+            "gpm_over_today_range": [round(over_today[0], 3), round(over_today[-1], 3)],
+            "gpm_over_without": round(statistics.median(over_without), 3),
+            "gpm_over_without_range": [round(over_without[0], 3), round(over_without[-1], 3)],
             "goal_within_1_1x": ratio <= 1.1,
         }
     )

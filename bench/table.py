@@ -98,9 +98,12 @@ def rows(r: dict[str, Any]) -> list[Row]:
                 f"a round with GPM on every card, {s['cards']} H100s held whole (fake "
                 "libnvidia-ml, real pynvml: the agent's cost, not the driver's)",
                 f"{s['gpm_round_ms']} ms, {s['gpm_series']:,} series",
-                f"without GPM: {s['without_round_ms']} ms, {s['without_series']:,} series; "
-                f"with/without {s['gpm_over_without']} ({_range(s['gpm_over_without_range'])})",
-                "with/without ≤ 1.1",
+                f"today ({s['today']}, before issue 41): {s['today_round_ms']} ms, "
+                f"{s['today_series']:,} series: gpm/today {s['gpm_over_today']} "
+                f"({_range(s['gpm_over_today_range'])}); this code on a driver without GPM: "
+                f"{s['without_round_ms']} ms, {s['without_series']:,} series: gpm/without "
+                f"{s['gpm_over_without']} ({_range(s['gpm_over_without_range'])})",
+                "gpm/today ≤ 1.1",
                 _met(s["goal_within_1_1x"]),
             )
         )

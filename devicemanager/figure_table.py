@@ -16,7 +16,8 @@ imports it and hands it on as part of the vocabulary.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Set
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 PREFIX = "gpustack_accelerator_"  # a card family's name: PREFIX + its suffix
@@ -178,16 +179,34 @@ class FigureSpec:
 class FigureTable:
     card: tuple[FigureSpec, ...]
     health: tuple[FigureSpec, ...]
+    # Worked out once from the rows: every vendor's parse and every rendering asks them of each
+    # card each round (issue 41's figures made that a scan of dozens of rows per value).
+    _by_name: dict[str, FigureSpec] = field(init=False, repr=False, compare=False)
+    _families: tuple[tuple[Family, tuple[FigureSpec, ...]], ...] = field(
+        init=False, repr=False, compare=False
+    )
 
-    def health_spec(self, name: str) -> FigureSpec | None:
-        return next((s for s in self.health if s.name == name), None)
-
-    def health_families(self) -> tuple[tuple[Family, tuple[FigureSpec, ...]], ...]:
-        """Each health family with its rows, in the order the rows first name them."""
+    def __post_init__(self) -> None:
+        by_name: dict[str, FigureSpec] = {}
+        for spec in self.health:
+            by_name.setdefault(spec.name, spec)  # the first row of a name, as a scan finds it
         order: dict[Family, list[FigureSpec]] = {}
         for spec in self.health:
             order.setdefault(spec.family, []).append(spec)
-        return tuple((family, tuple(specs)) for family, specs in order.items())
+        object.__setattr__(self, "_by_name", by_name)
+        families = tuple((family, tuple(specs)) for family, specs in order.items())
+        object.__setattr__(self, "_families", families)
+
+    def health_spec(self, name: str) -> FigureSpec | None:
+        return self._by_name.get(name)
+
+    def health_names(self) -> Set[str]:
+        """The names of the health rows."""
+        return self._by_name.keys()
+
+    def health_families(self) -> tuple[tuple[Family, tuple[FigureSpec, ...]], ...]:
+        """Each health family with its rows, in the order the rows first name them."""
+        return self._families
 
     def activity_rows(self) -> tuple[FigureSpec, ...]:
         """The activity figures, in the table's order: a grant's own where measured alone."""

@@ -133,7 +133,7 @@ class CardHealth:
             if value is None:
                 continue
             if spec.shape is Shape.NUMBER:
-                if not isinstance(value, int | float) or isinstance(value, bool):
+                if not isinstance(value, (int, float)) or isinstance(value, bool):
                     raise TypeError(f"{name}: {value!r} is not a number")
                 numbers.append((name, value))
                 continue
@@ -145,7 +145,7 @@ class CardHealth:
                 counts.append((name, cast(Counts, value)))
             else:
                 codes.append((name, cast(Codes, value)))
-        unknown = set(values) - {s.name for s in table.health}
+        unknown = values.keys() - table.health_names()
         if unknown:
             raise TypeError(f"no row of the figure table: {sorted(unknown)}")
         return cls(tuple(numbers), tuple(flags), tuple(counts), tuple(codes), tuple(reasons))
@@ -584,6 +584,11 @@ def _all_finite(node: object) -> bool:
     kind = type(node)
     if kind is float:
         return math.isfinite(node)  # type: ignore[arg-type]
+    if kind is CardHealth:
+        # Its only floats are numbers (flags hold bools, counts ints, codes and reasons text):
+        # a card's dozens of (figure, value) pairs checked without a call for each.
+        numbers = node.numbers  # type: ignore[attr-defined]
+        return all(type(v) is not float or math.isfinite(v) for _, v in numbers)
     if kind is tuple:
         return all(map(_all_finite, node))  # type: ignore[call-overload]
     names = _field_names(kind)

@@ -506,3 +506,53 @@ def test_a_label_set_made_from_a_base_is_the_one_labelset_renders(
     assert two == exposition.labelset([*names, "kind", "zzz"], [*base, value, "1"])
     with pytest.raises(ValueError):
         labels.render(("node",), (value,))
+
+
+@given(value=st.floats(allow_nan=True, allow_infinity=True) | st.integers(-(2**70), 2**70))
+def test_sample_values_are_written_as_prometheus_client_writes_them(value: float) -> None:
+    """The renderer's own float text (its repr below 1e6, the rest through floatToGoString) is
+    prometheus_client's floatToGoString byte for byte, for every float and an int alike: -0.0,
+    the edge at 1e6, NaN and the infinities included."""
+    from prometheus_client.utils import floatToGoString
+
+    assert exposition._float(value) == floatToGoString(value)
+    for edge in (-0.0, 0.0, 999_999.999_999_9, 1e6, 1_234_567.5, -1e7, 5e-324):
+        assert exposition._float(edge) == floatToGoString(edge)
+
+
+def test_a_cards_label_sets_are_kept_for_two_renderings_and_then_forgotten() -> None:
+    """labels_of hands out one Labels per label set while two renderings in a row use it (its
+    escaping and splits done once); one the last rendering did not use is forgotten at the next
+    rotation, so a node whose cards or grants come and go keeps no more than two rounds' sets;
+    more than MAX sets between rotations rotate on their own."""
+    kept = exposition.LabelsKept()
+    names = ["node", "id"]
+    first = kept(names, ["n", "GPU-0"])
+    assert kept(names, ["n", "GPU-0"]) is first
+    kept.rotate()
+    assert kept(names, ["n", "GPU-0"]) is first  # used by the previous rendering: kept
+    kept.rotate()
+    kept.rotate()  # a rendering that did not use it, then another
+    again = kept(names, ["n", "GPU-0"])
+    assert again is not first
+    assert again.render((), ()) == first.render((), ()) == '{id="GPU-0",node="n"}'
+    small = exposition.LabelsKept()
+    small.MAX = 4  # type: ignore[misc]
+    made = [small(names, ["n", str(i)]) for i in range(9)]
+    assert len(small._current) <= 4 and len(small._previous) <= 4
+    assert small(names, ["n", "8"]) is made[8]
+
+
+def test_a_label_set_of_two_more_labels_is_kept_per_base_up_to_its_bound() -> None:
+    """Labels keeps each two-more-label set it rendered (a capability's figure and reason), the
+    same text labelset makes; past MAX_JOINED sets it starts again, so values a tenant chooses
+    cannot grow it."""
+    labels = exposition.Labels(["node", "id"], ["n", "GPU-0"])
+    text = labels.render(("figure", "reason"), ("sm_activity", "unsupported"))
+    assert text == exposition.labelset(
+        ["node", "id", "figure", "reason"], ["n", "GPU-0", "sm_activity", "unsupported"]
+    )
+    assert labels.render(("figure", "reason"), ("sm_activity", "unsupported")) is text
+    for i in range(exposition.Labels.MAX_JOINED + 5):
+        labels.render(("figure", "reason"), (f"f{i}", ""))
+    assert len(labels._joined) <= exposition.Labels.MAX_JOINED

@@ -218,3 +218,25 @@ def test_a_health_figure_that_is_no_number_is_dropped_and_named_as_its_figure() 
     fixed, dropped = finite_reading(reading)
     assert dropped == ("cards[0].health.energy_joules",)
     assert fixed.cards[0].health == CardHealth.of({H.CLOCK_SM_HZ: 5})
+
+
+def test_the_tables_lookups_are_what_a_scan_of_its_rows_finds() -> None:
+    """FigureTable works its lookups out once from the rows (every parse and rendering asks
+    them per card and round): each name's spec is the first row of that name, the names are
+    the rows' names, each family holds its rows in order, and a made-up table gets its own."""
+    from devicemanager.figure_table import FIGURES, FigureTable
+
+    for spec in FIGURES.health:
+        assert FIGURES.health_spec(spec.name) is next(
+            s for s in FIGURES.health if s.name == spec.name
+        )
+    assert FIGURES.health_spec("no_such_figure") is None
+    assert set(FIGURES.health_names()) == {s.name for s in FIGURES.health}
+    for family, specs in FIGURES.health_families():
+        assert specs == tuple(s for s in FIGURES.health if s.family == family)
+    assert [f for f, _ in FIGURES.health_families()] == list(
+        dict.fromkeys(s.family for s in FIGURES.health)
+    )
+    small = FigureTable(card=FIGURES.card, health=FIGURES.health[:3])
+    assert set(small.health_names()) == {s.name for s in FIGURES.health[:3]}
+    assert small == FigureTable(card=FIGURES.card, health=FIGURES.health[:3])

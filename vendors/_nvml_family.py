@@ -33,6 +33,7 @@ Facts: ../shared/reference/vendors.md §1 (NVML), §7 and §12.3 (HGML).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -64,6 +65,7 @@ from devicemanager.model import (
 )
 from vendors._common import TOPOLOGY_PERIOD, failed, finite, listing, percent_answer, reasons
 from vendors._common import error_code as _error
+from vendors._gpm_request import GpmRequest
 from vendors._nvml_topology import INTERCONNECTS, parse_bus_ids, parse_topology, read_topology
 
 # Return codes: NVML's nvmlReturn_t and HGML's hgmlReturn_t agree value for value.
@@ -544,16 +546,28 @@ def parse_partition_gpm(
     return _gpm_answers(metrics, why, p)
 
 
+@functools.cache
+def _gpm_rows(p: str) -> tuple[tuple[str, HealthFigure, float, tuple[float, float]], ...]:
+    """GPM_CARD_METRICS as a payload of prefix `p` names them: (payload key, figure, scale,
+    the figure row's bounds), worked out once per prefix, not per card and round."""
+    rows = []
+    for constant, figure, scale in GPM_CARD_METRICS:
+        spec = FIGURES.health_spec(figure)
+        bounds = spec.bounds if spec is not None and spec.bounds is not None else (0.0, 100.0)
+        rows.append((f"{p.upper()}_{constant}", figure, scale, bounds))
+    return tuple(rows)
+
+
 def _gpm_answers(
     metrics: Mapping[str, Any] | None, why: Reason | None, p: str
 ) -> dict[HealthFigure, Answer]:
     """Each GPM figure from the metrics one pair of samples gave, or why it is absent."""
     found: dict[HealthFigure, Answer] = {}
-    for constant, figure, scale in GPM_CARD_METRICS:
+    for key, figure, scale, bounds in _gpm_rows(p):
         if metrics is None:
             found[figure] = (None, why)
             continue
-        value = metrics.get(f"{p.upper()}_{constant}")
+        value = metrics.get(key)
         if value is None:
             found[figure] = (None, Reason.UNSUPPORTED)  # an id the library does not define
         elif (code := _error(value)) is not None:
@@ -563,15 +577,13 @@ def _gpm_answers(
             why_not = Reason.UNSUPPORTED if code == ERROR_INVALID_ARGUMENT else reason_for(code)
             found[figure] = (None, why_not)
         else:
-            found[figure] = _gpm_value(value, figure, scale)
+            found[figure] = _gpm_value(value, scale, bounds)
     return found
 
 
-def _gpm_value(value: Any, figure: HealthFigure, scale: float) -> Answer:
-    spec = FIGURES.health_spec(figure)
-    low, high = spec.bounds if spec is not None and spec.bounds is not None else (0.0, 100.0)
+def _gpm_value(value: Any, scale: float, bounds: tuple[float, float]) -> Answer:
     number = finite(value)
-    if number is None or not low <= number * scale <= high:
+    if number is None or not bounds[0] <= number * scale <= bounds[1]:
         return None, Reason.INVALID_DATA
     return round(number * scale, 2), None
 
@@ -783,6 +795,10 @@ class NvmlFamilyBackend:
         self._binding: Binding | None = None
         self._clock = clock
         self._baseline = GpmBaseline()
+        # The GPM metrics request of the open library and its ids' payload names (made on the
+        # first metrics asked, dropped with the library).
+        self._gpm_request: GpmRequest | None = None
+        self._gpm_names: tuple[str, ...] = ()
         # Identity a card gave in an earlier round, by enumeration index: a lost card stops
         # answering even …DeviceGetUUID.
         self._known: dict[int, dict[str, Any]] = {}
@@ -898,6 +914,7 @@ class NvmlFamilyBackend:
             self._baseline.clear(self._free_sample)
             self._free_events()
         self._baseline = GpmBaseline()
+        self._gpm_request = None
 
     # -- read -------------------------------------------------------------------------------
 
@@ -986,32 +1003,33 @@ class NvmlFamilyBackend:
         )
         return out
 
-    def _gpm_metrics(self, first: Any, second: Any, constants: Iterable[str]) -> Any:
-        """The metrics GPM computes between two samples, as the payload records them: each
-        under its constant's name, its value or its own failure. An id the binding does not
-        define is not asked (parse() says `unsupported`)."""
+    def _gpm_metrics(self, first: Any, second: Any) -> Any:
+        """The metrics GPM computes between two samples, as the payload records them: each id
+        of GPM_CARD_METRICS under its constant's name, its value or its own failure. An id the
+        binding does not define is not asked (parse() says `unsupported`)."""
         b = self.binding
-        ids = [(c, b.const(c)) for c in constants if hasattr(b.lib, f"{b.prefix.upper()}_{c}")]
-        request = b.metrics_get()
-        request.version = b.const("GPM_METRICS_GET_VERSION")
-        request.numMetrics = len(ids)
-        request.sample1, request.sample2 = first, second
-        for i, (_, metric_id) in enumerate(ids):
-            request.metrics[i].metricId = metric_id
+        if self._gpm_request is None:
+            # Once per open library: the ids it defines, their payload names, the struct.
+            ids = [
+                (f"{b.prefix.upper()}_{c}", b.const(c))
+                for c, _, _ in GPM_CARD_METRICS
+                if hasattr(b.lib, f"{b.prefix.upper()}_{c}")
+            ]
+            self._gpm_names = tuple(name for name, _ in ids)
+            self._gpm_request = GpmRequest(
+                b.metrics_get, f"{b.prefix}Return", [metric_id for _, metric_id in ids]
+            )
+        request = self._gpm_request.prepared(b.const("GPM_METRICS_GET_VERSION"), first, second)
         answer = self._call("GpmMetricsGet", request)
         if _error(answer) is not None:
             return answer
         out: dict[str, Any] = {}
-        for i, (constant, _) in enumerate(ids):
-            metric = request.metrics[i]
-            code = int(getattr(metric, f"{b.prefix}Return"))
-            name = f"{b.prefix.upper()}_{constant}"
+        for name, (code, value) in zip(self._gpm_names, self._gpm_request.answers(), strict=True):
             if code != SUCCESS:
                 out[name] = failed(b.code_name(code), code)
-                continue
-            value = float(metric.value)
-            # JSON has no NaN: a non-finite answer is written as text, which parse() refuses.
-            out[name] = value if math.isfinite(value) else repr(value)
+            else:
+                # JSON has no NaN: a non-finite answer is written as text, which parse() refuses.
+                out[name] = value if math.isfinite(value) else repr(value)
         return out
 
     def _gpm_sample(self, parent: Any, key: str, gpu_instance: int | None = None) -> dict[str, Any]:
@@ -1044,9 +1062,7 @@ class NvmlFamilyBackend:
         if previous is not None:
             # Every id, of a whole card and of a GPU instance alike (issue 41): an id the
             # instance cannot state answers for itself, and parse() says why it is absent.
-            out[self._key("GpmMetricsGet")] = self._gpm_metrics(
-                previous[0], sample, (c for c, _, _ in GPM_CARD_METRICS)
-            )
+            out[self._key("GpmMetricsGet")] = self._gpm_metrics(previous[0], sample)
         self._baseline.keep(key, sample, at, self._free_sample)
         return out
 

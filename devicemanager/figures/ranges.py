@@ -15,7 +15,7 @@ tight only where the figure is a share (0..100 %) or cannot be negative.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
 from devicemanager.model import (
     FIGURES,
@@ -25,7 +25,6 @@ from devicemanager.model import (
     CardHealth,
     DeviceProcesses,
     FigureTable,
-    HealthFigure,
     PartitionReading,
     Reason,
     VendorReading,
@@ -68,20 +67,21 @@ def _card(card: Card, path: str, refused: list[str], table: FigureTable = FIGURE
 def _health(
     health: CardHealth, path: str, refused: list[str], table: FigureTable = FIGURES
 ) -> CardHealth:
-    # The numbers by figure, made once: a lookup per row (issue 41's activity made the table
-    # long enough that a scan per row showed in the round).
-    held = dict(health.numbers)
+    # Only the numbers the card holds, each against its row's bounds (looked up, not scanned
+    # for: issue 41's activity made the table long enough that a pass over every row showed in
+    # the round); CardHealth keeps them in the table's order, so `invalid` is in it too.
     invalid = [
-        spec.name
-        for spec in table.health
-        if spec.bounds is not None
-        and _outside(held.get(cast(HealthFigure, spec.name)), spec.bounds)
+        name
+        for name, value in health.numbers
+        if (spec := table.health_spec(name)) is not None
+        and spec.bounds is not None
+        and not spec.bounds[0] <= value <= spec.bounds[1]
     ]
     if not invalid:
         return health
     refused.extend(f"{path}.{name}" for name in invalid)
     kept = tuple((name, r) for name, r in health.reasons if name not in invalid)
-    reasons = (*kept, *((cast(HealthFigure, name), Reason.INVALID_DATA) for name in invalid))
+    reasons = (*kept, *((name, Reason.INVALID_DATA) for name in invalid))
     numbers = tuple((name, v) for name, v in health.numbers if name not in invalid)
     return replace(health, numbers=numbers, reasons=reasons)
 
