@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Set
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import cast
 
 PREFIX = "gpustack_accelerator_"  # a card family's name: PREFIX + its suffix
 GRANT_PREFIX = "gpustack_instance_accelerator_"  # a per-grant family's name
@@ -185,6 +186,7 @@ class FigureTable:
     _families: tuple[tuple[Family, tuple[FigureSpec, ...]], ...] = field(
         init=False, repr=False, compare=False
     )
+    _shapes: tuple[tuple[HealthFigure, Shape], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         by_name: dict[str, FigureSpec] = {}
@@ -196,9 +198,15 @@ class FigureTable:
         object.__setattr__(self, "_by_name", by_name)
         families = tuple((family, tuple(specs)) for family, specs in order.items())
         object.__setattr__(self, "_families", families)
+        shapes = tuple((cast(HealthFigure, s.name), s.shape) for s in self.health)
+        object.__setattr__(self, "_shapes", shapes)
 
     def health_spec(self, name: str) -> FigureSpec | None:
         return self._by_name.get(name)
+
+    def health_shapes(self) -> tuple[tuple[HealthFigure, Shape], ...]:
+        """Each health row's figure and shape, in the table's order."""
+        return self._shapes
 
     def health_names(self) -> Set[str]:
         """The names of the health rows."""

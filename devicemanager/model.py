@@ -127,21 +127,23 @@ class CardHealth:
         flags: list[tuple[HealthFigure, Flags]] = []
         counts: list[tuple[HealthFigure, Counts]] = []
         codes: list[tuple[HealthFigure, Codes]] = []
-        for spec in table.health:
-            name = cast(HealthFigure, spec.name)
+        for name, shape in table.health_shapes():
             value = values.get(name)
             if value is None:
                 continue
-            if spec.shape is Shape.NUMBER:
-                if not isinstance(value, (int, float)) or isinstance(value, bool):
+            if shape is Shape.NUMBER:
+                # A float or int settled at once (bool is a type of its own, refused below).
+                if type(value) not in (float, int) and (
+                    not isinstance(value, (int, float)) or isinstance(value, bool)
+                ):
                     raise TypeError(f"{name}: {value!r} is not a number")
-                numbers.append((name, value))
+                numbers.append((name, cast(float, value)))
                 continue
             if not isinstance(value, tuple):
-                raise TypeError(f"{name}: {value!r} is not a {spec.shape} figure")
-            if spec.shape is Shape.FLAGS:
+                raise TypeError(f"{name}: {value!r} is not a {shape} figure")
+            if shape is Shape.FLAGS:
                 flags.append((name, cast(Flags, value)))
-            elif spec.shape is Shape.COUNTS:
+            elif shape is Shape.COUNTS:
                 counts.append((name, cast(Counts, value)))
             else:
                 codes.append((name, cast(Codes, value)))

@@ -46,6 +46,9 @@ def failed(name: str, code: int) -> dict[str, Any]:
 
 def error_code(value: Any) -> int | None:
     """The error code recorded for an entry point, or None when it answered."""
+    kind = type(value)
+    if kind is int or kind is float or kind is str or value is None:
+        return None  # most answers: settled without the ABC's isinstance, several a card
     if isinstance(value, Mapping) and "error" in value:
         code = value.get("code")
         return code if isinstance(code, int) and not isinstance(code, bool) else -1
@@ -54,7 +57,11 @@ def error_code(value: Any) -> int | None:
 
 def finite(value: Any) -> float | None:
     """A JSON number as a finite float; NaN, infinities, booleans and anything else are absent."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    kind = type(value)
+    # A float or an int settled at once (bool is a type of its own: absent, as is the rest).
+    if (kind is not float and kind is not int) and (
+        isinstance(value, bool) or not isinstance(value, (int, float))
+    ):
         return None
     number = float(value)
     return number if math.isfinite(number) else None

@@ -37,7 +37,7 @@ import functools
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar
@@ -706,9 +706,15 @@ class Binding:
     lib: Any
     error: type[Exception]
     metrics_get: Any
+    # Each entry point looked up once: a round makes some thirty calls a card.
+    _functions: dict[str, Callable[..., Any]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def fn(self, name: str) -> Callable[..., Any]:
-        function: Callable[..., Any] = getattr(self.lib, f"{self.prefix}{name}")
+        function = self._functions.get(name)
+        if function is None:
+            function = self._functions[name] = getattr(self.lib, f"{self.prefix}{name}")
         return function
 
     def const(self, name: str) -> Any:
@@ -724,27 +730,44 @@ class Binding:
 
 
 class GpmBaseline:
-    """The previous GPM sample of each partition read, kept across rounds: the library's own
-    sample buffer and the monotonic time it was taken. Freed when replaced, when its partition
-    is no longer read, and on close; forgotten with the backend on re-init, so a figure never
-    spans a driver reload."""
+    """The previous GPM sample of each partition (or whole card) read, kept across rounds: the
+    library's own sample buffer and the monotonic time it was taken, and a spare buffer to take
+    the next sample into. A sample buffer is written whole by each `…GpmSampleGet` (nvml.h's
+    own loop allocates two and alternates them), so the one a new sample replaces becomes the
+    spare instead of being freed and another allocated: two calls a card and round fewer.
+    Both are freed when their partition is no longer read and on close; forgotten with the
+    backend on re-init, so a figure never spans a driver reload."""
 
     def __init__(self) -> None:
         self._held: dict[str, tuple[Any, float]] = {}
+        self._spare: dict[str, Any] = {}
 
     def previous(self, key: str) -> tuple[Any, float] | None:
         return self._held.get(key)
 
+    def take_spare(self, key: str) -> Any:
+        """The spare buffer of `key`, now the caller's; None when there is none."""
+        return self._spare.pop(key, None)
+
+    def put_spare(self, key: str, sample: Any, free: Callable[[Any], None]) -> None:
+        """`sample`, not kept as the previous one, becomes `key`'s spare (one at most)."""
+        old = self._spare.get(key)
+        self._spare[key] = sample
+        if old is not None and old is not sample:
+            free(old)
+
     def keep(self, key: str, sample: Any, at: float, free: Callable[[Any], None]) -> None:
-        """`sample` becomes the previous one for `key`; the one it replaces is freed."""
+        """`sample` becomes the previous one for `key`; the one it replaces becomes the spare."""
         old = self._held.get(key)
         self._held[key] = (sample, at)
         if old is not None and old[0] is not sample:
-            free(old[0])
+            self.put_spare(key, old[0], free)
 
     def keep_only(self, keys: set[str], free: Callable[[Any], None]) -> None:
         for stale in self._held.keys() - keys:
             free(self._held.pop(stale)[0])
+        for stale in self._spare.keys() - keys:
+            free(self._spare.pop(stale))
 
     def clear(self, free: Callable[[Any], None]) -> None:
         self.keep_only(set(), free)
@@ -1034,10 +1057,13 @@ class NvmlFamilyBackend:
 
     def _gpm_sample(self, parent: Any, key: str, gpu_instance: int | None = None) -> dict[str, Any]:
         """This round's GPM sample of one partition (or, with no GPU instance, of the whole
-        card), and the metrics since the previous one."""
-        sample = self._call("GpmSampleAlloc")
-        if _error(sample) is not None:
-            return {self._key("GpmSampleAlloc"): sample}
+        card), and the metrics since the previous one. Taken into the spare buffer the last
+        round left (GpmBaseline), or a new one the first time."""
+        sample = self._baseline.take_spare(key)
+        if sample is None:
+            sample = self._call("GpmSampleAlloc")
+            if _error(sample) is not None:
+                return {self._key("GpmSampleAlloc"): sample}
         if gpu_instance is None:
             step = "GpmSampleGet"
             taken = self._call(step, parent, sample)
@@ -1047,7 +1073,8 @@ class NvmlFamilyBackend:
         at = self._clock()
         previous = self._baseline.previous(key)
         if _error(taken) is not None:
-            self._free_sample(sample)  # the previous sample stays for the next round
+            # The previous sample stays for the next round; this buffer waits as the spare.
+            self._baseline.put_spare(key, sample, self._free_sample)
             return {self._key(step): taken}
         out: dict[str, Any] = {
             self._key(step): {
@@ -1057,7 +1084,7 @@ class NvmlFamilyBackend:
         }
         if previous is not None and at - previous[1] < GPM_MIN_INTERVAL:
             # Too soon to compare: keep the older sample, so the next round's interval is longer.
-            self._free_sample(sample)
+            self._baseline.put_spare(key, sample, self._free_sample)
             return out
         if previous is not None:
             # Every id, of a whole card and of a GPU instance alike (issue 41): an id the

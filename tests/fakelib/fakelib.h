@@ -26,8 +26,9 @@
  *
  * NVML-family GPM (NVIDIA, T-Head): `fl_gpm_*` below are the sample buffers such a fake hands
  * out, stamped with the monotonic time they were taken, a count of those still allocated and
- * one of those taken (exported by the fake as fake_gpm_live_samples and fake_gpm_samples_taken,
- * so a test can see a reader free them and take one per partition per read).
+ * one of those taken and one of those allocated (exported by the fake as fake_gpm_live_samples,
+ * fake_gpm_samples_taken and fake_gpm_samples_allocated, so a test can see a reader free them,
+ * take one per partition per read and reuse its buffers).
  */
 #ifndef FAKELIB_H
 #define FAKELIB_H
@@ -270,6 +271,7 @@ typedef struct {
 
 static int fl_gpm_live __attribute__((unused));  /* samples allocated and not freed */
 static int fl_gpm_taken __attribute__((unused)); /* samples taken since the library was loaded */
+static int fl_gpm_allocated __attribute__((unused)); /* buffers allocated since it was loaded */
 
 FL_API fl_gpm_sample_t *fl_gpm_alloc(void) {
     fl_gpm_sample_t *s = calloc(1, sizeof *s);
@@ -278,6 +280,7 @@ FL_API fl_gpm_sample_t *fl_gpm_alloc(void) {
     s->magic = FL_GPM_MAGIC;
     s->dev = -1;
     fl_gpm_live++;
+    fl_gpm_allocated++;
     return s;
 }
 

@@ -218,13 +218,42 @@ def test_samples_are_freed_when_released_and_on_close(libnvml: Path, scenario) -
         for _ in range(3):
             backend.read(ReadRequest(partition_ids=WANTED))
             time.sleep(GAP)
-        # One previous sample per partition and one for the whole card 0, no more.
-        assert live_samples(libnvml) == 3
+        # Per partition and for the whole card 0, the previous sample and the spare the next
+        # is taken into (no allocation each round), no more.
+        assert live_samples(libnvml) == 6
         backend.read(ReadRequest(partition_ids=frozenset({(gpu(1), SMALL)})))
-        assert live_samples(libnvml) == 2  # the released partition let go of its sample
+        assert live_samples(libnvml) == 4  # the released partition let go of both its buffers
     finally:
         backend.close()
     assert live_samples(libnvml) == 0
+
+
+def test_after_two_rounds_each_sample_is_taken_into_the_buffer_it_replaced(  # type: ignore[no-untyped-def]
+    libnvml: Path, scenario
+) -> None:
+    """Buffers are allocated the first two rounds (the first sample, then the first spare);
+    from the third on, each card and partition takes its sample into the buffer the last one
+    replaced: no allocation, the live buffers two per instance, and the figures measured."""
+    scenario(scenarios.h100_mig())
+    lib = ctypes.CDLL(str(libnvml))
+    backend = NvidiaBackend({"nvml": str(libnvml)})
+    backend.open()
+    before = lib.fake_gpm_samples_allocated()  # counted since the library was loaded
+    allocated, live, payloads = [], [], []
+    try:
+        for i in range(4):
+            if i:
+                time.sleep(GAP)
+            payloads.append(backend.read(ReadRequest(partition_ids=WANTED)))
+            allocated.append(lib.fake_gpm_samples_allocated() - before)
+            live.append(live_samples(libnvml))
+    finally:
+        backend.close()
+    assert allocated[0] == 3 and allocated[1] == 6  # two partitions and the whole card 0
+    assert allocated[2:] == [6, 6]
+    assert live == [3, 6, 6, 6]
+    assert cores(backend, payloads[3]) == cores(backend, payloads[1])
+    assert all(v[0] is not None for v in cores(backend, payloads[3]).values())
 
 
 def test_a_reinitialised_library_starts_without_a_baseline(libnvml: Path, scenario) -> None:  # type: ignore[no-untyped-def]

@@ -668,6 +668,9 @@ int fake_gpm_live_samples(void) { return fl_gpm_live; }
 /* How many GPM samples were taken since the library was loaded: for tests as well. */
 int fake_gpm_samples_taken(void) { return fl_gpm_taken; }
 
+/* How many GPM sample buffers were allocated since the library was loaded: for tests too. */
+int fake_gpm_samples_allocated(void) { return fl_gpm_allocated; }
+
 nvmlReturn_t DECLDIR nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *gpmSupport) {
     CARD("nvmlGpmQueryDeviceSupport");
     if (!gpmSupport)
