@@ -494,16 +494,21 @@ MAX_XCC = 8
 
 def metrics_kept(answer: Any) -> Any:
     """What read() records of amdsmi_get_gpu_metrics_info's answer: a failure as it came;
-    else the kept fields and at most MAX_XCP lists of at most MAX_XCC figures each (a longer
-    list is recorded one figure past the bound, so parse() sees it was longer)."""
+    else the kept fields and the per-XCP lists of the card's partitions (`num_partition` of
+    them where it is one to MAX_XCP: the wheel always answers eight), at most MAX_XCC figures
+    each (a longer list or a longer table is recorded one past the bound, so parse() sees it
+    was longer)."""
     if error_code(answer) is not None or not isinstance(answer, Mapping):
         return answer
     kept = {key: answer[key] for key in METRICS_KEPT if key in answer}
     stats = answer.get(XCP_BUSY)
     if isinstance(stats, list):
+        count = as_int(answer.get("num_partition"))
+        if count is None or not 1 <= count <= MAX_XCP:
+            count = MAX_XCP + 1
         kept[XCP_BUSY] = [
             list(xccs[: MAX_XCC + 1]) if isinstance(xccs, list) else xccs
-            for xccs in stats[: MAX_XCP + 1]
+            for xccs in stats[:count]
         ]
     return kept
 
