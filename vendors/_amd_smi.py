@@ -507,8 +507,7 @@ def metrics_kept(answer: Any) -> Any:
         if count is None or not 1 <= count <= MAX_XCP:
             count = MAX_XCP + 1
         kept[XCP_BUSY] = [
-            list(xccs[: MAX_XCC + 1]) if isinstance(xccs, list) else xccs
-            for xccs in stats[:count]
+            list(xccs[: MAX_XCC + 1]) if isinstance(xccs, list) else xccs for xccs in stats[:count]
         ]
     return kept
 

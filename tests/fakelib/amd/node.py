@@ -43,15 +43,14 @@ DESCRIPTION = (
     "Instance by GPUStack's GPU-<ASIC serial> ids, card 2 carved by HAMi into two slices (one "
     "busy), card 3 in CPX mode (eight XCPs with their own UUIDs; secondary XCPs answer N/A for "
     "activity, power and temperature on their handles, and the card's GPU metrics table states "
-    "each XCP's own GFX busy) with pods on XCP 0 (busy) and XCP 2 (idle) as partitions "
-    "and on XCP 5 whole (busy), card 4 carved by GPUStack into two 50% slices (engine time advancing "
+    "each XCP's own GFX busy) with pods on XCP 0 (busy) and XCP 2 (idle) as partitions and on "
+    "XCP 5 whole (busy), card 4 carved by GPUStack into two 50% slices (engine time advancing "
     "for one process, KFD CU occupancy for the other), card 5 Shared by two notebooks, card 6 "
     "carved with a process list longer than amdsmi's 1,024-row buffer (OUT_OF_RESOURCES: "
     "truncated, never complete), card 7 idle. Health figures (R-X7: ECC counts, bad pages, "
-    "throttle flags, energy, clocks, PCIe replays) are synthetic: card 0 at its power cap, "
-    "card 2 with two retired pages, card 4 with one pending, card 6 power- and thermal-"
-    "throttled. Recorded by read() over the fake ROCm install of tests/fakelib/amd, not on "
-    "hardware."
+    "throttle flags, energy, clocks, PCIe replays) are synthetic: card 0 at its power cap, card "
+    "2 with two retired pages, card 4 with one pending, card 6 power- and thermal-throttled. "
+    "Recorded by read() over the fake ROCm install of tests/fakelib/amd, not on hardware."
 )
 
 
