@@ -114,6 +114,11 @@ def test_record_amd_over_the_fake_rocm_install(
     reading = backend_class("amd")().parse(payload)
     assert [c.id for c in reading.cards] == [fake.uuid_of(0), fake.uuid_of(1)]
     assert pids(reading) == [[4101, 4102], []]
+    # Each card's GPU metrics table is kept (issue 41): the next real node recorded keeps what
+    # its XCPs' own busy figures are parsed from.
+    tables = [s["processors"][0]["amdsmi_get_gpu_metrics_info"] for s in payload["sockets"]]
+    assert [t["average_gfx_activity"] for t in tables] == [87, 0]
+    assert [len(t["xcp_stats.gfx_busy_inst"]) for t in tables] == [1, 1]  # SPX: one partition
 
 
 def test_record_ascend_over_the_fake_libdcmi(

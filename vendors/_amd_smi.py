@@ -154,7 +154,7 @@ def physical_id(socket: Mapping[str, Any], devices: Sequence[Mapping[str, Any]])
     return f"socket-{info}" if info is not None else None
 
 
-def _board(devices: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+def board_of(devices: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The XCP that answers for the board: the one read() marked, else the first."""
     for device in devices:
         if device.get("board") is True:
@@ -474,6 +474,99 @@ def activity(device: Mapping[str, Any]) -> dict[HealthFigure, Answer]:
     return found
 
 
+# -- the GPU metrics table: each XCP's own GFX busy time (issue 41) --------------------------------
+
+METRICS = "amdsmi_get_gpu_metrics_info"
+XCP_BUSY = "xcp_stats.gfx_busy_inst"  # the wheel's key: one list of XCC figures per XCP
+# What read() keeps of the table: the card's averages (the same figures amdsmi_get_gpu_activity
+# answers from it), the partition count and the per-XCP busy figures; the rest (clocks, power,
+# the accumulators, the media engines' busy) is read by other calls or published by none.
+METRICS_KEPT = (
+    "average_gfx_activity",
+    "average_umc_activity",
+    "average_mm_activity",
+    "num_partition",
+)
+# amdsmi.h's AMDSMI_MAX_NUM_XCP and AMDSMI_MAX_NUM_XCC: the table has no more.
+MAX_XCP = 8
+MAX_XCC = 8
+
+
+def metrics_kept(answer: Any) -> Any:
+    """What read() records of amdsmi_get_gpu_metrics_info's answer: a failure as it came;
+    else the kept fields and the per-XCP lists of the card's partitions (`num_partition` of
+    them where it is one to MAX_XCP: the wheel always answers eight), at most MAX_XCC figures
+    each (a longer list or a longer table is recorded one past the bound, so parse() sees it
+    was longer)."""
+    if error_code(answer) is not None or not isinstance(answer, Mapping):
+        return answer
+    kept = {key: answer[key] for key in METRICS_KEPT if key in answer}
+    stats = answer.get(XCP_BUSY)
+    if isinstance(stats, list):
+        count = as_int(answer.get("num_partition"))
+        if count is None or not 1 <= count <= MAX_XCP:
+            count = MAX_XCP + 1
+        kept[XCP_BUSY] = [
+            list(xccs[: MAX_XCC + 1]) if isinstance(xccs, list) else xccs for xccs in stats[:count]
+        ]
+    return kept
+
+
+def xcp_index(device: Mapping[str, Any]) -> int | None:
+    """The processor's compute partition (its KFD partition id): its entry in `xcp_stats`."""
+    kfd = mapping(device.get("amdsmi_get_gpu_kfd_info"))
+    return as_int(kfd.get("current_partition_id"))
+
+
+def xcp_busy(table: Any, xcp: int | None) -> tuple[float | None, Reason | None]:
+    """One XCP's GFX busy time from its board's GPU metrics table: the mean of
+    `xcp_stats[xcp].gfx_busy_inst` over the XCCs that answered. amdsmi.h: "Utilization
+    Instantaneous in %", each XCC's share of time its GFX engine was busy: a busy time (as
+    `gfx_activity` is), not how much of the XCC worked. An XCC slot the firmware leaves at
+    UINT32_MAX (the wheel's "N/A": a slot beyond the partition's own XCCs, or a table before
+    v1.6) is not one of them; none answering is `unsupported` (never the board's average in its
+    place); a failed read its code's reason; a figure outside 0..100 or a list longer than the
+    header's array `invalid_data`."""
+    if (code := error_code(table)) is not None:
+        return None, reason_for(code)
+    if not isinstance(table, Mapping) or xcp is None:
+        return None, Reason.INVALID_DATA
+    stats = table.get(XCP_BUSY)
+    if stats is None:
+        return None, Reason.UNSUPPORTED  # a library whose table has no per-XCP stats
+    if not isinstance(stats, list) or len(stats) > MAX_XCP:
+        return None, Reason.INVALID_DATA
+    if not 0 <= xcp < len(stats):
+        return None, Reason.UNSUPPORTED
+    xccs = stats[xcp]
+    if not isinstance(xccs, list) or len(xccs) > MAX_XCC:
+        return None, Reason.INVALID_DATA
+    answered: list[float] = []
+    for value in xccs:
+        if value == NA or (isinstance(value, int) and value in TYPE_MAXIMA):
+            continue
+        number = None if isinstance(value, bool) else finite(value)
+        if number is None or not 0.0 <= number <= 100.0:
+            return None, Reason.INVALID_DATA
+        answered.append(number)
+    if not answered:
+        return None, Reason.UNSUPPORTED
+    return round(sum(answered) / len(answered), 2), None
+
+
+def xcp_cores(
+    device: Mapping[str, Any], board: Mapping[str, Any] | None
+) -> tuple[float | None, Reason | None] | None:
+    """An XCP's GFX busy time from its board's table, or None where the board's table was not
+    read (a payload recorded before it was): its handle's `gfx_activity` answers then."""
+    if board is None or METRICS not in board:
+        return None
+    kfd = device.get("amdsmi_get_gpu_kfd_info")
+    if (code := error_code(kfd)) is not None:
+        return None, reason_for(code)
+    return xcp_busy(board[METRICS], xcp_index(device))
+
+
 def _address(socket: int, device: Mapping[str, Any] | None) -> Address:
     if device is None:
         return (("socket", socket),)
@@ -489,20 +582,24 @@ def processor_card(
     *,
     whole: bool,
     parent: str | None = None,
+    board: Mapping[str, Any] | None = None,
 ) -> Card | None:
+    """One processor's card: a whole card, or one XCP of a partitioned card (`board`, the
+    processor that answers for its card, whose GPU metrics table states the XCP's GFX busy)."""
     uuid = device_uuid(device)
     index = as_int(device.get("index"))
     if uuid is None or index is None:
         return None  # without its identity a device can be named in no figure
     total, used = _memory(device)
     reason = _unhealthy(device)
+    own = None if whole else xcp_cores(device, board)
     return Card(
         id=uuid,
         index=index,
         name=text(_asic(device).get("market_name")),
         memory_total_mib=total,
         memory_used_mib=used,
-        cores_utilization_percent=_utilization(device),
+        cores_utilization_percent=_utilization(device) if own is None else own[0],
         # A partition's board figures are its physical card's, never its own entry's.
         temperature_celsius=_temperature(device) if whole else None,
         power_usage_watts=_power(device) if whole else None,
@@ -521,7 +618,7 @@ def physical_card(
     """A partitioned card's own entry: board temperature, power and health from its first XCP
     only; memory and utilization are its XCPs' and stay on them."""
     pid = physical_id(socket_doc, devices)
-    board = _board(devices)
+    board = board_of(devices)
     index = as_int(board.get("index")) if board is not None else None
     if pid is None or board is None or index is None:
         return None
@@ -622,13 +719,22 @@ def amdsmi_rows(device: Mapping[str, Any], partition: str | None, scale: float |
 
 
 def partition_reading(
-    parent_id: str, device: Mapping[str, Any], platform: Mapping[str, Any]
+    parent_id: str,
+    device: Mapping[str, Any],
+    platform: Mapping[str, Any],
+    board: Mapping[str, Any] | None = None,
 ) -> PartitionReading:
+    """An XCP read as a partition: memory on its own handle; its GFX busy time from its board's
+    GPU metrics table (`xcp_stats`), else, in a payload recorded before the table was read, its
+    handle's `gfx_activity`."""
     uuid = device_uuid(device) or ""
     total, used = _memory(device)
-    cores = _utilization(device)
+    own = xcp_cores(device, board)
+    cores = _utilization(device) if own is None else own[0]
     activity = device.get("amdsmi_get_gpu_activity")
-    if cores is not None:
+    if own is not None:
+        cores_reason = own[1]
+    elif cores is not None:
         cores_reason = None
     elif error_code(activity) is not None:
         cores_reason = reason_for(error_code(activity) or -1)

@@ -53,14 +53,17 @@ from vendors._amd_smi import (
     ECC_ENABLED,
     INSUFFICIENT_SIZE,
     MAX_BAD_PAGES,
+    METRICS,
     VIOLATIONS,
     Rows,
     amdsmi_rows,
+    board_of,
     compute_units_of,
     device_aliases,
     device_uuid,
     entries,
     mapping,
+    metrics_kept,
     parse_topology,
     partition_reading,
     physical_card,
@@ -219,7 +222,8 @@ def parse_partitions(
             elif parent != socket.physical:
                 reason = Reason.TRANSIENT_DRIVER_ERROR  # not under the card it was recorded on
             else:
-                out.append(partition_reading(socket.physical, device, platform))
+                board = board_of(socket.devices)
+                out.append(partition_reading(socket.physical, device, platform, board))
                 continue
         out.append(
             PartitionReading(
@@ -281,6 +285,7 @@ def parse(payload: Payload) -> VendorReading:
         if physical is not None:
             cards.append(physical)
             boards[socket.position] = physical.id
+        board = board_of(socket.devices)
         for device in socket.devices:
             card = processor_card(
                 device,
@@ -288,6 +293,7 @@ def parse(payload: Payload) -> VendorReading:
                 platform,
                 whole=False,
                 parent=physical.id if physical is not None else None,
+                board=board,
             )
             if card is not None:
                 cards.append(card)
@@ -531,6 +537,9 @@ class AmdBackend:
         if not board:
             return  # board figures are read on the first XCP only
         device["board"] = True
+        # The card's GPU metrics table: one per card, each XCP's GFX busy in its `xcp_stats`
+        # (issue 41); read on the board's processor only, as the other board figures.
+        device[METRICS] = metrics_kept(self._call(smi.amdsmi_get_gpu_metrics_info, handle))
         device["amdsmi_get_power_info"] = self._call(smi.amdsmi_get_power_info, handle)
         kinds, metric = smi.AmdSmiTemperatureType, smi.AmdSmiTemperatureMetric.CURRENT
         device["amdsmi_get_temp_metric"] = {

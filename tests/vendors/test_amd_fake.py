@@ -182,9 +182,10 @@ def test_cpx_card_eight_xcps_under_their_physical_card(node) -> None:  # type: i
     assert dict(physical.address) == {"socket": 1, "compute_partition": "CPX"}
     assert all(x.parent_id == physical.id for x in xcps)
     assert all(x.temperature_celsius is None and x.power_usage_watts is None for x in xcps)
-    # Each XCP's own memory and activity; the secondary ones' "N/A" is absent, not zero.
+    # Each XCP's own memory, and its own GFX busy from the card's GPU metrics table (its
+    # `xcp_stats` entry), where its handle answers "N/A" for gfx_activity (issue 41).
     assert (xcps[0].memory_used_mib, xcps[0].cores_utilization_percent) == (20_480, 91.0)
-    assert [x.cores_utilization_percent for x in xcps[1:]] == [None] * 7
+    assert [x.cores_utilization_percent for x in xcps[1:]] == [0.0, 64.0] + [0.0] * 5
     assert [x.memory_used_mib for x in xcps[:3]] == [20_480, 12, 9_216]
     assert [x.index for x in xcps] == list(range(1, 9))
     # XCP 0 is the PCI device the AMD device plugin names; the others its amdgpu_xcp_<N>.
@@ -212,11 +213,82 @@ def test_partitions_found_by_the_recorded_id(node) -> None:  # type: ignore[no-u
     assert (busy.parent_id, busy.memory_total_mib, busy.memory_used_mib) == (parent, 24_574, 20_480)
     assert (busy.cores_percent, busy.cores_reason) == (91.0, None)
     assert "amdgpu_xcp_1" in second.aliases and second.memory_used_mib == 9_216
-    # A secondary XCP answers its memory (idle: measured 0) but N/A for its activity.
+    assert (second.cores_percent, second.cores_reason) == (64.0, None)
+    # A secondary XCP answers its memory (idle: measured 0) and the table its GFX busy, 0.
     assert (idle.memory_used_mib, idle.memory_reason) == (0, None)
-    assert (idle.cores_percent, idle.cores_reason) == (None, Reason.UNSUPPORTED)
+    assert (idle.cores_percent, idle.cores_reason) == (0.0, None)
     assert got["not-a-partition"].memory_reason is Reason.TRANSIENT_DRIVER_ERROR
     assert got[fake.uuid_of(0)].memory_reason is Reason.UNSUPPORTED
+
+
+def _cpx_partitions(node, doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:  # type: ignore[no-untyped-def]
+    """One read of `doc` asking for XCPs 0, 1 and 2 of card 1 as partitions: the payload and
+    the partitions by id."""
+    parent = fake.gpustack_id(1)
+    wanted = frozenset((parent, fake.uuid_of(1, k)) for k in range(3))
+    (payload,) = rounds(node(doc), ReadRequest(partition_ids=wanted), 1)
+    return payload, {p.id: p for p in AmdBackend().parse(payload).partitions}
+
+
+def test_the_gpu_metrics_table_is_read_once_a_card_on_its_board(node) -> None:  # type: ignore[no-untyped-def]
+    """The wheel's answer is kept bounded: the card's averages and each XCP's XCC figures, the
+    XCC slots no partition has as the wheel's "N/A" (0xFFFFFFFF), never 4294967295."""
+    payload, _ = _cpx_partitions(node, scenarios.cpx_eight_xcps())
+    whole = payload["sockets"][0]["processors"][0]["amdsmi_get_gpu_metrics_info"]
+    assert whole["average_gfx_activity"] == 3 and whole["average_umc_activity"] == 1
+    processors = payload["sockets"][1]["processors"]
+    assert ["amdsmi_get_gpu_metrics_info" in p for p in processors] == [True] + [False] * 7
+    table = processors[0]["amdsmi_get_gpu_metrics_info"]
+    assert table["num_partition"] == 8
+    assert [row[0] for row in table["xcp_stats.gfx_busy_inst"]] == [91, 0, 64, 0, 0, 0, 0, 0]
+    assert all(row[1:] == ["N/A"] * 7 for row in table["xcp_stats.gfx_busy_inst"])
+    assert set(table) == {
+        "average_gfx_activity",
+        "average_umc_activity",
+        "average_mm_activity",
+        "num_partition",
+        "xcp_stats.gfx_busy_inst",
+    }
+
+
+def test_an_xcp_is_the_mean_of_its_own_xccs_never_the_boards_average(node) -> None:  # type: ignore[no-untyped-def]
+    doc = scenarios.cpx_eight_xcps()
+    xcps = [d for d in doc["devices"] if d["socket"] == 1]
+    xcps[0]["xcc_busy"] = [90, 41]  # a DPX-like XCP of two XCCs
+    xcps[1]["xcc_busy"] = [0xFFFFFFFF, 30]  # one XCC the firmware left unfilled
+    xcps[2]["xcc_busy"] = []  # no XCC answered: absent, not 0
+    _, got = _cpx_partitions(node, doc)
+    assert (got[fake.uuid_of(1, 0)].cores_percent, got[fake.uuid_of(1, 0)].cores_reason) == (
+        65.5,
+        None,
+    )
+    assert got[fake.uuid_of(1, 1)].cores_percent == 30.0
+    assert (got[fake.uuid_of(1, 2)].cores_percent, got[fake.uuid_of(1, 2)].cores_reason) == (
+        None,
+        Reason.UNSUPPORTED,
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"faults": {"amdsmi_get_gpu_metrics_info": fake.NOT_SUPPORTED}}, Reason.UNSUPPORTED),
+        ({"faults": {"amdsmi_get_gpu_metrics_info": fake.NO_PERM}}, Reason.PERMISSION),
+        ({"metrics_revision": 5}, Reason.UNSUPPORTED),  # before the per-XCP stats (v1.6)
+    ],
+)
+def test_a_table_that_does_not_state_the_xcp_leaves_it_absent_with_its_reason(  # type: ignore[no-untyped-def]
+    node, change: dict[str, Any], reason: Reason
+) -> None:
+    """XCP 0's handle answers gfx_activity 91 (the board's average_gfx_activity, as amdsmi reads
+    it from the same table): never published as the partition's own."""
+    doc = scenarios.cpx_eight_xcps()
+    next(d for d in doc["devices"] if d["socket"] == 1).update(change)
+    payload, got = _cpx_partitions(node, doc)
+    assert [(p.cores_percent, p.cores_reason) for p in got.values()] == [(None, reason)] * 3
+    cards = by_id(AmdBackend().parse(payload))
+    assert [cards[fake.uuid_of(1, k)].cores_utilization_percent for k in range(8)] == [None] * 8
+    assert cards[fake.uuid_of(0)].cores_utilization_percent == 3.0  # a whole card: unchanged
 
 
 def test_a_device_lost_mid_read_keeps_its_name_and_is_unhealthy(node) -> None:  # type: ignore[no-untyped-def]

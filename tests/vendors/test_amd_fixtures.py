@@ -72,7 +72,8 @@ TABLE: dict[str, tuple[Callable[[], dict[str, Any]], ReadRequest, int, dict[str,
             "reasons": {fake.uuid_of(1, 2): (None, None)},
             "partitions": {
                 fake.uuid_of(1, 0): (24_574, 20_480, 91.0),
-                fake.uuid_of(1, 1): (24_574, 12, None),
+                # N/A on its handle; the card's GPU metrics table states its own busy, 0.
+                fake.uuid_of(1, 1): (24_574, 12, 0.0),
             },
         },
     ),

@@ -141,6 +141,42 @@ AMDSMI_STRUCTS = {
             "reserved3",
         ],
     ),
+    # The GPU metrics table (issue 41): the activity fields the backend reads, their neighbours,
+    # the per-XCP stats and the last field, so every padding the wheel spells out is checked.
+    "amdsmi_gpu_metrics_t": (
+        "amdsmi_gpu_metrics_t",
+        [
+            "common_header",
+            "average_gfx_activity",
+            "average_umc_activity",
+            "average_mm_activity",
+            "energy_accumulator",
+            "throttle_status",
+            "gfx_activity_acc",
+            "firmware_timestamp",
+            "indep_throttle_status",
+            "gfxclk_lock_status",
+            "pcie_bandwidth_acc",
+            "jpeg_activity",
+            "accumulation_counter",
+            "num_partition",
+            "xcp_stats",
+            "pcie_lc_perf_other_end_recovery",
+            "vram_max_bandwidth",
+            "xgmi_link_status",
+        ],
+    ),
+    "amdsmi_gpu_xcp_metrics_t": (
+        "amdsmi_gpu_xcp_metrics_t",
+        [
+            "gfx_busy_inst",
+            "jpeg_busy",
+            "vcn_busy",
+            "gfx_busy_acc",
+            "gfx_below_host_limit_acc",
+            "gfx_below_host_limit_total_acc",
+        ],
+    ),
 }
 
 

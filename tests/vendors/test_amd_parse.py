@@ -8,12 +8,22 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from devicemanager.backend import create_backend
 from devicemanager.model import Reason
 from tests.conftest import REPO, agent_env
 from vendors import amd
-from vendors._amd_smi import health
+from vendors._amd_smi import (
+    METRICS,
+    XCP_BUSY,
+    health,
+    metrics_kept,
+    partition_reading,
+    xcp_busy,
+    xcp_cores,
+)
 
 
 @pytest.mark.parametrize(
@@ -489,3 +499,104 @@ def test_a_missing_or_damaged_amd_topology_places_nothing_and_never_raises(paylo
     placed = parse_topology(payload)  # type: ignore[arg-type]
     assert all(links == () for links, _ in placed.values())
     assert amd.parse({"sockets": [], **payload}).cards == ()  # type: ignore[dict-item]
+
+
+# -- each XCP's own GFX busy from its board's GPU metrics table (issue 41) -------------------------
+
+NA_XCC = ["N/A"] * 7
+
+
+def table(*rows: list[object]) -> dict[str, object]:
+    return {"average_gfx_activity": 55, "num_partition": len(rows), XCP_BUSY: list(rows)}
+
+
+@pytest.mark.parametrize(
+    ("answer", "xcp", "expected"),
+    [
+        (table([40, *NA_XCC], [10, 30, "N/A"]), 0, (40.0, None)),
+        (table([40, *NA_XCC], [10, 30, "N/A"]), 1, (20.0, None)),  # the XCCs that answered
+        (table([33, 34, 34]), 0, (33.67, None)),
+        (table([0, *NA_XCC]), 0, (0.0, None)),  # idle: a measured 0
+        (table(["N/A"] * 8), 0, (None, Reason.UNSUPPORTED)),  # no XCC: never the board's 55
+        (table([0xFFFFFFFF, 0xFFFF, 20]), 0, (20.0, None)),  # type maxima are no figure
+        (table([0xFFFFFFFF]), 0, (None, Reason.UNSUPPORTED)),
+        (table([40]), 1, (None, Reason.UNSUPPORTED)),  # the table states no such XCP
+        (table([40]), None, (None, Reason.INVALID_DATA)),  # the XCP's own index unknown
+        (table([101]), 0, (None, Reason.INVALID_DATA)),  # never clamped
+        (table([-1]), 0, (None, Reason.INVALID_DATA)),
+        (table([True]), 0, (None, Reason.INVALID_DATA)),
+        (table(["busy"]), 0, (None, Reason.INVALID_DATA)),
+        (table([1] * 9), 0, (None, Reason.INVALID_DATA)),  # more XCCs than the header's 8
+        (table(*[[1]] * 9), 0, (None, Reason.INVALID_DATA)),  # more XCPs than its 8
+        (table("N/A"), 0, (None, Reason.INVALID_DATA)),  # type: ignore[arg-type]
+        ({"average_gfx_activity": 55}, 0, (None, Reason.UNSUPPORTED)),  # no per-XCP stats
+        ({"error": "AmdSmiLibraryException", "code": 2}, 0, (None, Reason.UNSUPPORTED)),
+        ({"error": "AmdSmiLibraryException", "code": 10}, 0, (None, Reason.PERMISSION)),
+        ({"error": "AmdSmiLibraryException", "code": 8}, 0, (None, Reason.TRANSIENT_DRIVER_ERROR)),
+        ("N/A", 0, (None, Reason.INVALID_DATA)),
+    ],
+)
+def test_an_xcps_gfx_busy_is_its_own_xccs_mean(
+    answer: object, xcp: int | None, expected: tuple[float | None, Reason | None]
+) -> None:
+    assert xcp_busy(answer, xcp) == expected
+
+
+XCC_FIGURE = st.one_of(
+    st.integers(-(2**33), 2**65),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(["N/A", "", True, None]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(XCC_FIGURE, max_size=10), max_size=10), st.integers(-2, 10))
+def test_an_xcps_gfx_busy_is_a_percent_or_absent_with_its_reason(
+    rows: list[list[object]], xcp: int
+) -> None:
+    value, reason = xcp_busy({XCP_BUSY: rows}, xcp)
+    assert (value is None) != (reason is None)
+    if value is not None:
+        figures = [v for v in rows[xcp] if v != "N/A" and v not in (0xFFFF, 0xFFFFFFFF, 2**64 - 1)]
+        assert 0.0 <= value <= 100.0
+        assert min(figures) - 0.01 <= value <= max(figures) + 0.01  # type: ignore[type-var]
+
+
+def test_an_xcp_without_its_boards_table_keeps_its_handles_figure() -> None:
+    """A payload recorded before the table was read: the handle's gfx_activity, as before."""
+    device = {
+        "amdsmi_get_gpu_kfd_info": {"current_partition_id": 2},
+        "amdsmi_get_gpu_activity": {"gfx_activity": 12},
+        "amdsmi_get_gpu_device_uuid": "xcp-2",
+    }
+    assert xcp_cores(device, {"board": True}) is None
+    assert partition_reading("card", device, {}, {"board": True}).cores_percent == 12.0
+    board = {METRICS: table([5], [6], [7, 9])}
+    assert xcp_cores(device, board) == (8.0, None)
+    reading = partition_reading("card", device, {}, board)
+    assert (reading.cores_percent, reading.cores_reason) == (8.0, None)
+    lost = {**device, "amdsmi_get_gpu_kfd_info": {"error": "AmdSmiLibraryException", "code": 31}}
+    assert xcp_cores(lost, board) == (None, Reason.TRANSIENT_DRIVER_ERROR)
+
+
+def test_read_keeps_the_table_bounded() -> None:
+    whole = {f"x{i}": i for i in range(200)} | {
+        "average_gfx_activity": 55,
+        "average_umc_activity": 20,
+        "average_mm_activity": "N/A",
+        "num_partition": 2,
+        XCP_BUSY: [[1] * 8] * 8,
+    }
+    assert metrics_kept(whole) == {
+        "average_gfx_activity": 55,
+        "average_umc_activity": 20,
+        "average_mm_activity": "N/A",
+        "num_partition": 2,
+        XCP_BUSY: [[1] * 8] * 2,
+    }
+    odd = {"num_partition": "N/A", XCP_BUSY: [[1] * 20] * 20}
+    kept = metrics_kept(odd)[XCP_BUSY]
+    assert len(kept) == 9 and all(len(row) == 9 for row in kept)  # one past: parse() refuses
+    assert xcp_busy(metrics_kept(odd), 0) == (None, Reason.INVALID_DATA)
+    failed = {"error": "AmdSmiLibraryException", "code": 2}
+    assert metrics_kept(failed) == failed

@@ -210,7 +210,9 @@ def cpx_card(
     function, KFD partition id and render node. Board power and temperature are answered by
     the first XCP only; the others answer N/A (0xFFFF) for activity and power and have no
     temperature sensor, as amdsmi#132 shows for a secondary partition. `xcps` (up to eight)
-    gives each one's used_mib, gfx (None: N/A), processes, ecc and the kit's fault keys."""
+    gives each one's used_mib, gfx (None: N/A), xcc_busy (its XCC's GFX busy % in the card's
+    GPU metrics table, one XCC per XCP in CPX: default [gfx], [0] where gfx is N/A), processes,
+    ecc and the kit's fault keys."""
     specs = list(xcps) + [{}] * (8 - len(list(xcps)))
     out = []
     for k, spec in enumerate(specs[:8]):
@@ -238,6 +240,7 @@ def cpx_card(
                 else {"socket": NA16, "current": NA16, "average": NA16, "limit": NA16}
             ),
             "ecc": {"correctable": 0, "uncorrectable": 0},
+            "xcc_busy": list(spec.get("xcc_busy", [0 if gfx is None else gfx])),
             "processes": list(spec.get("processes", ())),
         }
         if k == 0:

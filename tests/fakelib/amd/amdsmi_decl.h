@@ -258,4 +258,110 @@ amdsmi_status_t amdsmi_topo_get_link_type(amdsmi_processor_handle src, amdsmi_pr
 amdsmi_status_t amdsmi_get_gpu_process_list(amdsmi_processor_handle h, uint32_t *max_processes,
                                             amdsmi_proc_info_t *list);
 
+/* The GPU metrics table (amdsmi.h's amdsmi_gpu_metrics_t, the ROCm 7.0 layout the wheel binds:
+ * metrics v1.8 with the per-XCP stats of v1.6 on). A field the firmware does not fill is its
+ * type's maximum (0xFFFF, 0xFFFFFFFF, UINT64_MAX). */
+#define AMDSMI_NUM_HBM_INSTANCES 4
+#define AMDSMI_MAX_NUM_VCN 4
+#define AMDSMI_MAX_NUM_XGMI_LINKS 8
+#define AMDSMI_MAX_NUM_GFX_CLKS 8
+#define AMDSMI_MAX_NUM_CLKS 4
+#define AMDSMI_MAX_NUM_JPEG 32
+#define AMDSMI_MAX_NUM_JPEG_ENG_V1 40
+#define AMDSMI_MAX_NUM_XCC 8
+#define AMDSMI_MAX_NUM_XCP 8
+
+typedef struct {
+    uint16_t structure_size;
+    uint8_t format_revision;
+    uint8_t content_revision;
+} amd_metrics_table_header_t;
+
+typedef struct {
+    uint32_t gfx_busy_inst[AMDSMI_MAX_NUM_XCC]; /* each XCC's instantaneous GFX busy, % */
+    uint16_t jpeg_busy[AMDSMI_MAX_NUM_JPEG_ENG_V1];
+    uint16_t vcn_busy[AMDSMI_MAX_NUM_VCN];
+    uint64_t gfx_busy_acc[AMDSMI_MAX_NUM_XCC];
+    uint64_t gfx_below_host_limit_acc[AMDSMI_MAX_NUM_XCC];
+    uint64_t gfx_below_host_limit_ppt_acc[AMDSMI_MAX_NUM_XCC];
+    uint64_t gfx_below_host_limit_thm_acc[AMDSMI_MAX_NUM_XCC];
+    uint64_t gfx_low_utilization_acc[AMDSMI_MAX_NUM_XCC];
+    uint64_t gfx_below_host_limit_total_acc[AMDSMI_MAX_NUM_XCC];
+} amdsmi_gpu_xcp_metrics_t;
+
+typedef struct {
+    amd_metrics_table_header_t common_header;
+    uint16_t temperature_edge;
+    uint16_t temperature_hotspot;
+    uint16_t temperature_mem;
+    uint16_t temperature_vrgfx;
+    uint16_t temperature_vrsoc;
+    uint16_t temperature_vrmem;
+    uint16_t average_gfx_activity; /* % */
+    uint16_t average_umc_activity; /* % */
+    uint16_t average_mm_activity;  /* % */
+    uint16_t average_socket_power;
+    uint64_t energy_accumulator;
+    uint64_t system_clock_counter;
+    uint16_t average_gfxclk_frequency;
+    uint16_t average_socclk_frequency;
+    uint16_t average_uclk_frequency;
+    uint16_t average_vclk0_frequency;
+    uint16_t average_dclk0_frequency;
+    uint16_t average_vclk1_frequency;
+    uint16_t average_dclk1_frequency;
+    uint16_t current_gfxclk;
+    uint16_t current_socclk;
+    uint16_t current_uclk;
+    uint16_t current_vclk0;
+    uint16_t current_dclk0;
+    uint16_t current_vclk1;
+    uint16_t current_dclk1;
+    uint32_t throttle_status;
+    uint16_t current_fan_speed;
+    uint16_t pcie_link_width;
+    uint16_t pcie_link_speed;
+    uint32_t gfx_activity_acc;
+    uint32_t mem_activity_acc;
+    uint16_t temperature_hbm[AMDSMI_NUM_HBM_INSTANCES];
+    uint64_t firmware_timestamp;
+    uint16_t voltage_soc;
+    uint16_t voltage_gfx;
+    uint16_t voltage_mem;
+    uint64_t indep_throttle_status;
+    uint16_t current_socket_power;
+    uint16_t vcn_activity[AMDSMI_MAX_NUM_VCN];
+    uint32_t gfxclk_lock_status;
+    uint16_t xgmi_link_width;
+    uint16_t xgmi_link_speed;
+    uint64_t pcie_bandwidth_acc;
+    uint64_t pcie_bandwidth_inst;
+    uint64_t pcie_l0_to_recov_count_acc;
+    uint64_t pcie_replay_count_acc;
+    uint64_t pcie_replay_rover_count_acc;
+    uint64_t xgmi_read_data_acc[AMDSMI_MAX_NUM_XGMI_LINKS];
+    uint64_t xgmi_write_data_acc[AMDSMI_MAX_NUM_XGMI_LINKS];
+    uint16_t current_gfxclks[AMDSMI_MAX_NUM_GFX_CLKS];
+    uint16_t current_socclks[AMDSMI_MAX_NUM_CLKS];
+    uint16_t current_vclk0s[AMDSMI_MAX_NUM_CLKS];
+    uint16_t current_dclk0s[AMDSMI_MAX_NUM_CLKS];
+    uint16_t jpeg_activity[AMDSMI_MAX_NUM_JPEG];
+    uint32_t pcie_nak_sent_count_acc;
+    uint32_t pcie_nak_rcvd_count_acc;
+    uint64_t accumulation_counter;
+    uint64_t prochot_residency_acc;
+    uint64_t ppt_residency_acc;
+    uint64_t socket_thm_residency_acc;
+    uint64_t vr_thm_residency_acc;
+    uint64_t hbm_thm_residency_acc;
+    uint16_t num_partition;
+    amdsmi_gpu_xcp_metrics_t xcp_stats[AMDSMI_MAX_NUM_XCP];
+    uint32_t pcie_lc_perf_other_end_recovery;
+    uint64_t vram_max_bandwidth;
+    uint16_t xgmi_link_status[AMDSMI_MAX_NUM_XGMI_LINKS];
+} amdsmi_gpu_metrics_t;
+
+amdsmi_status_t amdsmi_get_gpu_metrics_info(amdsmi_processor_handle h,
+                                            amdsmi_gpu_metrics_t *metrics);
+
 #endif

@@ -26,7 +26,8 @@
  * ecc_blocks{<NAME>: {correctable, uncorrectable, deferred}}, ecc_block_faults{<NAME>: code},
  * bad_pages[]{address, size, status}, violation{prochot, ppt, socket, vr, hbm, gfx_clk},
  * processes[]{pid, name, vram, gtt, cpu,
- * gfx, gfx_step, enc, cu}, numa (the NUMA node; absent: NOT_SUPPORTED), links{<other device's
+ * gfx, gfx_step, enc, cu}, xcc_busy[] (its XCCs' GFX busy % in the GPU metrics table),
+ * metrics_revision (that table's content revision), numa (the NUMA node; absent: NOT_SUPPORTED), links{<other device's
  * position>: {type (1 PCIe, 2 xGMI), hops}} (looked up both ways; a pair in neither
  * answers NOT_SUPPORTED)} plus the kit's fault keys.
  */
@@ -481,6 +482,49 @@ amdsmi_status_t amdsmi_get_gpu_pci_replay_counter(amdsmi_processor_handle h, uin
     if (!counter)
         return AMDSMI_STATUS_INVAL;
     *counter = fl_u64(0, D "pcie_replays", d);
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+/* -- the GPU metrics table (issue 41) ------------------------------------------------------ */
+
+/* The card's GPU metrics table as the library answers it on processor `h`: the averages are the
+ * handle's `activity.{gfx, umc, mm}` (amdsmi_get_gpu_activity copies them from this table), and
+ * `xcp_stats[k].gfx_busy_inst` is the `xcc_busy[]` list (each XCC's instantaneous GFX busy %) of
+ * the processor of its socket whose KFD partition id is k; `num_partition` counts the socket's
+ * processors. What the firmware does not fill is the type's maximum, as smu_cmn_init_soft_gpu_
+ * metrics leaves it: every XCC slot beyond a partition's own, and every xcp_stats entry where
+ * `metrics_revision` (the table's content revision, default 8) is below 6, before the per-XCP
+ * stats existed. `faults.amdsmi_get_gpu_metrics_info` answers a code instead (NOT_SUPPORTED:
+ * a card with no table). */
+amdsmi_status_t amdsmi_get_gpu_metrics_info(amdsmi_processor_handle h,
+                                            amdsmi_gpu_metrics_t *metrics) {
+    int present[FL_MAX_DEVICES], n, siblings = 0;
+    uint8_t revision;
+    DEVICE("amdsmi_get_gpu_metrics_info");
+    if (!metrics)
+        return AMDSMI_STATUS_INVAL;
+    memset(metrics, 0xFF, sizeof *metrics);
+    revision = (uint8_t)fl_int(8, D "metrics_revision", d);
+    metrics->common_header.structure_size = (uint16_t)sizeof *metrics;
+    metrics->common_header.format_revision = 1;
+    metrics->common_header.content_revision = revision;
+    metrics->average_gfx_activity = (uint16_t)fl_int(NA16, D "activity.gfx", d);
+    metrics->average_umc_activity = (uint16_t)fl_int(NA16, D "activity.umc", d);
+    metrics->average_mm_activity = (uint16_t)fl_int(NA16, D "activity.mm", d);
+    n = fl_present_devices(present, FL_MAX_DEVICES);
+    for (int i = 0; i < n; i++) {
+        int s = present[i], k;
+        if (fl_int(s, D "socket", s) != fl_int(d, D "socket", d))
+            continue;
+        siblings++;
+        k = (int)fl_int(0, D "partition", s);
+        if (revision < 6 || k < 0 || k >= AMDSMI_MAX_NUM_XCP)
+            continue;
+        for (int j = 0; j < fl_count(D "xcc_busy", s) && j < AMDSMI_MAX_NUM_XCC; j++)
+            metrics->xcp_stats[k].gfx_busy_inst[j] =
+                (uint32_t)fl_u64(0xFFFFFFFFu, D "xcc_busy.%d", s, j);
+    }
+    metrics->num_partition = revision < 6 ? 0xFFFFu : (uint16_t)siblings;
     return AMDSMI_STATUS_SUCCESS;
 }
 

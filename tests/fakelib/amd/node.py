@@ -42,15 +42,15 @@ DESCRIPTION = (
     "An 8-card AMD Instinct MI300X node (ROCm 7.0.2, amdgpu 6.12.12): cards 0-1 whole to one "
     "Instance by GPUStack's GPU-<ASIC serial> ids, card 2 carved by HAMi into two slices (one "
     "busy), card 3 in CPX mode (eight XCPs with their own UUIDs; secondary XCPs answer N/A for "
-    "activity, power and temperature) with pods on XCP 0 (busy) and XCP 2 (idle) as partitions "
-    "and on XCP 5 whole, card 4 carved by GPUStack into two 50% slices (engine time advancing "
+    "activity, power and temperature on their handles, and the card's GPU metrics table states "
+    "each XCP's own GFX busy) with pods on XCP 0 (busy) and XCP 2 (idle) as partitions and on "
+    "XCP 5 whole (busy), card 4 carved by GPUStack into two 50% slices (engine time advancing "
     "for one process, KFD CU occupancy for the other), card 5 Shared by two notebooks, card 6 "
     "carved with a process list longer than amdsmi's 1,024-row buffer (OUT_OF_RESOURCES: "
     "truncated, never complete), card 7 idle. Health figures (R-X7: ECC counts, bad pages, "
-    "throttle flags, energy, clocks, PCIe replays) are synthetic: card 0 at its power cap, "
-    "card 2 with two retired pages, card 4 with one pending, card 6 power- and thermal-"
-    "throttled. Recorded by read() over the fake ROCm install of tests/fakelib/amd, not on "
-    "hardware."
+    "throttle flags, energy, clocks, PCIe replays) are synthetic: card 0 at its power cap, card "
+    "2 with two retired pages, card 4 with one pending, card 6 power- and thermal-throttled. "
+    "Recorded by read() over the fake ROCm install of tests/fakelib/amd, not on hardware."
 )
 
 
@@ -109,7 +109,11 @@ def devices() -> list[dict[str, Any]]:
                 {"used_mib": 310},
                 {"used_mib": 0},
                 {"used_mib": 0},
-                {"used_mib": 21_000, "processes": [process(42005, 20 * GIB, cu=37)]},
+                {
+                    "used_mib": 21_000,
+                    "xcc_busy": [37],
+                    "processes": [process(42005, 20 * GIB, cu=37)],
+                },
             ],
         ),
         card(

@@ -35,7 +35,8 @@ def spx_pair() -> dict[str, Any]:
 
 def cpx_eight_xcps() -> dict[str, Any]:
     """Card 0 whole; card 1 in CPX mode: eight XCPs with eight UUIDs on one socket, the
-    secondary ones answering N/A for activity, power and temperature; XCP 0 and XCP 2 busy."""
+    secondary ones answering N/A for activity, power and temperature; XCP 0 and XCP 2 busy
+    (the card's GPU metrics table states each XCP's own GFX busy: 91 and 64, the others 0)."""
     return scenario(
         [
             card(0, used_mib=1_024, gfx=3, power_w=140, hotspot=41),
@@ -51,6 +52,7 @@ def cpx_eight_xcps() -> dict[str, Any]:
                     {"used_mib": 12},
                     {
                         "used_mib": 9_216,
+                        "xcc_busy": [64],  # N/A on its handle; its own in the table
                         "processes": [process(5301, 8 * GIB, cu=19)],
                     },
                 ],
