@@ -187,6 +187,9 @@ class FigureTable:
         init=False, repr=False, compare=False
     )
     _shapes: tuple[tuple[HealthFigure, Shape], ...] = field(init=False, repr=False, compare=False)
+    _grant_activity: tuple[tuple[Family, tuple[FigureSpec, ...]], ...] = field(
+        init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         by_name: dict[str, FigureSpec] = {}
@@ -200,6 +203,7 @@ class FigureTable:
         object.__setattr__(self, "_families", families)
         shapes = tuple((cast(HealthFigure, s.name), s.shape) for s in self.health)
         object.__setattr__(self, "_shapes", shapes)
+        object.__setattr__(self, "_grant_activity", self._grant_activity_families())
 
     def health_spec(self, name: str) -> FigureSpec | None:
         return self._by_name.get(name)
@@ -223,7 +227,10 @@ class FigureTable:
     def grant_activity_families(self) -> tuple[tuple[Family, tuple[FigureSpec, ...]], ...]:
         """Each activity family with its rows, as the per-grant family (GRANT_PREFIX) that
         states the grant's own activity (issue 41): the card family's suffix, kind and labels,
-        and its HELP said of the grant."""
+        and its HELP said of the grant. Made once per table: every rendering asks."""
+        return self._grant_activity
+
+    def _grant_activity_families(self) -> tuple[tuple[Family, tuple[FigureSpec, ...]], ...]:
         return tuple(
             (
                 Family(

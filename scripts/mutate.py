@@ -274,9 +274,9 @@ EQUIVALENT: dict[str, str] = {
         "searching from the pod segment itself: a pod segment (pod<uid>, ...-pod<uid>.slice) "
         "never matches a container id or a runtime scope"
     ),
-    "exposition:Exposition.of:6  ->  7": (
-        "another compression level: other bytes, the same text when decompressed, still a "
-        "pure function of the text"
+    "exposition:Exposition.of:1  ->  0": (
+        "another compression level (0 stores the text uncompressed, still gzip): other bytes, "
+        "the same text when decompressed, still a pure function of the text"
     ),
     "figures:newest_pods:(pod.created or '', pod.name) > (current[1].created or '', "
     "current[...  ->  (pod.created or '', pod.name) >= (current[1].created or '', "
