@@ -531,6 +531,7 @@ def _fields(reading: PartitionReading) -> dict[str, Any]:
         "memory_reason": reading.memory_reason,
         "cores_reason": reading.cores_reason,
         "aliases": reading.aliases,
+        "activity": reading.activity,
     }
 
 

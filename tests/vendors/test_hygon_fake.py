@@ -464,6 +464,7 @@ def test_vdcu_calls(libs: dict[str, str], scenario) -> None:  # type: ignore[no-
         10240,
         71.0,
     )
+    assert busy.activity is not None and not busy.activity.held()  # busy time only
     unserved = got["vDCU-3"]
     assert (unserved.parent_id, unserved.memory_used_mib) == (dcu(0), 2048)
     assert (unserved.cores_percent, unserved.cores_reason) == (None, Reason.UNSUPPORTED)
@@ -494,6 +495,12 @@ def test_mig_partitions_without_uuid_found_through_the_drivers_registry(
     busy = got[f"MIG-{dcu(0)}/3/0"]
     assert busy.aliases == (f"MIG-{mig_uuid(0)}",)
     assert (busy.memory_total_mib, busy.memory_used_mib, busy.cores_percent) == (16380, 12288, 93.0)
+    # The same call's memory busy time, its instance's own, kept raw and held as busy time;
+    # no activity figure (the library has none per instance), the card's 24% nowhere.
+    assert mig["cards"][0]["migDevices"][0]["nvmlDeviceGetUtilizationRates"]["memory"] == 37
+    assert busy.activity is not None
+    assert busy.activity.held() == {H.MEMORY_BUSY: 37.0}
+    assert busy.activity.reason(H.SM_ACTIVITY) is Reason.UNSUPPORTED
     idle = got[f"MIG-{dcu(0)}/5/0"]
     assert (idle.memory_used_mib, idle.cores_percent, idle.memory_reason) == (0, 0.0, None)
     wide = got[f"MIG-{dcu(1)}/1/0"]

@@ -92,20 +92,21 @@ def k100ai_whole_and_slices() -> dict[str, Any]:
 
 def k100ai_mig() -> dict[str, Any]:
     """Eight K100_AI with the node in multi-instance mode: card 0 carved in four 2g.15gb
-    instances (GPU instances 3-6, MIG indexes 0-3, one busy), card 1 in one 4g.31gb (index 4).
+    instances (GPU instances 3-6, MIG indexes 0-3, one busy, its memory busy 37% of the time),
+    card 1 in one 4g.31gb (index 4).
     The rest hold no instance."""
     cards = eight_card_topology([k100(n, used=0) for n in range(8)])
     cards[0].update(vram_used=14 * GIB, busy=24, temp_edge=57_000, power=151_000_000)
     cards[0]["mig"] = {
         "migs": [
-            mig(0, 3, 0, MIG_2G, 12 * GIB, 93),
-            mig(1, 4, 0, MIG_2G, 1 * GIB, 2),
+            mig(0, 3, 0, MIG_2G, 12 * GIB, 93, mem_util=37),
+            mig(1, 4, 0, MIG_2G, 1 * GIB, 2, mem_util=1),
             mig(2, 5, 0, MIG_2G, 0, 0),
             mig(3, 6, 0, MIG_2G, 0, 0),
         ]
     }
     cards[1].update(vram_used=20 * GIB, busy=61, temp_edge=62_000, power=203_000_000)
-    cards[1]["mig"] = {"max_mig": 4, "migs": [mig(4, 1, 0, MIG_4G, 20 * GIB, 61)]}
+    cards[1]["mig"] = {"max_mig": 4, "migs": [mig(4, 1, 0, MIG_4G, 20 * GIB, 61, mem_util=18)]}
     return node(cards, mig_mode=1, driver="6.3.8-V1.11.0")
 
 
