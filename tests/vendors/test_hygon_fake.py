@@ -172,6 +172,8 @@ def test_card_health_through_our_ctypes(libs: dict[str, str], scenario) -> None:
         1_600_000_000,
         9,
     )
+    # The memory's busy time (rsmi_dev_memory_busy_percent_get), held as busy time (issue 41).
+    assert full.number(H.MEMORY_BUSY) == 35.0
     always = {
         "pcie_replays",  # the replay counter counts NAKs: pcie_naks (issue 43)
         "ecc_corrected_volatile",  # the header's count is "total" (issue 43)
@@ -182,8 +184,8 @@ def test_card_health_through_our_ctypes(libs: dict[str, str], scenario) -> None:
         "throttle_reasons",
         "clock_sm_hz",
         "xid_errors",
-        # No activity figure, nor memory or vector busy time, in these scenarios (issue 41).
-        *EVERY_ACTIVITY,
+        # No activity figure, nor vector busy time: the fork states none (issue 41).
+        *(EVERY_ACTIVITY - {H.MEMORY_BUSY}),
     }
     assert dict(full.reasons) == dict.fromkeys(always, Reason.UNSUPPORTED)
     assert dict(blind.reasons) == {
@@ -198,6 +200,7 @@ def test_card_health_through_our_ctypes(libs: dict[str, str], scenario) -> None:
                 "energy_joules",
                 "clock_memory_hz",
                 "pcie_naks",
+                "memory_busy_percent",
             ),
             Reason.UNSUPPORTED,
         ),
@@ -207,6 +210,7 @@ def test_card_health_through_our_ctypes(libs: dict[str, str], scenario) -> None:
         "ecc_corrected_total": Reason.INVALID_DATA,
         "clock_graphics_hz": Reason.INVALID_DATA,
         "pcie_naks": Reason.INVALID_DATA,
+        "memory_busy_percent": Reason.INVALID_DATA,  # 101%, never clamped
     }
     assert (odd.number(H.REMAPPED_ROWS_UNCORRECTABLE), odd.number(H.REMAPPED_ROWS_FAILED)) == (0, 1)
     # The page card 2 could not retire makes it unhealthy; card 0's uncorrectable ECC error

@@ -777,6 +777,31 @@ def test_a_hygon_payload_recorded_before_the_health_reads_has_no_health() -> Non
         ),
         # No call of ROCm SMI answers the throttle reasons.
         ({"rsmi_dev_pci_replay_counter_get": 0}, "throttle_reasons", None, Reason.UNSUPPORTED),
+        # The memory's busy time, a percent of the sample period (issue 41), never clamped; a
+        # payload recorded before it was read keeps it `unsupported`, and no activity figure
+        # is ever the fork's (its CU figures sample inside the call, or at one instant).
+        ({"rsmi_dev_memory_busy_percent_get": 35}, "memory_busy_percent", 35.0, None),
+        ({"rsmi_dev_memory_busy_percent_get": 0}, "memory_busy_percent", 0.0, None),
+        (
+            {"rsmi_dev_memory_busy_percent_get": 101},
+            "memory_busy_percent",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (
+            {"rsmi_dev_memory_busy_percent_get": err("RSMI_STATUS_NOT_SUPPORTED", 2)},
+            "memory_busy_percent",
+            None,
+            Reason.UNSUPPORTED,
+        ),
+        (
+            {"rsmi_dev_memory_busy_percent_get": err("RSMI_STATUS_FILE_ERROR", 3)},
+            "memory_busy_percent",
+            None,
+            Reason.TRANSIENT_DRIVER_ERROR,
+        ),
+        ({"rsmi_dev_pci_replay_counter_get": 0}, "memory_busy_percent", None, Reason.UNSUPPORTED),
+        ({"rsmi_dev_memory_busy_percent_get": 35}, "sm_activity_percent", None, Reason.UNSUPPORTED),
     ],
 )
 def test_each_hygon_health_figure_is_range_checked_and_says_why_it_is_absent(
