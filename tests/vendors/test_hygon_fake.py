@@ -512,6 +512,26 @@ def test_mig_partitions_without_uuid_found_through_the_drivers_registry(
     assert got["MIG-not-there"].memory_reason is Reason.TRANSIENT_DRIVER_ERROR
 
 
+def test_devicemanager_record_keeps_the_memorys_busy_times(
+    libs: dict[str, str], scenario, registry: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """(issue 41) `devicemanager record` keeps what the activity figures are parsed from: the
+    card's rsmi_dev_memory_busy_percent_get and a MIG instance's whole utilization answer, so
+    the next real node recorded carries both."""
+    from devicemanager.cli import record
+    from vendors.hygon import MIG_CONFIG_ENV
+
+    scenario(scenarios.k100ai_mig())
+    monkeypatch.setenv(MIG_CONFIG_ENV, str(registry))
+    doc = record("hygon", libs, False, [(dcu(0), f"MIG-{mig_uuid(0)}")])
+    payload = doc["payload"]
+    assert [d["rsmi_dev_memory_busy_percent_get"] for d in payload["devices"][:2]] == [10, 9]
+    (instance, *_) = payload["mig"]["cards"][0]["migDevices"]
+    assert instance["nvmlDeviceGetUtilizationRates"] == {"gpu": 93, "memory": 37}
+    (part,) = HygonBackend().parse(payload).partitions
+    assert part.activity is not None and part.activity.number(H.MEMORY_BUSY) == 37.0
+
+
 def test_a_mig_partition_with_no_uuid_anywhere_is_found_by_its_synthesized_id(
     libs: dict[str, str], scenario, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
