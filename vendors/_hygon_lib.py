@@ -160,6 +160,8 @@ RSMI_PROTOTYPES: Mapping[str, Sequence[Any]] = {
     "rsmi_dev_memory_total_get": (c_uint32, c_uint32, _U64P),
     "rsmi_dev_memory_usage_get": (c_uint32, c_uint32, _U64P),
     "rsmi_dev_busy_percent_get": (c_uint32, _U32P),
+    # "the percentage of time that any device memory is being used" (rocm_smi.h): busy time.
+    "rsmi_dev_memory_busy_percent_get": (c_uint32, _U32P),
     "rsmi_dev_temp_metric_get": (c_uint32, c_uint32, c_uint32, POINTER(c_int64)),
     "rsmi_dev_power_get": (c_uint32, _U64P, _U32P),
     "rsmi_dev_power_ave_get": (c_uint32, c_uint32, _U64P),

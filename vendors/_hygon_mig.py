@@ -23,10 +23,19 @@ from ctypes import byref, c_uint32, c_void_p
 from pathlib import Path
 from typing import Any
 
-from devicemanager.model import PartitionReading, Reason, as_int, mib_from_bytes
+from devicemanager.model import (
+    Answer,
+    CardHealth,
+    HealthFigure,
+    PartitionReading,
+    Reason,
+    as_int,
+    mib_from_bytes,
+    unsupported,
+)
 from vendors import _hygon_lib as lib
+from vendors._common import EVERY_ACTIVITY, failed, percent_answer, reasons
 from vendors._common import error_code as _error
-from vendors._common import failed, reasons
 
 # The driver's registry of live MIG compute instances, one dev<N>gi<G>ci<C>.conf each, the only
 # place their UUIDs are written. The variable points the backend at a copy (tests, a container
@@ -144,7 +153,11 @@ def mig_reading(
 
     def absent(reason: Reason) -> PartitionReading:
         return PartitionReading(
-            id=wanted, parent_id=parent, memory_reason=reason, cores_reason=reason
+            id=wanted,
+            parent_id=parent,
+            memory_reason=reason,
+            cores_reason=reason,
+            activity=CardHealth.answered({f: (None, reason) for f in unsupported(EVERY_ACTIVITY)}),
         )
 
     libraries = payload.get("libraries")
@@ -184,6 +197,21 @@ def mig_reading(
     return found[0]
 
 
+def instance_activity(util: Any) -> dict[HealthFigure, Answer]:
+    """A MIG instance's activity figures (issue 41): its memory's busy time, the `memory` of
+    the utilization its own handle answered (NVML's struct: the share of the sample period in
+    which memory was read or written), and every activity figure `unsupported`. Hygon's
+    dmi_mig.h declares no GPM and no other per-instance measure (GPUStack: the utilization
+    rates are "the only one"), so none is read, and the card's figure is never put in their
+    place."""
+    found = unsupported(EVERY_ACTIVITY)
+    found[HealthFigure.MEMORY_BUSY] = percent_answer(
+        util.get("memory") if isinstance(util, Mapping) and _error(util) is None else util,
+        mig_reason,
+    )
+    return found
+
+
 def instance_reading(instance: Instance, aliases: Iterable[str]) -> PartitionReading:
     m = instance.mig
     memory, util = m.get("nvmlDeviceGetMemoryInfo"), m.get("nvmlDeviceGetUtilizationRates")
@@ -211,6 +239,7 @@ def instance_reading(instance: Instance, aliases: Iterable[str]) -> PartitionRea
         memory_reason=memory_reason,
         cores_reason=cores_reason,
         aliases=tuple(dict.fromkeys(a for a in (*instance.aliases, *aliases) if a != instance.id)),
+        activity=CardHealth.answered(instance_activity(util)),
     )
 
 

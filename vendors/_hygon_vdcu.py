@@ -17,10 +17,19 @@ from collections.abc import Mapping
 from ctypes import byref, c_int
 from typing import Any
 
-from devicemanager.model import PartitionReading, Reason, as_int, mib_from_bytes
+from devicemanager.model import (
+    Answer,
+    CardHealth,
+    HealthFigure,
+    PartitionReading,
+    Reason,
+    as_int,
+    mib_from_bytes,
+    unsupported,
+)
 from vendors import _hygon_lib as lib
+from vendors._common import EVERY_ACTIVITY, failed, reasons
 from vendors._common import error_code as _error
-from vendors._common import failed, reasons
 
 dmi_reason = reasons(
     unsupported=frozenset(
@@ -84,6 +93,16 @@ def read_vdcu(dmi: lib.Bound, numbers: list[int]) -> list[dict[str, Any]]:
 # -- parse: pure ------------------------------------------------------------------------------
 
 
+def _activity(reason: Reason) -> CardHealth:
+    """A vDCU's activity figures (issue 41), every one absent with `reason`: libhydmi states a
+    vDCU's busy percent and nothing else of its compute (dmi_virtual.h declares
+    dmiGetVDevBusyPercent alone per vDCU; the ROCm SMI fork's CU figures take a physical card's
+    index), so its busy time is its cores' figure and no activity is read, nor the card's put
+    in its place."""
+    found: dict[HealthFigure, Answer] = {f: (None, reason) for f in unsupported(EVERY_ACTIVITY)}
+    return CardHealth.answered(found)
+
+
 def vdcu_reading(
     wanted: str,
     number: int,
@@ -97,7 +116,11 @@ def vdcu_reading(
 
     def absent(reason: Reason, parent_id: str = parent) -> PartitionReading:
         return PartitionReading(
-            id=wanted, parent_id=parent_id, memory_reason=reason, cores_reason=reason
+            id=wanted,
+            parent_id=parent_id,
+            memory_reason=reason,
+            cores_reason=reason,
+            activity=_activity(reason),
         )
 
     libraries = payload.get("libraries")
@@ -140,4 +163,5 @@ def vdcu_reading(
         memory_reason=memory_reason,
         cores_reason=cores_reason,
         aliases=aliases,
+        activity=_activity(Reason.UNSUPPORTED),
     )

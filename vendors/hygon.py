@@ -54,7 +54,15 @@ from devicemanager.model import (
     unsupported,
 )
 from vendors import _hygon_lib as lib
-from vendors._common import EVERY_ACTIVITY, failed, finite, listing, load, reasons
+from vendors._common import (
+    EVERY_ACTIVITY,
+    failed,
+    finite,
+    listing,
+    load,
+    percent_answer,
+    reasons,
+)
 from vendors._common import error_code as _error
 from vendors._hygon_mig import MIG_CONFIG as MIG_CONFIG
 from vendors._hygon_mig import MIG_CONFIG_ENV as MIG_CONFIG_ENV
@@ -231,6 +239,7 @@ HEALTH_KEYS = (
     "rsmi_dev_gpu_clk_freq_get",
     "rsmi_dev_pci_replay_counter_get",
     "rsmi_dev_memory_reserved_pages_get",
+    "rsmi_dev_memory_busy_percent_get",
 )
 # Figures no call of Hygon's ROCm SMI answers (the throttle status is only a field of the
 # versioned gpu_metrics table, with AMD's own bits): absent with `unsupported`.
@@ -342,9 +351,17 @@ def parse_health(device: Mapping[str, Any]) -> CardHealth | None:
         # NAKs received plus generated (rocm_smi.h), not NVML's replays (issue 43).
         found[H.PCIE_NAKS] = _count(device["rsmi_dev_pci_replay_counter_get"])
     found.update(unsupported(HYGON_UNSUPPORTED))
-    # Hygon's ROCm SMI fork states the cores' busy time (`rsmi_dev_busy_percent_get`) and no
-    # activity figure, memory or vector-unit busy time beside it (issue 41).
+    # Hygon's ROCm SMI fork states the cores' busy time (`rsmi_dev_busy_percent_get`) and the
+    # memory's ("the percentage of time that any device memory is being used", rocm_smi.h),
+    # both busy time. Its CU figures are no activity over the round: `rsmi_dev_cu_util_get`
+    # and `rsmi_dev_wave_util_get` sample inside the call for a window it is given (hy-smi's
+    # 1000 ms; a read never sleeps), `rsmi_dev_cu_usage_get` is one instant (issue 41).
     found.update(unsupported(EVERY_ACTIVITY))
+    # A payload recorded before the memory's busy time was read keeps it `unsupported`.
+    if "rsmi_dev_memory_busy_percent_get" in device:
+        found[H.MEMORY_BUSY] = percent_answer(
+            device["rsmi_dev_memory_busy_percent_get"], rsmi_reason
+        )
     return CardHealth.answered(found)
 
 
@@ -531,6 +548,7 @@ def _fields(reading: PartitionReading) -> dict[str, Any]:
         "memory_reason": reading.memory_reason,
         "cores_reason": reading.cores_reason,
         "aliases": reading.aliases,
+        "activity": reading.activity,
     }
 
 
@@ -739,6 +757,9 @@ class HygonBackend:
         d["rsmi_dev_pci_replay_counter_get"] = self._rsmi_out(
             "rsmi_dev_pci_replay_counter_get", c_uint64, index
         )
+        d["rsmi_dev_memory_busy_percent_get"] = self._rsmi_out(
+            "rsmi_dev_memory_busy_percent_get", c_uint32, index
+        )  # percent of the driver's sample period
         count = c_uint32(0)
         rc = self._rsmi_call("rsmi_dev_memory_reserved_pages_get", index, byref(count), None)
         if rc != lib.RSMI_SUCCESS:

@@ -172,6 +172,8 @@ def test_card_health_through_our_ctypes(libs: dict[str, str], scenario) -> None:
         1_600_000_000,
         9,
     )
+    # The memory's busy time (rsmi_dev_memory_busy_percent_get), held as busy time (issue 41).
+    assert full.number(H.MEMORY_BUSY) == 35.0
     always = {
         "pcie_replays",  # the replay counter counts NAKs: pcie_naks (issue 43)
         "ecc_corrected_volatile",  # the header's count is "total" (issue 43)
@@ -182,8 +184,8 @@ def test_card_health_through_our_ctypes(libs: dict[str, str], scenario) -> None:
         "throttle_reasons",
         "clock_sm_hz",
         "xid_errors",
-        # No activity figure, nor memory or vector busy time, in these scenarios (issue 41).
-        *EVERY_ACTIVITY,
+        # No activity figure, nor vector busy time: the fork states none (issue 41).
+        *(EVERY_ACTIVITY - {H.MEMORY_BUSY}),
     }
     assert dict(full.reasons) == dict.fromkeys(always, Reason.UNSUPPORTED)
     assert dict(blind.reasons) == {
@@ -198,6 +200,7 @@ def test_card_health_through_our_ctypes(libs: dict[str, str], scenario) -> None:
                 "energy_joules",
                 "clock_memory_hz",
                 "pcie_naks",
+                "memory_busy_percent",
             ),
             Reason.UNSUPPORTED,
         ),
@@ -207,6 +210,7 @@ def test_card_health_through_our_ctypes(libs: dict[str, str], scenario) -> None:
         "ecc_corrected_total": Reason.INVALID_DATA,
         "clock_graphics_hz": Reason.INVALID_DATA,
         "pcie_naks": Reason.INVALID_DATA,
+        "memory_busy_percent": Reason.INVALID_DATA,  # 101%, never clamped
     }
     assert (odd.number(H.REMAPPED_ROWS_UNCORRECTABLE), odd.number(H.REMAPPED_ROWS_FAILED)) == (0, 1)
     # The page card 2 could not retire makes it unhealthy; card 0's uncorrectable ECC error
@@ -464,6 +468,7 @@ def test_vdcu_calls(libs: dict[str, str], scenario) -> None:  # type: ignore[no-
         10240,
         71.0,
     )
+    assert busy.activity is not None and not busy.activity.held()  # busy time only
     unserved = got["vDCU-3"]
     assert (unserved.parent_id, unserved.memory_used_mib) == (dcu(0), 2048)
     assert (unserved.cores_percent, unserved.cores_reason) == (None, Reason.UNSUPPORTED)
@@ -494,11 +499,37 @@ def test_mig_partitions_without_uuid_found_through_the_drivers_registry(
     busy = got[f"MIG-{dcu(0)}/3/0"]
     assert busy.aliases == (f"MIG-{mig_uuid(0)}",)
     assert (busy.memory_total_mib, busy.memory_used_mib, busy.cores_percent) == (16380, 12288, 93.0)
+    # The same call's memory busy time, its instance's own, kept raw and held as busy time;
+    # no activity figure (the library has none per instance), the card's 24% nowhere.
+    assert mig["cards"][0]["migDevices"][0]["nvmlDeviceGetUtilizationRates"]["memory"] == 37
+    assert busy.activity is not None
+    assert busy.activity.held() == {H.MEMORY_BUSY: 37.0}
+    assert busy.activity.reason(H.SM_ACTIVITY) is Reason.UNSUPPORTED
     idle = got[f"MIG-{dcu(0)}/5/0"]
     assert (idle.memory_used_mib, idle.cores_percent, idle.memory_reason) == (0, 0.0, None)
     wide = got[f"MIG-{dcu(1)}/1/0"]
     assert (wide.parent_id, wide.memory_total_mib, wide.cores_percent) == (dcu(1), 32760, 61.0)
     assert got["MIG-not-there"].memory_reason is Reason.TRANSIENT_DRIVER_ERROR
+
+
+def test_devicemanager_record_keeps_the_memorys_busy_times(
+    libs: dict[str, str], scenario, registry: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """(issue 41) `devicemanager record` keeps what the activity figures are parsed from: the
+    card's rsmi_dev_memory_busy_percent_get and a MIG instance's whole utilization answer, so
+    the next real node recorded carries both."""
+    from devicemanager.cli import record
+    from vendors.hygon import MIG_CONFIG_ENV
+
+    scenario(scenarios.k100ai_mig())
+    monkeypatch.setenv(MIG_CONFIG_ENV, str(registry))
+    doc = record("hygon", libs, False, [(dcu(0), f"MIG-{mig_uuid(0)}")])
+    payload = doc["payload"]
+    assert [d["rsmi_dev_memory_busy_percent_get"] for d in payload["devices"][:2]] == [10, 9]
+    (instance, *_) = payload["mig"]["cards"][0]["migDevices"]
+    assert instance["nvmlDeviceGetUtilizationRates"] == {"gpu": 93, "memory": 37}
+    (part,) = HygonBackend().parse(payload).partitions
+    assert part.activity is not None and part.activity.number(H.MEMORY_BUSY) == 37.0
 
 
 def test_a_mig_partition_with_no_uuid_anywhere_is_found_by_its_synthesized_id(

@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from devicemanager.model import Reason, identity_map
+from devicemanager.model import HealthFigure, PartitionReading, Reason, identity_map
 from tests.vendors.shapes import parsed_or_refused
 from vendors import hygon
+from vendors._common import EVERY_ACTIVITY
 
 MIB = 1048576
 GIB = 1024 * MIB
@@ -344,6 +345,8 @@ def test_vdcu_answers_without_figures(
     expected = Reason.TRANSIENT_DRIVER_ERROR if reason == "transient" else reason
     assert (answer.id, answer.memory_reason, answer.cores_reason) == ("vDCU-4", expected, expected)
     assert answer.memory_used_mib is None
+    assert answer.activity is not None and not answer.activity.held()
+    assert {why for _, why in answer.activity.reasons} == {expected}
 
 
 def mig_payload(**changes: Any) -> dict[str, Any]:
@@ -432,6 +435,9 @@ def test_mig_answers_without_figures(
     p["libraries"].update(libraries)
     (part,) = hygon.parse(p).partitions
     assert (part.memory_reason, part.cores_reason, part.memory_used_mib) == (reason, reason, None)
+    # Its activity figures are absent for the same reason, none of them the card's.
+    assert part.activity is not None and not part.activity.held()
+    assert dict(part.activity.reasons) == dict.fromkeys(EVERY_ACTIVITY, reason)
 
 
 def test_an_empty_pci_string_from_the_mig_library_is_its_known_quirk_not_a_mismatch() -> None:
@@ -456,6 +462,72 @@ def test_partition_utilization_not_served_is_unsupported_and_memory_still_measur
         Reason.UNSUPPORTED,
         12288,
     )
+
+
+# -- partitions' activity (issue 41) ------------------------------------------------------------
+
+
+def absent_activity(part: PartitionReading) -> dict[HealthFigure, Reason]:
+    assert part.activity is not None
+    return dict(part.activity.reasons)
+
+
+def test_a_mig_partition_states_its_memorys_busy_time_and_no_activity_figure() -> None:
+    # The card's cores are 40% busy; the instance's own handle answers 93% and its memory 37%.
+    mig = mig_payload(nvmlDeviceGetUtilizationRates={"gpu": 93, "memory": 37})
+    p = payload(request=request((CARD, "MIG-9f1c0d2e-aaaa")), mig=mig)
+    reading = hygon.parse(p)
+    (part,) = reading.partitions
+    assert part.activity is not None
+    # The memory's busy time (the same call's `memory`) is the one figure held, as busy time.
+    assert part.activity.held() == {HealthFigure.MEMORY_BUSY: 37.0}
+    assert part.cores_percent == 93.0  # the compute's busy time, its cores' figure
+    # dmi_mig.h declares no GPM and no other per-instance measure: every activity figure is
+    # absent `unsupported`, and the card's 40% busy is never stated as the partition's.
+    absent = absent_activity(part)
+    assert set(absent) == EVERY_ACTIVITY - {HealthFigure.MEMORY_BUSY}
+    assert set(absent.values()) == {Reason.UNSUPPORTED}
+    (card,) = reading.cards
+    assert card.cores_utilization_percent == 40.0
+    assert 40.0 not in part.activity.held().values()
+
+
+@pytest.mark.parametrize(
+    ("util", "memory_busy", "cores"),
+    [
+        ({"gpu": 93, "memory": 0}, (0.0, None), 93.0),  # idle memory is measured, not absent
+        ({"gpu": 93, "memory": 101}, (None, Reason.INVALID_DATA), 93.0),  # never clamped
+        ({"gpu": 93}, (None, Reason.INVALID_DATA), 93.0),
+        (err("DMI_MIG_NOT_SUPPORTED", 3), (None, Reason.UNSUPPORTED), None),
+        (err("NOT_EXPORTED", 13), (None, Reason.UNSUPPORTED), None),
+        (err("DMI_MIG_NO_PERMISSION", 4), (None, Reason.PERMISSION), None),
+        (err("DMI_MIG_UNKNOWN", 999), (None, Reason.TRANSIENT_DRIVER_ERROR), None),
+    ],
+)
+def test_a_mig_partitions_memory_busy_time_answer_by_answer(
+    util: Any, memory_busy: tuple[float | None, Reason | None], cores: float | None
+) -> None:
+    mig = mig_payload(nvmlDeviceGetUtilizationRates=util)
+    (part,) = hygon.parse(payload(request=request((CARD, "MIG-9f1c0d2e-aaaa")), mig=mig)).partitions
+    assert part.activity is not None
+    value, why = memory_busy
+    assert part.activity.number(HealthFigure.MEMORY_BUSY) == value
+    assert part.activity.reason(HealthFigure.MEMORY_BUSY) is why
+    assert part.cores_percent == cores
+    assert part.activity.reason(HealthFigure.SM_ACTIVITY) is Reason.UNSUPPORTED
+
+
+def test_a_vdcu_states_its_busy_time_and_no_activity_figure() -> None:
+    # libhydmi answers a vDCU's busy percent alone (dmi_virtual.h): its cores' figure, busy time.
+    p = payload(
+        device(0),
+        request=request((CARD, "vDCU-4"), (CARD, "vdev4")),
+        vdcu=[vdcu(4, busy=71)],
+    )
+    (part,) = hygon.parse(p).partitions  # two spellings, one reading
+    assert (part.id, part.cores_percent, part.aliases) == ("vDCU-4", 71.0, ("vdev4",))
+    assert part.activity is not None and not part.activity.held()
+    assert absent_activity(part) == dict.fromkeys(EVERY_ACTIVITY, Reason.UNSUPPORTED)
 
 
 # -- damaged payloads ---------------------------------------------------------------------------
@@ -705,6 +777,31 @@ def test_a_hygon_payload_recorded_before_the_health_reads_has_no_health() -> Non
         ),
         # No call of ROCm SMI answers the throttle reasons.
         ({"rsmi_dev_pci_replay_counter_get": 0}, "throttle_reasons", None, Reason.UNSUPPORTED),
+        # The memory's busy time, a percent of the sample period (issue 41), never clamped; a
+        # payload recorded before it was read keeps it `unsupported`, and no activity figure
+        # is ever the fork's (its CU figures sample inside the call, or at one instant).
+        ({"rsmi_dev_memory_busy_percent_get": 35}, "memory_busy_percent", 35.0, None),
+        ({"rsmi_dev_memory_busy_percent_get": 0}, "memory_busy_percent", 0.0, None),
+        (
+            {"rsmi_dev_memory_busy_percent_get": 101},
+            "memory_busy_percent",
+            None,
+            Reason.INVALID_DATA,
+        ),
+        (
+            {"rsmi_dev_memory_busy_percent_get": err("RSMI_STATUS_NOT_SUPPORTED", 2)},
+            "memory_busy_percent",
+            None,
+            Reason.UNSUPPORTED,
+        ),
+        (
+            {"rsmi_dev_memory_busy_percent_get": err("RSMI_STATUS_FILE_ERROR", 3)},
+            "memory_busy_percent",
+            None,
+            Reason.TRANSIENT_DRIVER_ERROR,
+        ),
+        ({"rsmi_dev_pci_replay_counter_get": 0}, "memory_busy_percent", None, Reason.UNSUPPORTED),
+        ({"rsmi_dev_memory_busy_percent_get": 35}, "sm_activity_percent", None, Reason.UNSUPPORTED),
     ],
 )
 def test_each_hygon_health_figure_is_range_checked_and_says_why_it_is_absent(

@@ -151,14 +151,22 @@ def vdev(
 
 
 def mig(
-    global_index: int, gi: int, ci: int, total: int, used: int, util: int | None
+    global_index: int,
+    gi: int,
+    ci: int,
+    total: int,
+    used: int,
+    util: int | None,
+    mem_util: int = 0,
 ) -> dict[str, Any]:
     """A MIG device: its node-global index, GPU and compute instance ids, memory (bytes),
-    utilization % (None: not served)."""
+    utilization % (None: not served) and the memory's busy % the same call writes."""
     doc: dict[str, Any] = {"global": global_index, "gi": gi, "ci": ci, "total": total}
     doc["used"] = used
     if util is not None:
         doc["util"] = util
+    if mem_util:
+        doc["mem_util"] = mem_util
     return doc
 
 

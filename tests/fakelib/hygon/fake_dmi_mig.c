@@ -20,8 +20,9 @@
  * library is not deep-bound, that call binds to NVIDIA's, which refuses this handle.
  *
  * Scenario: mode{current, pending}, devices[] of {bus_id, index, pci_info (what the PCI query
- * writes; "" by default), max_mig, total, used, util, migs[] of {global, gi, ci, total, used
- * (bytes), util (percent; absent: NOT_SUPPORTED), faults{}}, faults{}}, faults.<entry>, hang.
+ * writes; "" by default), max_mig, total, used, util, mem_util, migs[] of {global, gi, ci, total,
+ * used (bytes), util (percent; absent: NOT_SUPPORTED), mem_util (the memory's busy percent the
+ * same call writes; 0 by default), faults{}}, faults{}}, faults.<entry>, hang.
  */
 #include <stdint.h>
 #include <strings.h>
@@ -197,6 +198,8 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
     if (!util)
         return NVML_ERROR_NOT_SUPPORTED;
     utilization->gpu = (unsigned int)atoi(util);
-    utilization->memory = 0;
+    /* The memory's busy percent, which the one call writes beside the compute's. */
+    utilization->memory = (unsigned int)(device->mig < 0 ? fl_int(0, D "mem_util", d)
+                                                         : fl_int(0, M "mem_util", d, device->mig));
     return NVML_SUCCESS;
 }

@@ -22,8 +22,9 @@
  *     INSUFFICIENT_SIZE); all-ones values answered as the scenario gives them.
  *
  * Scenario (see tests/fakelib/hygon/__init__.py): init, driver, probe_code, grow, grow_always,
- * devices[] of {unique_id, bdf, name, serial, vram_total, vram_used (bytes), busy, temp_edge,
- * temp_junction (millidegrees), power (microwatts), power_type, ecc_corr, ecc_unc, lost_code,
+ * devices[] of {unique_id, bdf, name, serial, vram_total, vram_used (bytes), busy, mem_busy (the
+ * memory's busy %), temp_edge, temp_junction (millidegrees), power (microwatts), power_type,
+ * ecc_corr, ecc_unc, lost_code,
  * energy (counts), energy_resolution (microjoules per count), clocks{sys, mem}{levels[] (Hz),
  * current (index; all ones: none)}, clock_faults{sys, mem}, pcie_replays, pages[] (retired
  * page states: 0 reserved, 1 pending, 2 unreservable), numa, links{<position>: {type, hops}}},
@@ -164,6 +165,14 @@ rsmi_status_t rsmi_dev_memory_usage_get(uint32_t dv_ind, rsmi_memory_type_t mem_
 rsmi_status_t rsmi_dev_busy_percent_get(uint32_t dv_ind, uint32_t *busy_percent) {
     DEVICE("rsmi_dev_busy_percent_get");
     *busy_percent = (uint32_t)fl_int(0, D "busy", d);
+    return RSMI_STATUS_SUCCESS;
+}
+
+rsmi_status_t rsmi_dev_memory_busy_percent_get(uint32_t dv_ind, uint32_t *busy_percent) {
+    DEVICE("rsmi_dev_memory_busy_percent_get");
+    if (!busy_percent)
+        return RSMI_STATUS_INVALID_ARGS;
+    *busy_percent = (uint32_t)fl_int(0, D "mem_busy", d);
     return RSMI_STATUS_SUCCESS;
 }
 

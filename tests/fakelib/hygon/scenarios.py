@@ -70,6 +70,8 @@ def k100ai_whole_and_slices() -> dict[str, Any]:
     cards[2].update(vram_used=6 * GIB, busy=27, temp_edge=52_000, power=141_000_000)
     cards[3].update(vram_used=23 * GIB, busy=41, temp_edge=58_000, power=182_000_000)
     cards[5].update(vram_used=12 * GIB, busy=24, temp_edge=55_000, power=163_000_000)
+    for n, memory_busy in ((0, 46), (1, 39), (2, 9), (3, 14), (5, 8)):
+        cards[n]["mem_busy"] = memory_busy  # the memory's busy %, beside the cores'
     return node(
         cards,
         processes=[
@@ -92,20 +94,24 @@ def k100ai_whole_and_slices() -> dict[str, Any]:
 
 def k100ai_mig() -> dict[str, Any]:
     """Eight K100_AI with the node in multi-instance mode: card 0 carved in four 2g.15gb
-    instances (GPU instances 3-6, MIG indexes 0-3, one busy), card 1 in one 4g.31gb (index 4).
+    instances (GPU instances 3-6, MIG indexes 0-3, one busy, its memory busy 37% of the time),
+    card 1 in one 4g.31gb (index 4).
     The rest hold no instance."""
     cards = eight_card_topology([k100(n, used=0) for n in range(8)])
     cards[0].update(vram_used=14 * GIB, busy=24, temp_edge=57_000, power=151_000_000)
+    # The whole card's memory busy time: its instances' (37% and 1% on a quarter each) together.
+    cards[0]["mem_busy"] = 10
     cards[0]["mig"] = {
         "migs": [
-            mig(0, 3, 0, MIG_2G, 12 * GIB, 93),
-            mig(1, 4, 0, MIG_2G, 1 * GIB, 2),
+            mig(0, 3, 0, MIG_2G, 12 * GIB, 93, mem_util=37),
+            mig(1, 4, 0, MIG_2G, 1 * GIB, 2, mem_util=1),
             mig(2, 5, 0, MIG_2G, 0, 0),
             mig(3, 6, 0, MIG_2G, 0, 0),
         ]
     }
     cards[1].update(vram_used=20 * GIB, busy=61, temp_edge=62_000, power=203_000_000)
-    cards[1]["mig"] = {"max_mig": 4, "migs": [mig(4, 1, 0, MIG_4G, 20 * GIB, 61)]}
+    cards[1]["mem_busy"] = 9  # its one instance, half the card, 18% busy
+    cards[1]["mig"] = {"max_mig": 4, "migs": [mig(4, 1, 0, MIG_4G, 20 * GIB, 61, mem_util=18)]}
     return node(cards, mig_mode=1, driver="6.3.8-V1.11.0")
 
 
@@ -197,9 +203,10 @@ def k100ai_health() -> dict[str, Any]:
     """Issue 29's figures on three K100_AI. Card 0 answers every one: UMC ECC 4 corrected and
     1 uncorrected, retired pages (two reserved, one pending), an energy counter of 1,000,000
     counts of 15.3 µJ, its system clock at the top of three levels, memory at 1.6 GHz, 9 PCIe
-    replays. Card 1 answers none: NOT_SUPPORTED from ECC, retired pages, energy, replays and
-    the memory clock. Card 2 answers the all-ones "not available" for replays and ECC, no
-    current system clock level, and a page that could not be retired."""
+    replays, its memory busy 35% of the time. Card 1 answers none: NOT_SUPPORTED from ECC,
+    retired pages, energy, replays, the memory's busy percent and the memory clock. Card 2
+    answers the all-ones "not available" for replays and ECC, no current system clock level, a
+    page that could not be retired, and a memory busy percent over 100."""
     return node(
         [
             k100(
@@ -214,6 +221,7 @@ def k100ai_health() -> dict[str, Any]:
                     "mem": {"levels": [1_600_000_000], "current": 0},
                 },
                 pcie_replays=9,
+                mem_busy=35,
             ),
             k100(
                 1,
@@ -222,6 +230,7 @@ def k100ai_health() -> dict[str, Any]:
                     "rsmi_dev_memory_reserved_pages_get": RSMI_NOT_SUPPORTED,
                     "rsmi_dev_energy_count_get": RSMI_NOT_SUPPORTED,
                     "rsmi_dev_pci_replay_counter_get": RSMI_NOT_SUPPORTED,
+                    "rsmi_dev_memory_busy_percent_get": RSMI_NOT_SUPPORTED,
                 },
                 clock_faults={"mem": RSMI_NOT_SUPPORTED},
             ),
@@ -230,6 +239,7 @@ def k100ai_health() -> dict[str, Any]:
                 ecc_corr=U64_MAX,
                 pages=[2],
                 pcie_replays=U64_MAX,
+                mem_busy=101,
                 clocks={"sys": {"levels": [1_500_000_000], "current": NONE_CURRENT}},
             ),
         ]
