@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 import subprocess
 
@@ -516,7 +517,8 @@ def test_sample_values_are_written_as_prometheus_client_writes_them(value: float
     from prometheus_client.utils import floatToGoString
 
     assert exposition._float(value) == floatToGoString(value)
-    for edge in (-0.0, 0.0, 999_999.999_999_9, 1e6, 1_234_567.5, -1e7, 5e-324):
+    edges = (-0.0, 0.0, 999_999.999_999_9, 1e6, 1_234_567.5, -1e7, 5e-324, -math.inf, math.inf)
+    for edge in (*edges, math.nan):
         assert exposition._float(edge) == floatToGoString(edge)
 
 
@@ -543,6 +545,34 @@ def test_a_cards_label_sets_are_kept_for_two_renderings_and_then_forgotten() -> 
     assert small(names, ["n", "8"]) is made[8]
 
 
+def test_the_label_caches_hold_what_docs_performance_md_says_and_not_one_more() -> None:
+    """The two bounds the docs state: 65,536 label sets kept between two renderings (one more
+    rotates them, the older generation then held whole), 1,024 two-label sets per base (one
+    more starts it again)."""
+    kept = exposition.LabelsKept()
+    for i in range(65_536):
+        kept(["id"], [str(i)])
+    assert len(kept._current) == 65_536 and not kept._previous
+    kept(["id"], ["one more"])
+    assert len(kept._current) == 1 and len(kept._previous) == 65_536
+    labels = exposition.Labels(["node"], ["n"])
+    for i in range(1_024):
+        labels.render(("figure", "reason"), (str(i), ""))
+    assert len(labels._joined) == 1_024
+    labels.render(("figure", "reason"), ("one more", ""))
+    assert len(labels._joined) == 1
+
+
+def test_a_base_whose_names_and_values_differ_in_number_is_refused() -> None:
+    """A base of more names than values (or fewer) is a caller's mistake: refused when a set
+    is made from it, never rendered with the values shifted onto other names."""
+    labels = exposition.Labels(["node", "id", "index"], ["n", "GPU-0"])
+    with pytest.raises(ValueError):
+        labels.render(("figure",), ("sm_activity",))
+    with pytest.raises(ValueError):
+        labels.render(("figure", "reason"), ("sm_activity", ""))
+
+
 def test_a_label_set_of_two_more_labels_is_kept_per_base_up_to_its_bound() -> None:
     """Labels keeps each two-more-label set it rendered (a capability's figure and reason), the
     same text labelset makes; past MAX_JOINED sets it starts again, so values a tenant chooses
@@ -556,3 +586,25 @@ def test_a_label_set_of_two_more_labels_is_kept_per_base_up_to_its_bound() -> No
     for i in range(exposition.Labels.MAX_JOINED + 5):
         labels.render(("figure", "reason"), (f"f{i}", ""))
     assert len(labels._joined) <= exposition.Labels.MAX_JOINED
+
+
+def test_grants_refused_is_every_reason_from_the_first_round_and_nothing_before_it() -> None:
+    """`gpustack_accelerator_grants_refused` names every reason, 0 where none was refused this
+    round (a counter-like gauge a rule can rate without absent series), and has no sample before
+    the first round, when nothing was judged yet."""
+    from devicemanager.grants.grants import CONTESTED_PARTITION, HELD_BY_ANOTHER_POD
+
+    def refused(timestamp: float, counts: dict[str, int]) -> dict[str, float]:
+        snap = snapshot.assemble(timestamp, 15.0, "node-a", [], round_duration=0.1)
+        extras = exposition.Extras(grants_refused=counts)
+        text = exposition.render(exposition.verdict_families(snap, True, extras)).decode()
+        found = {f.name: f for f in text_string_to_metric_families(text)}
+        family = found.get("gpustack_accelerator_grants_refused")
+        return {} if family is None else {s.labels["reason"]: s.value for s in family.samples}
+
+    assert refused(0.0, {}) == {}
+    assert refused(1.0, {}) == {HELD_BY_ANOTHER_POD: 0.0, CONTESTED_PARTITION: 0.0}
+    assert refused(1.0, {HELD_BY_ANOTHER_POD: 2}) == {
+        HELD_BY_ANOTHER_POD: 2.0,
+        CONTESTED_PARTITION: 0.0,
+    }
