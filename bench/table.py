@@ -155,7 +155,8 @@ def rows(r: dict[str, Any]) -> list[Row]:
                 f"agent/node_exporter {cluster['median']} ({_range(cluster['range'])})"
                 + (
                     f"; before ({s.get('baseline_commit') or 'issue 46'}) {before['median']} MiB, "
-                    f"{s['cluster_saving_mib']['median']} MiB saved, same run"
+                    + _saved(s["cluster_saving_mib"]["median"])
+                    + ", same run"
                     if before
                     else ""
                 ),
@@ -337,6 +338,11 @@ def table(items: list[Row]) -> str:
     ]
     lines += ["| " + " | ".join(row) + " |" for row in items]
     return "\n".join(lines)
+
+
+def _saved(mib: float) -> str:
+    """A saving in MiB as a reader says it: what was saved, or how much more it holds now."""
+    return f"{mib} MiB saved" if mib >= 0 else f"{round(-mib, 1)} MiB more"
 
 
 def render(kind: str, doc: dict[str, Any]) -> str:
