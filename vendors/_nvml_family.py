@@ -732,9 +732,10 @@ class Binding:
 class GpmBaseline:
     """The previous GPM sample of each partition (or whole card) read, kept across rounds: the
     library's own sample buffer and the monotonic time it was taken, and a spare buffer to take
-    the next sample into. A sample buffer is written whole by each `…GpmSampleGet` (nvml.h's
-    own loop allocates two and alternates them), so the one a new sample replaces becomes the
-    spare instead of being freed and another allocated: two calls a card and round fewer.
+    the next sample into. Each `…GpmSampleGet` reads a sample into the buffer it is given
+    (nvml.h: "Read a sample of GPM metrics into the provided gpmSample buffer"; "allocate at
+    least two of these buffers"), so the one a new sample replaces becomes the spare instead
+    of being freed and another allocated: two calls a card and round fewer.
     Both are freed when their partition is no longer read and on close; forgotten with the
     backend on re-init, so a figure never spans a driver reload."""
 
