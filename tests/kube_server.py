@@ -170,37 +170,39 @@ class FakeApiServer:
         for w in watchers:
             w.put(event)
 
+    def _kept(
+        self,
+        store: dict[str, dict[str, Any]],
+        history: list[tuple[int, dict[str, Any]]],
+        obj: dict[str, Any],
+        kind: str,
+    ) -> dict[str, Any]:
+        """Under the lock: `obj` at the next resourceVersion, kept in `store` by name (removed
+        where the kind is DELETED), and its watch event, recorded in `history`."""
+        self.version += 1
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["resourceVersion"] = str(self.version)
+        if kind == "DELETED":
+            store.pop(obj["metadata"]["name"], None)
+        else:
+            store[obj["metadata"]["name"]] = obj
+        event = {"type": kind, "object": obj}
+        history.append((self.version, event))
+        return event
+
     def put_slice(self, obj: dict[str, Any], kind: str = "ADDED") -> None:
         """Add or change a ResourceSlice (kind MODIFIED), or remove it (DELETED)."""
-        name = obj["metadata"]["name"]
         with self.lock:
-            self.version += 1
-            obj = copy.deepcopy(obj)
-            obj["metadata"]["resourceVersion"] = str(self.version)
-            if kind == "DELETED":
-                self.slices.pop(name, None)
-            else:
-                self.slices[name] = obj
-            event = {"type": kind, "object": obj}
-            self.slice_history.append((self.version, event))
+            event = self._kept(self.slices, self.slice_history, obj, kind)
             watchers = list(self.slice_watchers)
         for inbox, node in watchers:
-            if node is None or _slice_node(obj) == node:
+            if node is None or _slice_node(event["object"]) == node:
                 inbox.put(event)
 
     def put_rule(self, obj: dict[str, Any], kind: str = "ADDED") -> None:
         """Add or change a DeviceTaintRule (kind MODIFIED), or remove it (DELETED)."""
-        name = obj["metadata"]["name"]
         with self.lock:
-            self.version += 1
-            obj = copy.deepcopy(obj)
-            obj["metadata"]["resourceVersion"] = str(self.version)
-            if kind == "DELETED":
-                self.rules.pop(name, None)
-            else:
-                self.rules[name] = obj
-            event = {"type": kind, "object": obj}
-            self.rule_history.append((self.version, event))
+            event = self._kept(self.rules, self.rule_history, obj, kind)
             watchers = list(self.rule_watchers)
         for inbox in watchers:
             inbox.put(event)

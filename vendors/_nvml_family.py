@@ -819,10 +819,9 @@ class NvmlFamilyBackend:
         self._binding: Binding | None = None
         self._clock = clock
         self._baseline = GpmBaseline()
-        # The GPM metrics request of the open library and its ids' payload names (made on the
-        # first metrics asked, dropped with the library).
-        self._gpm_request: GpmRequest | None = None
-        self._gpm_names: tuple[str, ...] = ()
+        # The payload names of the GPM ids the open library defines, and its metrics request
+        # asking them in that order (made on the first metrics asked, dropped with the library).
+        self._gpm: tuple[tuple[str, ...], GpmRequest] | None = None
         # Identity a card gave in an earlier round, by enumeration index: a lost card stops
         # answering even …DeviceGetUUID.
         self._known: dict[int, dict[str, Any]] = {}
@@ -938,7 +937,7 @@ class NvmlFamilyBackend:
             self._baseline.clear(self._free_sample)
             self._free_events()
         self._baseline = GpmBaseline()
-        self._gpm_request = None
+        self._gpm = None
 
     # -- read -------------------------------------------------------------------------------
 
@@ -1032,23 +1031,18 @@ class NvmlFamilyBackend:
         of GPM_CARD_METRICS under its constant's name, its value or its own failure. An id the
         binding does not define is not asked (parse() says `unsupported`)."""
         b = self.binding
-        if self._gpm_request is None:
-            # Once per open library: the ids it defines, their payload names, the struct.
-            ids = [
-                (f"{b.prefix.upper()}_{c}", b.const(c))
-                for c, _, _ in GPM_CARD_METRICS
-                if hasattr(b.lib, f"{b.prefix.upper()}_{c}")
-            ]
-            self._gpm_names = tuple(name for name, _ in ids)
-            self._gpm_request = GpmRequest(
-                b.metrics_get, f"{b.prefix}Return", [metric_id for _, metric_id in ids]
-            )
-        request = self._gpm_request.prepared(b.const("GPM_METRICS_GET_VERSION"), first, second)
+        if self._gpm is None:
+            # Once per open library: the ids it defines, under the names parse() reads them by.
+            names = tuple(key for key, *_ in _gpm_rows(b.prefix) if hasattr(b.lib, key))
+            ids = [getattr(b.lib, key) for key in names]
+            self._gpm = names, GpmRequest(b.metrics_get, f"{b.prefix}Return", ids)
+        names, gpm = self._gpm
+        request = gpm.prepared(b.const("GPM_METRICS_GET_VERSION"), first, second)
         answer = self._call("GpmMetricsGet", request)
         if _error(answer) is not None:
             return answer
         out: dict[str, Any] = {}
-        for name, (code, value) in zip(self._gpm_names, self._gpm_request.answers(), strict=True):
+        for name, (code, value) in zip(names, gpm.answers(), strict=True):
             if code != SUCCESS:
                 out[name] = failed(b.code_name(code), code)
             else:

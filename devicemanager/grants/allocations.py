@@ -256,19 +256,19 @@ def parse_hami(
                     )
                 )
                 continue
-            out.append(
-                Allocation(
-                    container,
-                    manufacturer,
-                    uuid,
-                    None,
-                    Mode.SLICED,
-                    memory_mib=memory,
-                    cores_percent=cap,
-                    source="hami",
-                )
-            )
+            out.append(_sliced(container, manufacturer, uuid, memory, cap, "hami"))
     return tuple(out)
+
+
+def _sliced(
+    container: str, manufacturer: str, uuid: str, memory: int | None, cap: int | None, by: str
+) -> Allocation:
+    """A device of HAMi's encoding (HAMi's own annotation or Volcano's): a Sliced grant with
+    its memory quota and core cap as written."""
+    return Allocation(
+        container, manufacturer, uuid, None, Mode.SLICED, memory_mib=memory, cores_percent=cap,
+        source=by,
+    )  # fmt: skip
 
 
 # Volcano's MIG placement: the card's UUID, then [<geometry group>-<position in the group>]
@@ -301,18 +301,7 @@ def parse_volcano(text: str, slots: Sequence[str]) -> tuple[Allocation, ...]:
                     )
                 )
                 continue
-            out.append(
-                Allocation(
-                    container,
-                    manufacturer,
-                    uuid,
-                    None,
-                    Mode.SLICED,
-                    memory_mib=memory,
-                    cores_percent=cap,
-                    source="volcano",
-                )
-            )
+            out.append(_sliced(container, manufacturer, uuid, memory, cap, "volcano"))
     return tuple(out)
 
 
